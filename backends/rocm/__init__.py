@@ -1,0 +1,1 @@
+"""The ROCm backend: arch table, ROCDL lowering and code-object emission, runtime devices, emulator."""

