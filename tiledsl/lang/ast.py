@@ -1,0 +1,274 @@
+"""The AST of the tile language: plain dataclasses, built by the parser, typed by the checker.
+
+The parser fills every field but `type` (left None); the checker returns a new, *bound* kernel for
+one variant: constexpr names are replaced by `Const` nodes, `if` on a compile-time condition is
+folded away, and every `Expr.type` is set. The MLIR emitter only ever sees bound, typed kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tiledsl.errors import SourceLocation
+
+# ---------------------------------------------------------------------------------------------
+# Types. Element dtypes are strings: "i1" (bool), "i32", "f32", "f16", "bf16".
+
+DTYPES = ("i1", "i32", "f32", "f16", "bf16", "f8e4m3", "f8e5m2")
+FLOAT_DTYPES = ("f32", "f16", "bf16", "f8e4m3", "f8e5m2")
+DTYPE_BYTES = {"i1": 1, "i32": 4, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1}
+# Spellings accepted in source for each dtype.
+DTYPE_ALIASES = {"bool": "i1", "i1": "i1", "i32": "i32", "int32": "i32", "f32": "f32", "float32": "f32",
+                 "f16": "f16", "float16": "f16", "bf16": "bf16", "bfloat16": "bf16",
+                 "f8e4m3": "f8e4m3", "f8e5m2": "f8e5m2"}
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    """A uniform (same in every lane) scalar value: program ids, scalar args, loop variables."""
+
+    dtype: str
+
+    def __str__(self) -> str:
+        return self.dtype
+
+
+@dataclass(frozen=True)
+class TileType:
+    """A statically shaped tile distributed over the workgroup's lanes."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"tile[{', '.join(map(str, self.shape))}] of {self.dtype}"
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A kernel tensor argument: global memory with a dtype and symbolic (run-time) dims."""
+
+    dtype: str
+    dims: tuple[str | int, ...]  # shape symbols (run-time i32 kernargs) or static ints
+
+    def __str__(self) -> str:
+        return f"tensor[{self.dtype}]({', '.join(map(str, self.dims))})"
+
+
+@dataclass(frozen=True)
+class AccessType:
+    """`t[i, j, ...]`: element addresses of a tensor argument; only valid as load/store target."""
+
+    tensor: str  # argument name
+    shape: tuple[int, ...]  # () when every index is a scalar
+    dtype: str
+
+
+Type = ScalarType | TileType | TensorType | AccessType
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions. `loc` points at the first character of the construct.
+
+@dataclass
+class Expr:
+    loc: SourceLocation
+    type: Type | None = field(default=None, kw_only=True)
+
+
+@dataclass
+class Const(Expr):
+    value: int | float | bool
+
+
+@dataclass
+class Name(Expr):
+    id: str
+
+
+@dataclass
+class DTypeLit(Expr):
+    """A dtype used as a value, e.g. the `f32` in `zeros([64, 64], f32)` or `cast(x, DT)`."""
+
+    dtype: str
+
+
+@dataclass
+class EnumLit(Expr):
+    """A bare enum member name compared against an enum constexpr, e.g. `MASK == causal`."""
+
+    name: str
+
+
+@dataclass
+class ListExpr(Expr):
+    """`[a, b]`: only as a shape argument (zeros/full)."""
+
+    items: list[Expr]
+
+
+@dataclass
+class BinOp(Expr):
+    op: str  # + - * / // % < <= > >= == != & | ^ and or << >>
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass
+class UnaryOp(Expr):
+    op: str  # "-" or "not"
+    operand: Expr
+
+
+@dataclass
+class Slice(Expr):
+    """A bare `:` inside an index list."""
+
+
+@dataclass
+class NoneLit(Expr):
+    """`None` inside an index list: inserts a size-1 axis (expand_dims)."""
+
+
+@dataclass
+class Index(Expr):
+    """`base[i, j, ...]`. On a tensor argument: an access (each index a scalar or i32 tile, tiles
+    broadcast together). On a tile value: only `:` and `None` entries (adds size-1 axes)."""
+
+    base: Expr
+    indices: list[Expr]
+
+
+@dataclass
+class Keyword:
+    name: str
+    value: Expr
+    loc: SourceLocation
+
+
+@dataclass
+class Call(Expr):
+    """A builtin call. `func` is the builtin's name (see BUILTINS)."""
+
+    func: str
+    args: list[Expr]
+    kwargs: list[Keyword] = field(default_factory=list)
+
+
+# Every builtin the language knows, with its positional and keyword parameters (for messages).
+BUILTINS: dict[str, str] = {
+    "program_id": "program_id(axis)",
+    "num_programs": "num_programs(axis)",
+    "arange": "arange(start, end)",
+    "zeros": "zeros([dims...], dtype)",
+    "full": "full([dims...], value, dtype)",
+    "load": "load(access, mask=None, other=0)",
+    "dot": "dot(a, b, acc=None, trans_b=false)",
+    "max": "max(x, axis)",
+    "min": "min(x, axis)",
+    "sum": "sum(x, axis)",
+    "maximum": "maximum(a, b)",
+    "minimum": "minimum(a, b)",
+    "exp2": "exp2(x)",
+    "log2": "log2(x)",
+    "rcp": "rcp(x)",
+    "sqrt": "sqrt(x)",
+    "abs": "abs(x)",
+    "cast": "cast(x, dtype)",
+    "where": "where(cond, a, b)",
+    "cdiv": "cdiv(a, b)",
+    "store": "store(access, value, mask=None)",
+    "atomic_add": "atomic_add(access, value, mask=None)",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Statements.
+
+@dataclass
+class Stmt:
+    loc: SourceLocation
+
+
+@dataclass
+class Let(Stmt):
+    name: str
+    value: Expr
+
+
+@dataclass
+class Assign(Stmt):
+    """Rebinds an existing variable; the new value must have the same type (loop-carried values)."""
+
+    name: str
+    value: Expr
+
+
+@dataclass
+class ExprStmt(Stmt):
+    """Only `store(...)` and `atomic_add(...)` calls are allowed as statements."""
+
+    expr: Expr
+
+
+@dataclass
+class For(Stmt):
+    var: str
+    start: Expr
+    end: Expr
+    step: Expr | None
+    stages: Expr | None  # the software-pipelining hint `stages(N)`; None = 1 (no pipelining)
+    body: list[Stmt]
+
+
+@dataclass
+class If(Stmt):
+    cond: Expr
+    then_body: list[Stmt]
+    else_body: list[Stmt]
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel.
+
+@dataclass
+class ConstexprParam:
+    """A compile-time parameter. kind: "int", "bool", "dtype" or "enum" (members in `choices`)."""
+
+    name: str
+    kind: str
+    default: int | bool | str | None
+    choices: tuple[str, ...] = ()
+    loc: SourceLocation | None = None
+
+
+@dataclass
+class Arg:
+    name: str
+    type: TensorType | ScalarType
+    loc: SourceLocation
+    # For tensor args before binding, the dtype may name a dtype constexpr (e.g. "DT"); the checker
+    # replaces it. Static int dims may likewise name int constexprs.
+
+
+@dataclass
+class Kernel:
+    name: str
+    constexprs: list[ConstexprParam]
+    args: list[Arg]
+    grid: list[Expr]  # 1 to 3 expressions over shape symbols, scalar i32 args and constexprs
+    waves: Expr | None  # waves per workgroup; None = default (4)
+    body: list[Stmt]
+    loc: SourceLocation
+    source: str  # the whole source text, for error carets
+    file: str
+
+
+@dataclass
+class BoundKernel:
+    """One variant: a kernel with every constexpr bound and every expression typed."""
+
+    kernel: Kernel  # the typed, folded kernel (its grid/body nodes have `type` set)
+    constexpr_values: dict[str, int | bool | str]
+    shape_symbols: list[str]  # run-time i32 dims, in first-appearance order over the tensor args
+    waves: int
