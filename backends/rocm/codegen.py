@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from tiledsl.backends.rocm.arch import Arch
+
 from tiledsl.errors import CompileError
 
 TRIPLE = "amdgcn-amd-amdhsa"
@@ -40,8 +41,9 @@ def _run_tool(stage: str, argv: list[str], stdin: str) -> str:
 
 
 def rocdl_pipeline(arch: Arch) -> str:
-    return (f"builtin.module(rocdl-attach-target{{chip={arch.name} O=3}},"
-            f"gpu.module(convert-gpu-to-rocdl{{chipset={arch.name}}}),reconcile-unrealized-casts)")
+    return (f"builtin.module(rocdl-attach-target{{chip={arch.name} O=3}},convert-scf-to-cf,"
+            f"gpu.module(canonicalize,cse,convert-gpu-to-rocdl{{chipset={arch.name}}}),"
+            f"reconcile-unrealized-casts)")
 
 
 def make_rocdl(gpu_mlir: str, arch: Arch) -> str:
@@ -99,7 +101,10 @@ def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     builder = llvm.create_pass_builder(tm, tuning)
     builder.getModulePassManager().run(module, builder)
-    return tm.emit_assembly(module), tm.emit_object(module)
+    optimized = str(module)
+    # Codegen rewrites the IR module in place (control-flow annotation intrinsics), so the second
+    # emission must start again from the optimized IR text.
+    return tm.emit_assembly(module), tm.emit_object(llvm.parse_assembly(optimized))
 
 
 def make_hsaco(obj: bytes) -> bytes:

@@ -1,0 +1,283 @@
+"""Layout assignment: give every tile value a distributed layout (passes/layouts.py).
+
+Anchors: `tile.load` produces the coalesced blocked layout; `tile.dot` wants its operands in the
+MFMA/WMMA operand layouts of the arch's matrix instruction and produces the accumulator layout;
+reductions produce the slice of their input's layout. Elementwise ops inherit their operands'
+layout. Values computed only from ranges, splats and constants are "free": they are
+rematerialised directly in whatever layout each user needs. Where a value's layout differs from
+what a user needs, a `tile.convert_layout` is inserted (lowered through LDS or as a register
+permutation later).
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from tiledsl.backends.rocm.arch import Arch, MatrixOp
+from tiledsl.passes import layouts as L
+from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
+
+from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, int_attr, tensor_type, tile_op
+
+FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
+ELEMENTWISE_PREFIXES = ("arith.", "math.")
+
+
+def dot_config(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tuple[MatrixOp, int, int]:
+    """Pick the matrix instruction and the WM x WN wave grid for a [m, n] += [m, k] @ [k, n] dot."""
+    for op in sorted(arch.matrix_ops_for(dtype), key=lambda o: -o.m):
+        wm = min(waves, max(1, m // op.m))
+        while waves % wm:
+            wm -= 1
+        wn = waves // wm
+        if m % (wm * op.m) == 0 and n % (wn * op.n) == 0 and k % op.k == 0:
+            return op, wm, wn
+    raise ValueError(f"no {dtype} matrix instruction of {arch.name} tiles a [{m}, {n}] += [{m}, {k}] @ "
+                     f"[{k}, {n}] dot over {waves} waves (instructions: "
+                     f"{', '.join(f'{o.m}x{o.n}x{o.k}' for o in arch.matrix_ops_for(dtype))})")
+
+
+class _Assigner:
+    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None):
+        self.fn = fn
+        self.arch = arch
+        self.source = source
+        self.threads = L.Threads(int_attr(fn, "tile.wave_size"), int_attr(fn, "tile.waves"))
+        self.layout: dict[ir.Value, str | None] = {}  # None = free (rematerialisable)
+        self.free_ops: list[ir.Operation] = []
+
+    # -- analysis: decide each value's layout ------------------------------------------------
+    def of(self, v: ir.Value) -> str | None:
+        return self.layout.get(v)
+
+    def analyse_block(self, block: ir.Block) -> None:
+        for op in ops_in(block):
+            self.analyse(op)
+
+    def analyse(self, op: ir.Operation) -> None:
+        name = op.name
+        tiles = [r for r in op.results if is_tile(r)]
+        if name == "scf.for":
+            self.analyse_for(op)
+            return
+        if name == "scf.if":
+            for region in op.regions:
+                self.analyse_block(region.blocks[0])
+            for i, r in enumerate(op.results):
+                if is_tile(r):
+                    ys = [ops_in(reg.blocks[0])[-1].operands[i] for reg in op.regions]
+                    self.layout[r] = next((self.of(y) for y in ys if self.of(y)), self.blocked(r))
+            return
+        if not tiles:
+            return
+        res = tiles[0]
+        ins = [self.of(v) for v in op.operands if is_tile(v)]
+        if name in FREE_OPS:
+            self.layout[res] = None
+        elif name == "tile.load":
+            self.layout[res] = self.blocked(res)
+        elif name == "tile.dot":
+            a_shape = tile_shape(op.operands[0].type)
+            m, n = tile_shape(res.type)
+            try:
+                mop, wm, wn = dot_config(self.arch, tile_dtype(op.operands[0].type), m, n, a_shape[1],
+                                         self.threads.waves)
+            except ValueError as exc:
+                raise op_error(op, str(exc), self.source, "assign-layouts") from None
+            self.layout[res] = L.mma_layout("acc", mop, wm, wn)
+        elif name == "tile.reduce":
+            src = ins[0] or self.blocked(op.operands[0])
+            self.layout[op.operands[0]] = self.layout.get(op.operands[0]) or None
+            self.reduce_input = src
+            axis, n = int_attr(op, "axis"), tile_shape(op.operands[0].type)[int_attr(op, "axis")]
+            self.layout[res] = f"slice({axis},{n},{src})"
+        elif name == "tile.broadcast":
+            src = ins[0]
+            self.layout[res] = None if src is None else self.broadcast_target(src, op)
+        elif name == "tile.expand_dims":
+            src = ins[0]
+            axis = int_attr(op, "axis")
+            if src is None:
+                self.layout[res] = None
+            elif src.startswith(f"slice({axis},"):
+                self.layout[res] = f"expand({axis},{src})"
+            else:
+                self.layout[res] = self.blocked(res)
+        elif name == "tile.convert_layout":
+            self.layout[res] = ins[0]
+        elif name.startswith(ELEMENTWISE_PREFIXES):
+            known = [x for x in ins if x]
+            self.layout[res] = max(known, key=_priority) if known else None
+        else:
+            raise op_error(op, f"internal: no layout rule for {name}", self.source, "assign-layouts")
+
+    def broadcast_target(self, src: str, op: ir.Operation) -> str:
+        shape = tile_shape(op.result.type)
+        kind, args = L.parse(src)
+        if kind == "expand":
+            inner_kind, inner = L.parse(args[1])
+            if inner_kind == "slice" and int(inner[1]) == shape[int(args[0])]:
+                return inner[2]
+        return self.blocked(op.result)
+
+    def analyse_for(self, op: ir.Operation) -> None:
+        body = op.regions[0].blocks[0]
+        inits = list(op.operands)[3:]
+        carried = list(body.arguments)[1:]
+        for a, init in zip(carried, inits, strict=True):
+            if is_tile(a):
+                self.layout[a] = self.of(init)
+        for _ in range(3):  # fixpoint: a free init takes the layout the body yields
+            self.analyse_block(body)
+            yields = list(ops_in(body)[-1].operands)
+            changed = False
+            for a, y in zip(carried, yields, strict=True):
+                if is_tile(a) and self.of(a) is None and self.of(y) is not None:
+                    self.layout[a] = self.of(y)
+                    changed = True
+            if not changed:
+                break
+        for a, r in zip(carried, op.results, strict=True):
+            if is_tile(a):
+                self.layout[a] = self.of(a) or self.blocked(a)
+                self.layout[r] = self.layout[a]
+
+    def blocked(self, v: ir.Value) -> str:
+        return L.blocked_for(tile_shape(v.type), DTYPE_BYTES_BY_NAME[tile_dtype(v.type)])
+
+    # -- what each op needs from its tile operands, given its own result layout ---------------
+    def needs(self, op: ir.Operation) -> list[str | None]:
+        name = op.name
+        out: list[str | None] = []
+        res_layout = self.of(op.results[0]) if len(op.results) and is_tile(op.results[0]) else None
+        for i, v in enumerate(op.operands):
+            if not is_tile(v):
+                out.append(None)
+                continue
+            if name == "tile.dot":
+                _, args = L.parse(res_layout)  # type: ignore[arg-type]
+                kind = ("opa", "opbt" if _bool_attr(op, "trans_b") else "opb", "acc")[i]
+                out.append(f"{kind}({','.join(args)})")
+            elif name in ("tile.store", "tile.atomic_add"):
+                out.append(self.write_layout(op))
+            elif name == "tile.reduce":
+                _, args = L.parse(res_layout)  # type: ignore[arg-type]
+                out.append(args[2])
+            elif name == "tile.broadcast":
+                out.append(self.broadcast_source(op, res_layout))  # type: ignore[arg-type]
+            elif name == "tile.expand_dims":
+                axis = int_attr(op, "axis")
+                kind, args = L.parse(res_layout)  # type: ignore[arg-type]
+                out.append(args[1] if kind == "expand" else f"slice({axis},1,{res_layout})")
+            elif name == "scf.yield":
+                out.append(self.yield_target(op, i))
+            elif name == "scf.for":
+                out.append(self.of(list(op.regions[0].blocks[0].arguments)[i - 2]) if i >= 3 else None)
+            else:
+                out.append(res_layout)
+        return out
+
+    def write_layout(self, op: ir.Operation) -> str:
+        value, offsets = op.operands[2], op.operands[1]
+        return self.of(value) or self.of(offsets) or self.blocked(value)
+
+    def broadcast_source(self, op: ir.Operation, target: str) -> str:
+        src_shape, shape = tile_shape(op.operands[0].type), tile_shape(op.result.type)
+        need = target
+        for d in reversed(range(len(shape))):
+            if src_shape[d] == 1 and shape[d] != 1:
+                need = f"expand({d},slice({d},{shape[d]},{need}))"
+        return need
+
+    def yield_target(self, op: ir.Operation, i: int) -> str | None:
+        parent = op.parent
+        if parent.name == "scf.for":
+            return self.of(list(parent.regions[0].blocks[0].arguments)[i + 1])
+        return self.of(parent.results[i])
+
+    # -- rewrite: set types, rematerialise free values, insert conversions --------------------
+    def rewrite_block(self, block: ir.Block) -> None:
+        for op in ops_in(block):
+            for region in op.regions:
+                for b in region.blocks:
+                    for a in b.arguments:
+                        if is_tile(a) and self.of(a):
+                            a.set_type(_with_layout(a.type, self.of(a)))
+                    self.rewrite_block(b)
+            if op.name in FREE_OPS or (self.is_free_result(op)):
+                self.free_ops.append(op)
+                continue
+            needs = self.needs(op)
+            for i, (v, need) in enumerate(zip(list(op.operands), needs, strict=True)):
+                if need is None:
+                    continue
+                nv = self.materialise(v, need, op)
+                if nv != v:
+                    op.operands[i] = nv
+            for r in op.results:
+                if is_tile(r) and self.of(r):
+                    r.set_type(_with_layout(r.type, self.of(r)))
+
+    def is_free_result(self, op: ir.Operation) -> bool:
+        return len(op.results) == 1 and is_tile(op.results[0]) and self.of(op.results[0]) is None \
+            and op.name != "scf.for"
+
+    def materialise(self, v: ir.Value, need: str, user: ir.Operation) -> ir.Value:
+        have = self.of(v)
+        if have is None and not isinstance(v.owner, ir.Block) and is_tile(v):
+            return self.remat(v, need)
+        if have == need:
+            return v
+        with ir.InsertionPoint(user), user.location:
+            return tile_op("convert_layout", [v], [_with_layout(v.type, need)]).result
+
+    def remat(self, v: ir.Value, need: str, memo: dict | None = None) -> ir.Value:
+        key = (v, need)
+        if key in self.memo:
+            return self.memo[key]
+        op = v.owner
+        saved = self.layout.get(v, "<unset>")
+        self.layout[v] = need
+        needs = self.needs(op)
+        if saved == "<unset>":
+            del self.layout[v]
+        else:
+            self.layout[v] = saved
+        operands = [self.remat(x, n) if n is not None and self.of(x) is None else
+                    (self.materialise(x, n, op) if n is not None else x)
+                    for x, n in zip(op.operands, needs, strict=True)]
+        attrs = {a: op.attributes[a] for a in op.attributes}
+        if op.name == "arith.constant":  # a dense splat constant: retype its value attribute too
+            attrs["value"] = ir.DenseElementsAttr.get_splat(
+                _with_layout(v.type, need), ir.DenseElementsAttr(op.attributes["value"]).get_splat_value())
+        with ir.InsertionPoint(op), op.location:
+            new = ir.Operation.create(op.name, results=[_with_layout(v.type, need)], operands=operands,
+                                      attributes=attrs)
+        self.memo[key] = new.result
+        return new.result
+
+    def run(self) -> None:
+        self.memo: dict = {}
+        body = self.fn.regions[0].blocks[0]
+        self.analyse_block(body)
+        self.rewrite_block(body)
+        for op in reversed(self.free_ops):  # originals of rematerialised values are now unused
+            if all(len(list(r.uses)) == 0 for r in op.results):
+                op.erase()
+
+
+def _bool_attr(op: ir.Operation, name: str) -> bool:
+    return bool(ir.BoolAttr(op.attributes[name]).value) if name in op.attributes else False
+
+
+def _priority(layout: str) -> int:
+    return {"acc": 4, "opa": 3, "opb": 3, "opbt": 3, "slice": 2, "expand": 2}.get(L.parse(layout)[0], 1)
+
+
+def _with_layout(t: ir.Type, layout: str) -> ir.Type:
+    rt = ir.RankedTensorType(t)
+    return tensor_type(tuple(rt.shape), rt.element_type, layout)
+
+
+def assign_layouts(module: ir.Module, arch: Arch, source: str | None = None) -> None:
+    for fn in kernel_funcs(module):
+        _Assigner(fn, arch, source).run()

@@ -1,0 +1,57 @@
+"""Helpers shared by our passes: walking ops, reading tile types, errors with DSL locations."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from mlir import ir
+
+from tiledsl.errors import CompileError, SourceError, SourceLocation
+from tiledsl.ir.dialect import dtype_of, layout_of
+
+
+def ops_in(block: ir.Block) -> list[ir.Operation]:
+    return [op.operation for op in block.operations]
+
+
+def walk_blocks(op: ir.Operation) -> Iterator[ir.Block]:
+    for region in op.regions:
+        for block in region.blocks:
+            yield block
+            for inner in ops_in(block):
+                yield from walk_blocks(inner)
+
+
+def kernel_funcs(module: ir.Module) -> list[ir.Operation]:
+    return [op.operation for op in module.body.operations
+            if op.operation.name == "func.func" and "tile.kernel" in op.operation.attributes]
+
+
+def tile_shape(t: ir.Type) -> tuple[int, ...]:
+    return tuple(ir.RankedTensorType(t).shape)
+
+
+def tile_dtype(t: ir.Type) -> str:
+    return dtype_of(ir.RankedTensorType(t).element_type) if isinstance(t, ir.RankedTensorType) else dtype_of(t)
+
+
+def is_tile(v: ir.Value) -> bool:
+    return isinstance(v.type, ir.RankedTensorType)
+
+
+def layout(v: ir.Value) -> str | None:
+    return layout_of(v.type) if is_tile(v) else None
+
+
+def source_location(op: ir.Operation) -> SourceLocation | None:
+    """The DSL file:line:col an op was emitted from (from its MLIR location), if known."""
+    m = re.search(r'loc\("([^"]+)":(\d+):(\d+)', str(op.location))
+    return SourceLocation(m.group(1), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def op_error(op: ir.Operation, message: str, source: str | None = None, pass_name: str = "") -> Exception:
+    loc = source_location(op)
+    if loc is not None:
+        return SourceError(message, loc, source)
+    return CompileError(pass_name or op.name, message)

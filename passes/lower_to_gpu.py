@@ -1,0 +1,489 @@
+"""Lower the laid-out tile IR to the gpu dialect: one function per kernel, one rule per op.
+
+Each tile value becomes, in every lane, a `vector<R x T>` of the R elements its layout gives that
+lane (passes/layouts.py). Rules emit upstream arith/vector/scf/gpu/llvm/amdgpu ops and ROCDL
+intrinsics (exp2, log, readfirstlane) -- never calls into ROCm device libraries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
+from tiledsl.backends.rocm.arch import Arch
+from tiledsl.passes import layouts as L
+from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
+
+from tiledsl.ir.dialect import element_type, int_attr, str_attr
+
+LDS_SYMBOL = "__tile_lds"
+
+
+def i32() -> ir.Type:
+    return ir.IntegerType.get_signless(32)
+
+
+def c32(v: int) -> ir.Value:
+    return arith.ConstantOp(i32(), v).result
+
+
+class _Lowering:
+    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None, lds_bytes: int):
+        self.fn = fn
+        self.arch = arch
+        self.source = source
+        self.lds_bytes = lds_bytes
+        self.threads = L.Threads(int_attr(fn, "tile.wave_size"), int_attr(fn, "tile.waves"))
+        self.vmap: dict[ir.Value, ir.Value] = {}
+        self.bases: dict[str, list[ir.Value]] = {}
+
+    # -- types -----------------------------------------------------------------------------------
+    def regs(self, t: ir.Type) -> int:
+        rt = ir.RankedTensorType(t)
+        return L.num_regs(ir.StringAttr(rt.encoding).value, tuple(rt.shape), self.threads)
+
+    def lowered_type(self, t: ir.Type) -> ir.Type:
+        if not isinstance(t, ir.RankedTensorType):
+            return t
+        return ir.VectorType.get([self.regs(t)], ir.RankedTensorType(t).element_type)
+
+    def lin(self, v: ir.Value) -> L.Linear:
+        rt = ir.RankedTensorType(v.type)
+        return L.linear(ir.StringAttr(rt.encoding).value, tuple(rt.shape), self.threads)
+
+    # -- function ---------------------------------------------------------------------------------
+    def build(self, gpu_module_body: ir.Block) -> None:
+        fn = self.fn
+        ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+        block = self.threads.count
+        with ir.InsertionPoint(gpu_module_body), fn.location:
+            gfn = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(ftype.inputs, [])),
+                                sym_name=ir.StringAttr(fn.attributes["sym_name"]).value,
+                                kernel=True, known_block_size=[block, 1, 1])
+            entry = gfn.add_entry_block() if hasattr(gfn, "add_entry_block") else gfn.body.blocks.append(*ftype.inputs)
+        old_entry = fn.regions[0].blocks[0]
+        for old, new in zip(old_entry.arguments, entry.arguments, strict=True):
+            self.vmap[old] = new
+        with ir.InsertionPoint(entry), fn.location:
+            tid = arith.IndexCastOp(i32(), gpu.thread_id(gpu.Dimension.x)).result
+            ws = self.threads.wave_size
+            self.lane = arith.AndIOp(tid, c32(ws - 1)).result
+            self.wave = rocdl.readfirstlane(i32(), arith.ShRUIOp(tid, c32(ws.bit_length() - 1)).result)
+            self.anchor = arith.ConstantOp(i32(), 0)  # thread coordinates are computed before this
+            self.lower_block(old_entry)
+
+    def lower_block(self, block: ir.Block) -> None:
+        for op in ops_in(block):
+            with op.location:
+                rule = RULES.get(op.name)
+                if rule is None:
+                    raise op_error(op, f"internal: no lowering rule for {op.name}", self.source, "lower-to-gpu")
+                rule(self, op)
+
+    def v(self, x: ir.Value) -> ir.Value:
+        return self.vmap[x]
+
+    # -- thread coordinates -------------------------------------------------------------------------
+    def base(self, v: ir.Value) -> list[ir.Value]:
+        """Per-dim scalar base coordinate of this lane for v's layout (lane + wave parts)."""
+        key = f"{ir.RankedTensorType(v.type).encoding}:{tile_shape(v.type)}"
+        if key not in self.bases:
+            lin = self.lin(v)
+            with ir.InsertionPoint(self.anchor):
+                dims = []
+                for d in range(lin.regs.shape[1]):
+                    acc = c32(0)
+                    for src, bases in ((self.lane, lin.lane_bases), (self.wave, lin.wave_bases)):
+                        for k, b in enumerate(bases):
+                            if b[d]:
+                                bit = arith.AndIOp(arith.ShRUIOp(src, c32(k)).result, c32(1)).result
+                                acc = arith.AddIOp(acc, arith.MulIOp(bit, c32(int(b[d]))).result).result
+                    dims.append(acc)
+            self.bases[key] = dims
+        return self.bases[key]
+
+    def coord(self, v: ir.Value, d: int) -> ir.Value:
+        """vector<R x i32>: coordinate along axis d of each register of this lane."""
+        lin = self.lin(v)
+        vt = ir.VectorType.get([lin.num_regs], i32())
+        offs = arith.ConstantOp(vt, ir.DenseElementsAttr.get(np.ascontiguousarray(lin.regs[:, d], dtype=np.int32),
+                                                             type=vt)).result
+        return arith.AddIOp(vector.BroadcastOp(vt, self.base(v)[d]).result, offs).result
+
+    def owner_mask(self, v: ir.Value) -> ir.Value | None:
+        """i1 that is true in exactly one of the lanes/waves holding replicated copies (for writes)."""
+        lin = self.lin(v)
+        cond = None
+        for src, bits in ((self.lane, lin.replicated_lane_bits()), (self.wave, lin.replicated_wave_bits())):
+            for k in bits:
+                is0 = arith.CmpIOp(arith.CmpIPredicate.eq,
+                                   arith.AndIOp(src, c32(1 << k)).result, c32(0)).result
+                cond = is0 if cond is None else arith.AndIOp(cond, is0).result
+        return cond
+
+    # -- element helpers --------------------------------------------------------------------------
+    def elems(self, vec: ir.Value) -> list[ir.Value]:
+        n = ir.VectorType(vec.type).shape[0]
+        return [vector.ExtractOp(vec, [], [i]).result for i in range(n)]
+
+    def pack(self, vals: list[ir.Value], elt: ir.Type) -> ir.Value:
+        vt = ir.VectorType.get([len(vals)], elt)
+        return vector.FromElementsOp(vt, vals).result
+
+
+def _gep(base: ir.Value, offset: ir.Value, elt: ir.Type) -> ir.Value:
+    return llvm.getelementptr(base.type, base, [offset], [-2147483648], elt, 0)
+
+
+# -- rules: one per op ---------------------------------------------------------------------------
+
+def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
+    """Elementwise arith/math ops: the same op on the per-lane vectors."""
+    attrs = {a: op.attributes[a] for a in op.attributes}
+    if op.name == "arith.constant" and is_tile(op.result):
+        value = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
+        vt = lw.lowered_type(op.result.type)
+        attrs["value"] = ir.DenseElementsAttr.get_splat(vt, value)
+    new = ir.Operation.create(op.name, results=[lw.lowered_type(r.type) for r in op.results],
+                              operands=[lw.v(x) for x in op.operands], attributes=attrs)
+    for r, n in zip(op.results, new.results, strict=True):
+        lw.vmap[r] = n
+
+
+def _per_element(fn):
+    def rule(lw: _Lowering, op: ir.Operation) -> None:
+        x = lw.v(op.operands[0])
+        if not isinstance(x.type, ir.VectorType):
+            lw.vmap[op.result] = fn(x)
+            return
+        elt = ir.VectorType(x.type).element_type
+        lw.vmap[op.result] = lw.pack([fn(e) for e in lw.elems(x)], elt)
+    return rule
+
+
+rule_exp2 = _per_element(lambda x: rocdl.exp2(x.type, x))
+rule_log2 = _per_element(lambda x: rocdl.log(x.type, x))
+rule_sqrt = _per_element(lambda x: rocdl.sqrt(x.type, x))
+rule_absf = _per_element(lambda x: arith.MaximumFOp(x, arith.NegFOp(x).result).result)
+
+
+def rule_abs_i(lw: _Lowering, op: ir.Operation) -> None:
+    x = lw.v(op.operands[0])
+    zero = arith.ConstantOp(x.type, ir.DenseElementsAttr.get_splat(x.type, ir.IntegerAttr.get(i32(), 0))) \
+        if isinstance(x.type, ir.VectorType) else arith.ConstantOp(i32(), 0)
+    lw.vmap[op.result] = arith.MaxSIOp(x, arith.SubIOp(zero.result, x).result).result
+
+
+def rule_program_id(lw: _Lowering, op: ir.Operation) -> None:
+    dim = [gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z][int_attr(op, "axis")]
+    fn = gpu.block_id if op.name == "tile.program_id" else gpu.grid_dim
+    lw.vmap[op.result] = arith.IndexCastOp(i32(), fn(dim)).result
+
+
+def rule_arange(lw: _Lowering, op: ir.Operation) -> None:
+    c = lw.coord(op.result, 0)
+    start = int_attr(op, "start")
+    if start:
+        c = arith.AddIOp(c, vector.BroadcastOp(c.type, c32(start)).result).result
+    lw.vmap[op.result] = c
+
+
+def rule_splat(lw: _Lowering, op: ir.Operation) -> None:
+    lw.vmap[op.result] = vector.BroadcastOp(lw.lowered_type(op.result.type), lw.v(op.operands[0])).result
+
+
+def rule_identity(lw: _Lowering, op: ir.Operation) -> None:
+    """expand_dims: the inserted size-1 axis changes no register (see layouts.expand)."""
+    lw.vmap[op.result] = lw.v(op.operands[0])
+
+
+def rule_permute(lw: _Lowering, op: ir.Operation) -> None:
+    """broadcast and in-register convert_layout: pick each destination register from the source."""
+    src, dst = op.operands[0], op.result
+    sl, dl = ir.StringAttr(ir.RankedTensorType(src.type).encoding).value, \
+        ir.StringAttr(ir.RankedTensorType(dst.type).encoding).value
+    mapping = L.register_map(sl, tile_shape(src.type), dl, tile_shape(dst.type), lw.threads)
+    if mapping is None:
+        raise op_error(op, f"internal: {op.name} from {sl} to {dl} needs LDS", lw.source, "lower-to-gpu")
+    x = lw.v(src)
+    if mapping == list(range(ir.VectorType(x.type).shape[0])):
+        lw.vmap[dst] = x
+        return
+    lw.vmap[dst] = vector.ShuffleOp(x, x, mapping).result
+
+
+def _masked_value(lw: _Lowering, mask: ir.Value) -> list[ir.Value] | None:
+    """The lanes' mask elements, or None when the mask is the constant `true`."""
+    owner = mask.owner
+    if isinstance(owner, ir.Operation) or hasattr(owner, "name"):
+        op = owner.operation if hasattr(owner, "operation") else owner
+        if op.name in ("tile.splat", "arith.constant"):
+            src = op.operands[0] if op.name == "tile.splat" else None
+            if src is not None and src.owner.name == "arith.constant" and \
+                    ir.IntegerAttr(src.owner.attributes["value"]).value == 1:
+                return None
+    m = lw.v(mask)
+    return lw.elems(m) if isinstance(m.type, ir.VectorType) else [m]
+
+
+def rule_load(lw: _Lowering, op: ir.Operation) -> None:
+    ptr, offsets, mask, other = (lw.v(op.operands[0]), lw.v(op.operands[1]), op.operands[2], lw.v(op.operands[3]))
+    elt = element_type(tile_dtype(op.result.type))
+    masks = _masked_value(lw, mask)
+    offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
+    out = []
+    for i, off in enumerate(offs):
+        if masks is None:
+            out.append(llvm.load(elt, _gep(ptr, off, elt)))
+            continue
+        safe = arith.SelectOp(masks[i], off, c32(0)).result  # masked lanes read element 0, then drop it
+        loaded = llvm.load(elt, _gep(ptr, safe, elt))
+        out.append(arith.SelectOp(masks[i], loaded, other).result)
+    lw.vmap[op.result] = lw.pack(out, elt) if is_tile(op.result) else out[0]
+
+
+def _rule_write(kind: str):
+    def rule(lw: _Lowering, op: ir.Operation) -> None:
+        ptr, offsets, value, mask = (lw.v(op.operands[0]), lw.v(op.operands[1]), lw.v(op.operands[2]),
+                                     op.operands[3])
+        masks = _masked_value(lw, mask)
+        owner = lw.owner_mask(op.operands[2]) if is_tile(op.operands[2]) else None
+        offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
+        vals = lw.elems(value) if isinstance(value.type, ir.VectorType) else [value]
+        if not is_tile(op.operands[2]):  # a scalar write: one lane does it
+            owner = arith.CmpIOp(arith.CmpIPredicate.eq, arith.AddIOp(lw.lane, lw.wave).result, c32(0)).result
+        elt = vals[0].type
+        for i, (off, val) in enumerate(zip(offs, vals, strict=True)):
+            cond = masks[i] if masks is not None else None
+            if owner is not None:
+                cond = owner if cond is None else arith.AndIOp(cond, owner).result
+            if cond is None:
+                _write(kind, ptr, off, val, elt)
+                continue
+            branch = scf.IfOp(cond)
+            with ir.InsertionPoint(branch.then_block):
+                _write(kind, ptr, off, val, elt)
+                scf.YieldOp([])
+    return rule
+
+
+def _write(kind: str, ptr: ir.Value, off: ir.Value, val: ir.Value, elt: ir.Type) -> None:
+    addr = _gep(ptr, off, elt)
+    if kind == "store":
+        llvm.store(val, addr)
+    else:
+        llvm.atomicrmw(llvm.AtomicBinOp.fadd, addr, val, llvm.AtomicOrdering.monotonic,
+                       syncscope="agent")
+
+
+def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
+    a, b, acc = (lw.v(x) for x in op.operands)
+    kind, args = L.parse(ir.StringAttr(ir.RankedTensorType(op.result.type).encoding).value)
+    mop = L._op_from(args[:6])
+    wm, wn = int(args[6]), int(args[7])
+    m, n = tile_shape(op.result.type)
+    k = tile_shape(op.operands[0].type)[1]
+    nm, nn, nk = m // wm // mop.m, n // wn // mop.n, k // mop.k
+    ce = mop.m * mop.n // lw.threads.wave_size
+    kpl = mop.k_per_lane
+    f32 = ir.F32Type.get()
+
+    def part(vec: ir.Value, start: int, size: int) -> ir.Value:
+        return vector.ExtractStridedSliceOp(ir.VectorType.get([size], ir.VectorType(vec.type).element_type),
+                                            vec, [start], [size], [1]).result
+
+    tiles = []
+    for rm in range(nm):
+        for rn in range(nn):
+            c = part(acc, (rm * nn + rn) * ce, ce)
+            for rk in range(nk):
+                av = part(a, (rm * nk + rk) * kpl, kpl)
+                bv = part(b, (rn * nk + rk) * kpl, kpl)
+                ct = ir.VectorType.get([ce], f32)
+                if mop.kind == "mfma":
+                    c = amdgpu.mfma(mop.m, mop.n, mop.k, av, bv, c, blocks=1, results=[ct]) \
+                        if "results" in amdgpu.mfma.__code__.co_varnames else \
+                        amdgpu.mfma(mop.m, mop.n, mop.k, av, bv, c, blocks=1)
+                else:
+                    c = amdgpu.wmma(mop.m, mop.n, mop.k, av, bv, c)
+            tiles.append(c)
+    out = tiles[0]
+    if len(tiles) > 1:
+        elems = [e for t in tiles for e in lw.elems(t)]
+        out = lw.pack(elems, f32)
+    lw.vmap[op.result] = out
+
+
+_COMBINE = {"max": (arith.MaximumFOp, arith.MaxSIOp), "min": (arith.MinimumFOp, arith.MinSIOp),
+            "sum": (arith.AddFOp, arith.AddIOp)}
+
+
+def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
+    src = op.operands[0]
+    axis = int_attr(op, "axis")
+    fop, iop = _COMBINE[str_attr(op, "kind")]
+    is_float = tile_dtype(src.type) != "i32"
+
+    def comb(x: ir.Value, y: ir.Value) -> ir.Value:
+        return (fop if is_float else iop)(x, y).result
+
+    lin = lw.lin(src)
+    keep = [d for d in range(lin.regs.shape[1]) if d != axis]
+    vals = lw.elems(lw.v(src))
+    groups: dict[tuple, ir.Value] = {}
+    for i, val in enumerate(vals):  # 1. inside the lane
+        key = tuple(lin.regs[i, keep])
+        groups[key] = comb(groups[key], val) if key in groups else val
+    outs = list(groups.values())
+    ws = lw.threads.wave_size
+    for k, b in enumerate(lin.lane_bases):  # 2. across lanes of the wave (ds_bpermute / DPP)
+        if b[axis]:
+            if b[keep].any():
+                raise op_error(op, "internal: reduction axis mixed with another axis in lane bits",
+                               lw.source, "lower-to-gpu")
+            outs = [comb(x, gpu.shuffle(x, c32(1 << k), c32(ws), gpu.ShuffleMode.XOR)[0]) for x in outs]
+    wave_bits = [k for k, b in enumerate(lin.wave_bases) if b[axis]]
+    if wave_bits:  # 3. across waves, through LDS (the lds pass reserved the space)
+        outs = _reduce_across_waves(lw, outs, wave_bits, comb)
+    elt = ir.VectorType(lw.v(src).type).element_type
+    if is_tile(op.result):
+        # order results like the slice layout's registers (first appearance of each kept coordinate)
+        lw.vmap[op.result] = lw.pack(outs, elt)
+    else:
+        lw.vmap[op.result] = outs[0]
+
+
+def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[int], comb) -> list[ir.Value]:
+    ws, nw, n = lw.threads.wave_size, lw.threads.waves, len(outs)
+    base = _lds_base(lw)
+    slot = arith.MulIOp(arith.AddIOp(arith.MulIOp(lw.wave, c32(ws)).result, lw.lane).result, c32(n)).result
+    elt = outs[0].type
+    gpu.barrier()
+    for j, x in enumerate(outs):
+        llvm.store(x, _gep(base, arith.AddIOp(slot, c32(j)).result, elt))
+    gpu.barrier()
+    mask = sum(1 << k for k in wave_bits)
+    home = arith.AndIOp(lw.wave, c32((nw - 1) & ~mask)).result
+    result = []
+    for j in range(n):
+        acc = None
+        for combo in range(nw):
+            if combo & ~mask:
+                continue
+            w = arith.OrIOp(home, c32(combo)).result
+            idx = arith.AddIOp(arith.MulIOp(arith.AddIOp(arith.MulIOp(w, c32(ws)).result, lw.lane).result,
+                                            c32(n)).result, c32(j)).result
+            val = llvm.load(elt, _gep(base, idx, elt))
+            acc = val if acc is None else comb(acc, val)
+        result.append(acc)
+    return result
+
+
+def _lds_base(lw: _Lowering) -> ir.Value:
+    return llvm.mlir_addressof(ir.Type.parse("!llvm.ptr<3>"), LDS_SYMBOL)
+
+
+def rule_local_store(lw: _Lowering, op: ir.Operation) -> None:
+    src = op.operands[0]
+    base = _lds_base(lw)
+    elt = ir.RankedTensorType(src.type).element_type
+    for off, val in zip(_lds_offsets(lw, op, src), lw.elems(lw.v(src)), strict=True):
+        llvm.store(val, _gep(base, off, elt))
+
+
+def rule_local_load(lw: _Lowering, op: ir.Operation) -> None:
+    base = _lds_base(lw)
+    elt = ir.RankedTensorType(op.result.type).element_type
+    vals = [llvm.load(elt, _gep(base, off, elt)) for off in _lds_offsets(lw, op, op.result)]
+    lw.vmap[op.result] = lw.pack(vals, elt)
+
+
+def _lds_offsets(lw: _Lowering, op: ir.Operation, v: ir.Value) -> list[ir.Value]:
+    """Element index into the arena of each register: offset + row * row_stride + col."""
+    offset, row_stride = int_attr(op, "offset"), int_attr(op, "row_stride")
+    shape = tile_shape(v.type)
+    lin = lw.lin(v)
+    bases = lw.base(v)
+    if len(shape) == 2:
+        b = arith.AddIOp(arith.MulIOp(bases[0], c32(row_stride)).result, bases[1]).result
+        consts = lin.regs[:, 0] * row_stride + lin.regs[:, 1]
+    else:
+        b, consts = bases[0], lin.regs[:, 0]
+    b = arith.AddIOp(b, c32(offset)).result
+    return [arith.AddIOp(b, c32(int(c))).result for c in consts]
+
+
+def rule_barrier(lw: _Lowering, op: ir.Operation) -> None:
+    gpu.barrier()
+
+
+def rule_for(lw: _Lowering, op: ir.Operation) -> None:
+    lb, ub, step, *inits = (lw.v(x) for x in op.operands)
+    loop = scf.ForOp(lb, ub, step, inits)
+    body = op.regions[0].blocks[0]
+    for old, new in zip(body.arguments, loop.body.arguments, strict=True):
+        lw.vmap[old] = new
+    with ir.InsertionPoint(loop.body):
+        lw.lower_block(body)
+    for r, n in zip(op.results, loop.results, strict=True):
+        lw.vmap[r] = n
+
+
+def rule_if(lw: _Lowering, op: ir.Operation) -> None:
+    new = scf.IfOp(lw.v(op.operands[0]), [lw.lowered_type(r.type) for r in op.results], has_else=True)
+    for old_region, blk in zip(op.regions, (new.then_block, new.else_block), strict=True):
+        with ir.InsertionPoint(blk):
+            lw.lower_block(old_region.blocks[0])
+    for r, n in zip(op.results, new.results, strict=True):
+        lw.vmap[r] = n
+
+
+def rule_yield(lw: _Lowering, op: ir.Operation) -> None:
+    scf.YieldOp([lw.v(x) for x in op.operands])
+
+
+def rule_return(lw: _Lowering, op: ir.Operation) -> None:
+    gpu.ReturnOp([])
+
+
+RULES = {
+    "tile.program_id": rule_program_id, "tile.num_programs": rule_program_id,
+    "tile.arange": rule_arange, "tile.splat": rule_splat, "tile.broadcast": rule_permute,
+    "tile.expand_dims": rule_identity, "tile.convert_layout": rule_permute,
+    "tile.load": rule_load, "tile.store": _rule_write("store"), "tile.atomic_add": _rule_write("atomic"),
+    "tile.dot": rule_dot, "tile.reduce": rule_reduce,
+    "tile.local_store": rule_local_store, "tile.local_load": rule_local_load, "tile.barrier": rule_barrier,
+    "math.exp2": rule_exp2, "math.log2": rule_log2, "math.sqrt": rule_sqrt, "math.absf": rule_absf,
+    "math.absi": rule_abs_i,
+    "scf.for": rule_for, "scf.if": rule_if, "scf.yield": rule_yield, "func.return": rule_return,
+}
+for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi", "muli", "floordivsi",
+              "remsi", "andi", "ori", "xori", "shli", "shrsi", "shrui", "cmpf", "cmpi", "select",
+              "maximumf", "minimumf", "maxsi", "minsi", "extf", "truncf", "sitofp", "fptosi", "uitofp",
+              "extui", "ceildivsi", "divsi"):
+    RULES[f"arith.{_name}"] = rule_clone
+
+
+def lower_to_gpu(module: ir.Module, arch: Arch, source: str | None = None) -> ir.Module:
+    """Build the gpu-dialect module (container + one gpu.module) from the laid-out tile module."""
+    lds_bytes = int(ir.IntegerAttr(module.operation.attributes["tile.lds_bytes"]).value) \
+        if "tile.lds_bytes" in module.operation.attributes else 0
+    out = ir.Module.create()
+    out.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+    with ir.InsertionPoint(out.body):
+        gm = gpu.GPUModuleOp("kernels")
+        gm.bodyRegion.blocks.append()
+    body = gm.bodyRegion.blocks[0]
+    with ir.InsertionPoint(body):
+        if lds_bytes:
+            llvm.mlir_global(ir.Type.parse(f"!llvm.array<{lds_bytes} x i8>"), LDS_SYMBOL,
+                             ir.Attribute.parse("#llvm.linkage<internal>"), addr_space=3, alignment=16)
+    for fn in kernel_funcs(module):
+        _Lowering(fn, arch, source, lds_bytes).build(body)
+    for op in ops_in(body):
+        if op.name == "gpu.func":
+            for blk in op.regions[0].blocks:
+                for inner in ops_in(blk):
+                    if inner.name == "arith.constant" and not list(inner.result.uses):
+                        inner.erase()
+    return out

@@ -1,0 +1,151 @@
+"""Software pipelining of `scf.for` loops marked `tile.stages = S` (S >= 2).
+
+The global loads of iteration i+S-1 are issued at the top of iteration i and carried in registers
+through the loop, so their latency overlaps the math of S-1 iterations:
+
+    prologue:  p0 = load(it 0) ... p(S-2) = load(it S-2)
+    loop i:    next = load(it i+S-1)         (masked off past the end of the loop)
+               body, using p0 instead of load(it i)
+               yield ..., p1, ..., p(S-2), next
+
+A load qualifies when its address/mask computation depends only on the induction variable and
+values defined outside the loop, and the loop does not write to the same tensor.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, scf
+from tiledsl.backends.rocm.arch import Arch
+from tiledsl.passes.common import is_tile, kernel_funcs, ops_in, walk_blocks
+
+from tiledsl.ir.dialect import int_attr, tile_op
+
+
+def pipeline_loops(module: ir.Module, arch: Arch, source: str | None = None) -> int:
+    count = 0
+    for fn in kernel_funcs(module):
+        loops = [op for b in walk_blocks(fn) for op in ops_in(b)
+                 if op.name == "scf.for" and "tile.stages" in op.attributes and int_attr(op, "tile.stages") >= 2]
+        for loop in loops:
+            count += _pipeline(loop, int_attr(loop, "tile.stages"))
+    return count
+
+
+def _slice(load: ir.Operation, body: ir.Block) -> list[ir.Operation] | None:
+    """Ops of `body` the load depends on, in program order; None if it depends on carried values."""
+    inside = {op: i for i, op in enumerate(ops_in(body))}
+    carried = list(body.arguments)[1:]
+    needed: set[ir.Operation] = set()
+    stack = [load]
+    while stack:
+        op = stack.pop()
+        for v in op.operands:
+            if any(v == c for c in carried):
+                return None
+            owner = v.owner
+            if isinstance(owner, ir.Block):
+                continue
+            owner = owner.operation if hasattr(owner, "operation") else owner
+            if owner in inside and owner not in needed:
+                if len(owner.regions):
+                    return None
+                needed.add(owner)
+                stack.append(owner)
+    return sorted(needed, key=lambda o: inside[o])
+
+
+def _written_ptrs(body: ir.Block) -> list[ir.Value]:
+    out = []
+    for op in ops_in(body):
+        if op.name in ("tile.store", "tile.atomic_add"):
+            out.append(op.operands[0])
+        for region in op.regions:
+            for b in region.blocks:
+                out.extend(_written_ptrs(b))
+    return out
+
+
+def _clone(op: ir.Operation, mapping: dict) -> ir.Operation:
+    attrs = {a: op.attributes[a] for a in op.attributes}
+    return ir.Operation.create(op.name, results=[r.type for r in op.results],
+                               operands=[mapping.get(v, v) for v in op.operands], attributes=attrs,
+                               loc=op.location)
+
+
+def _issue(load: ir.Operation, deps: list[ir.Operation], iv_value: ir.Value, iv: ir.Value,
+           ub: ir.Value) -> ir.Value:
+    """Clone the load and its address computation with `iv` := iv_value, masked off past `ub`."""
+    mapping: dict = {iv: iv_value}
+    for op in deps:
+        new = _clone(op, mapping)
+        for old, nv in zip(op.results, new.results, strict=True):
+            mapping[old] = nv
+    in_range = arith.CmpIOp(arith.CmpIPredicate.slt, iv_value, ub).result
+    mask = mapping.get(load.operands[2], load.operands[2])
+    if is_tile(mask):
+        in_range = tile_op("splat", [in_range], [mask.type]).result
+    mapping[load.operands[2]] = arith.AndIOp(mask, in_range).result
+    return _clone(load, mapping).result
+
+
+def _pipeline(loop: ir.Operation, stages: int) -> int:
+    body = loop.regions[0].blocks[0]
+    iv = body.arguments[0]
+    written = _written_ptrs(body)
+    loads = []
+    for op in ops_in(body):
+        if op.name == "tile.load" and not any(op.operands[0] == w for w in written):
+            deps = _slice(op, body)
+            if deps is not None:
+                loads.append((op, deps))
+    if not loads:
+        return 0
+    lb, ub, step = loop.operands[0], loop.operands[1], loop.operands[2]
+    inits = list(loop.operands)[3:]
+    with ir.InsertionPoint(loop), loop.location:
+        prefetched = []
+        for d in range(stages - 1):
+            at = arith.AddIOp(lb, arith.MulIOp(step, arith.ConstantOp(step.type, d).result).result).result
+            prefetched.append([_issue(ld, deps, at, iv, ub) for ld, deps in loads])
+        flat = [v for stage in prefetched for v in stage]
+        new_loop = scf.ForOp(lb, ub, step, inits + flat)
+        new_loop.operation.attributes["tile.pipelined"] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(32), stages)
+    new_body = new_loop.body
+    n_old = len(inits)
+    old_yield = ops_in(body)[-1]
+    for op in ops_in(body):
+        op.detach_from_parent()
+        new_body.append(op)
+    for old, new in zip(list(body.arguments), list(new_body.arguments)[: n_old + 1], strict=True):
+        old.replace_all_uses_with(new)
+    carried = list(new_body.arguments)[n_old + 1:]
+    new_iv = new_body.arguments[0]
+    first = ops_in(new_body)[0]
+    with ir.InsertionPoint(first), loop.location:
+        ahead = arith.AddIOp(new_iv, arith.MulIOp(step, arith.ConstantOp(step.type, stages - 1).result).result).result
+        nxt = [_issue(ld, deps, ahead, new_iv, ub) for ld, deps in loads]
+    for i, (ld, _) in enumerate(loads):
+        ld.result.replace_all_uses_with(carried[i])
+        ld.erase()
+    nl = len(loads)
+    with ir.InsertionPoint(old_yield), loop.location:
+        scf.YieldOp(list(old_yield.operands) + carried[nl:] + nxt)
+    old_yield.erase()
+    for old, new in zip(loop.results, list(new_loop.results)[:n_old], strict=True):
+        old.replace_all_uses_with(new)
+    loop.erase()
+    _erase_dead(new_body)
+    return len(loads)
+
+
+def _erase_dead(block: ir.Block) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(ops_in(block)):
+            if op.name.startswith(("arith.", "tile.splat", "tile.broadcast", "tile.expand_dims", "tile.arange")) \
+                    and len(op.results) and all(not list(r.uses) for r in op.results):
+                op.erase()
+                changed = True

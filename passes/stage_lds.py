@@ -1,0 +1,76 @@
+"""LDS staging: turn every layout conversion that moves data between lanes into an LDS round trip.
+
+`tile.convert_layout` whose source and destination registers live in different lanes (e.g. a
+coalesced global tile into an MFMA/WMMA operand layout) becomes
+
+    tile.barrier ; tile.local_store ; tile.barrier ; tile.local_load
+
+All stagings share one arena at offset 0 (the barriers make reuse safe), so the kernel's LDS is
+the largest single staging, or the cross-wave reduction scratch. Rows are padded to spread
+consecutive rows over the LDS banks. A tile that does not fit the arch's LDS is a user error at
+the DSL location of the operation.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from tiledsl.backends.rocm.arch import Arch
+from tiledsl.passes import layouts as L
+from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape, walk_blocks
+
+from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, i32_attr, int_attr, layout_of, tile_op
+from tiledsl.options import CompileOptions
+
+
+def _padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
+    cols = shape[-1]
+    return cols + (max(1, 4 // elem_bytes) * 2 if pad and len(shape) == 2 else 0)
+
+
+def stage_lds(module: ir.Module, arch: Arch, options: CompileOptions, source: str | None = None) -> int:
+    need = 0
+    for fn in kernel_funcs(module):
+        threads = L.Threads(int_attr(fn, "tile.wave_size"), int_attr(fn, "tile.waves"))
+        for block in list(walk_blocks(fn)):
+            for op in ops_in(block):
+                if op.name == "tile.convert_layout":
+                    need = max(need, _stage_convert(op, threads, options, arch, source))
+                elif op.name == "tile.reduce" and is_tile(op.operands[0]):
+                    lin = L.linear(layout_of(op.operands[0].type), tile_shape(op.operands[0].type), threads)
+                    axis = int_attr(op, "axis")
+                    if any(b[axis] for b in lin.wave_bases):
+                        outs = L.num_regs(layout_of(op.result.type), tile_shape(op.result.type), threads) \
+                            if is_tile(op.result) else 1
+                        need = max(need, threads.count * outs * 4)
+                        _check(op, threads.count * outs * 4, arch, source)
+    module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
+    return need
+
+
+def _stage_convert(op: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch,
+                   source: str | None) -> int:
+    src = op.operands[0]
+    shape = tile_shape(src.type)
+    if L.register_map(layout_of(src.type), shape, layout_of(op.result.type), shape, threads) is not None:
+        return 0  # same lanes: a register permutation, lowered without LDS
+    eb = DTYPE_BYTES_BY_NAME[tile_dtype(src.type)]
+    row = _padded_row(shape, eb, options.lds_padding)
+    rows = shape[0] if len(shape) == 2 else 1
+    size = rows * row * eb
+    _check(op, size, arch, source)
+    attrs = {"offset": i32_attr(0), "row_stride": i32_attr(row)}
+    with ir.InsertionPoint(op), op.location:
+        tile_op("barrier", [], [])
+        tile_op("local_store", [src], [], attrs)
+        tile_op("barrier", [], [])
+        new = tile_op("local_load", [], [op.result.type], attrs)
+    op.result.replace_all_uses_with(new.result)
+    op.erase()
+    return size
+
+
+def _check(op: ir.Operation, size: int, arch: Arch, source: str | None) -> None:
+    if size > arch.lds_bytes:
+        raise op_error(op, f"this tile needs {size} bytes of LDS to change layout, but {arch.name} has "
+                           f"{arch.lds_bytes} bytes per workgroup; use smaller block sizes",
+                       source, "stage-lds")

@@ -1,0 +1,469 @@
+"""Emit the tile-dialect MLIR for one bound, typed kernel (one variant).
+
+Every op carries the DSL location (file:line:col) of the construct it came from, so later passes
+and errors can point at the user's source. Tile values are layout-less `tensor<...>` here;
+`passes/assign_layouts.py` decides how they are distributed over lanes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith, func, math, scf
+
+from tiledsl.backends.rocm.arch import Arch
+from tiledsl.errors import SourceError
+from tiledsl.ir.abi import kernarg_layout
+from tiledsl.ir.dialect import element_type, i32_attr, new_context, tensor_type, tile_op
+from tiledsl.lang import ast as A
+from tiledsl.options import CompileOptions
+
+
+@dataclass
+class Access:
+    """A tensor argument indexed by tiles: base pointer plus an i32 element-offset tile/scalar."""
+
+    ptr: ir.Value
+    offsets: ir.Value
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def emit_tile_mlir(bound: A.BoundKernel, arch: Arch, options: CompileOptions) -> str:
+    ctx = new_context()
+    with ctx, ir.Location.unknown():
+        module = ir.Module.create()
+        module.operation.attributes["tile.arch"] = ir.StringAttr.get(arch.name)
+        _Emitter(bound, arch, module).emit()
+        module.operation.verify()
+        return module.operation.get_asm(enable_debug_info=True)
+
+
+class _Emitter:
+    def __init__(self, bound: A.BoundKernel, arch: Arch, module: ir.Module):
+        self.bound = bound
+        self.kernel = bound.kernel
+        self.arch = arch
+        self.module = module
+        self.env: list[dict[str, object]] = [{}]
+
+    # -- scopes -------------------------------------------------------------------------------
+    def lookup(self, name: str, loc: object) -> object:
+        for scope in reversed(self.env):
+            if name in scope:
+                return scope[name]
+        raise SourceError(f"internal: '{name}' has no value", loc, self.kernel.source)  # type: ignore[arg-type]
+
+    def define(self, name: str, value: object) -> None:
+        self.env[-1][name] = value
+
+    def rebind(self, name: str, value: object) -> None:
+        for scope in reversed(self.env):
+            if name in scope:
+                scope[name] = value
+                return
+        self.env[-1][name] = value
+
+    def loc(self, node: A.Expr | A.Stmt | A.Kernel) -> ir.Location:
+        return ir.Location.file(node.loc.file, node.loc.line, node.loc.col)
+
+    # -- kernel -------------------------------------------------------------------------------
+    def emit(self) -> None:
+        layout = kernarg_layout(self.bound)
+        types = []
+        for f in layout:
+            types.append(ir.Type.parse("!llvm.ptr<1>") if f.kind == "pointer" else element_type(f.dtype))
+        with ir.InsertionPoint(self.module.body), self.loc(self.kernel):
+            fn = func.FuncOp(self.kernel.name, ir.FunctionType.get(types, []))
+            fn.attributes["tile.kernel"] = ir.UnitAttr.get()
+            fn.attributes["tile.waves"] = i32_attr(self.bound.waves)
+            fn.attributes["tile.wave_size"] = i32_attr(self.arch.wave_size)
+            entry = fn.add_entry_block()
+        args = dict(zip([f.name for f in layout], entry.arguments, strict=True))
+        for a in self.kernel.args:
+            if isinstance(a.type, A.TensorType):
+                strides = [args[f"{a.name}.stride{d}"] for d in range(len(a.type.dims))]
+                self.define(a.name, (args[a.name], strides, a.type))
+            else:
+                self.define(a.name, args[a.name])
+        for sym in self.bound.shape_symbols:
+            self.define(sym, args[sym])
+        with ir.InsertionPoint(entry):
+            self.block(self.kernel.body)
+            func.ReturnOp([], loc=self.loc(self.kernel))
+
+    # -- statements ---------------------------------------------------------------------------
+    def block(self, stmts: list[A.Stmt]) -> None:
+        for s in stmts:
+            with self.loc(s):
+                self.stmt(s)
+
+    def stmt(self, s: A.Stmt) -> None:
+        if isinstance(s, A.Let):
+            self.define(s.name, self.expr(s.value))
+        elif isinstance(s, A.Assign):
+            self.rebind(s.name, self.expr(s.value))
+        elif isinstance(s, A.ExprStmt):
+            self.expr(s.expr)
+        elif isinstance(s, A.For):
+            self.for_loop(s)
+        elif isinstance(s, A.If):
+            self.if_stmt(s)
+        else:
+            raise SourceError(f"internal: no emitter for {type(s).__name__}", s.loc, self.kernel.source)
+
+    def carried(self, body: list[A.Stmt]) -> list[str]:
+        """Variables from enclosing scopes that the body reassigns: they become loop/if results."""
+        names: list[str] = []
+        local: set[str] = set()
+
+        def visit(stmts: list[A.Stmt], shadow: set[str]) -> None:
+            for s in stmts:
+                if isinstance(s, A.Let):
+                    shadow.add(s.name)
+                elif isinstance(s, A.Assign) and s.name not in shadow and s.name not in names:
+                    names.append(s.name)
+                elif isinstance(s, A.For):
+                    visit(s.body, shadow | {s.var})
+                elif isinstance(s, A.If):
+                    visit(s.then_body, set(shadow))
+                    visit(s.else_body, set(shadow))
+
+        visit(body, local)
+        return names
+
+    def for_loop(self, s: A.For) -> None:
+        lb, ub = self.scalar(s.start), self.scalar(s.end)
+        step = self.scalar(s.step) if s.step is not None else self.const_i32(1)
+        names = self.carried(s.body)
+        inits = [self.lookup(n, s.loc) for n in names]
+        loop = scf.ForOp(lb, ub, step, inits)  # type: ignore[arg-type]
+        if s.stages is not None:
+            stages = s.stages.value if isinstance(s.stages, A.Const) else 1
+            loop.operation.attributes["tile.stages"] = i32_attr(int(stages))
+        with ir.InsertionPoint(loop.body):
+            self.env.append({s.var: loop.induction_variable})
+            for n, v in zip(names, loop.inner_iter_args, strict=True):
+                self.env[-1][n] = v
+            self.env.append({})
+            self.block(s.body)
+            self.env.pop()
+            scf.YieldOp([self.env[-1][n] for n in names])  # type: ignore[misc]
+            self.env.pop()
+        for n, r in zip(names, loop.results, strict=True):
+            self.rebind(n, r)
+
+    def if_stmt(self, s: A.If) -> None:
+        cond = self.scalar(s.cond)
+        names = self.carried(s.then_body + s.else_body)
+        before = [self.lookup(n, s.loc) for n in names]
+        op = scf.IfOp(cond, [v.type for v in before], has_else=True)  # type: ignore[union-attr]
+        for blk, body in ((op.then_block, s.then_body), (op.else_block, s.else_body)):
+            with ir.InsertionPoint(blk):
+                self.env.append(dict(zip(names, before, strict=True)))
+                self.env.append({})
+                self.block(body)
+                self.env.pop()
+                scf.YieldOp([self.env[-1][n] for n in names])  # type: ignore[misc]
+                self.env.pop()
+        for n, r in zip(names, op.results, strict=True):
+            self.rebind(n, r)
+
+    # -- expressions --------------------------------------------------------------------------
+    def scalar(self, e: A.Expr) -> ir.Value:
+        v = self.expr(e)
+        assert isinstance(v, ir.Value)
+        return v
+
+    def const_i32(self, value: int) -> ir.Value:
+        return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
+
+    def constant(self, value: float | int | bool, dtype: str) -> ir.Value:
+        t = element_type(dtype)
+        if dtype == "i1":
+            return arith.ConstantOp(t, ir.IntegerAttr.get(t, int(bool(value)))).result
+        if dtype == "i32":
+            return arith.ConstantOp(t, ir.IntegerAttr.get(t, int(value))).result
+        return arith.ConstantOp(t, ir.FloatAttr.get(t, float(value))).result
+
+    def expr(self, e: A.Expr) -> object:
+        with self.loc(e):
+            return self._expr(e)
+
+    def _expr(self, e: A.Expr) -> object:
+        if isinstance(e, A.Const):
+            t = e.type
+            assert isinstance(t, A.ScalarType)
+            return self.constant(e.value, t.dtype)
+        if isinstance(e, A.Name):
+            return self.lookup(e.id, e.loc)
+        if isinstance(e, A.BinOp):
+            return self.binop(e)
+        if isinstance(e, A.UnaryOp):
+            v = self.to_type(self.expr(e.operand), e.type)
+            dt = _dtype(e.type)
+            if e.op == "-":
+                if dt == "i32":
+                    return arith.SubIOp(self.to_type(self.constant(0, "i32"), e.type), v).result
+                return arith.NegFOp(v).result
+            return arith.XOrIOp(v, self.to_type(self.constant(True, "i1"), e.type)).result
+        if isinstance(e, A.Index):
+            return self.index(e)
+        if isinstance(e, A.Call):
+            return getattr(self, f"call_{e.func}")(e)
+        raise SourceError(f"internal: no emitter for {type(e).__name__}", e.loc, self.kernel.source)
+
+    def to_type(self, v: object, t: A.Type | None) -> ir.Value:
+        """Splat a scalar or broadcast a tile (size-1 axes) to the tile type `t`."""
+        assert isinstance(v, ir.Value)
+        if not isinstance(t, A.TileType):
+            return v
+        if not isinstance(v.type, ir.RankedTensorType):
+            return tile_op("splat", [v], [tensor_type(t.shape, v.type)]).result
+        shape = tuple(ir.RankedTensorType(v.type).shape)
+        if shape == t.shape:
+            return v
+        elt = ir.RankedTensorType(v.type).element_type
+        return tile_op("broadcast", [v], [tensor_type(t.shape, elt)]).result
+
+    def binop(self, e: A.BinOp) -> ir.Value:
+        lt, rt = e.lhs.type, e.rhs.type
+        shape_t = e.type if e.op not in _CMP else _tile_like(e.type, _dtype(lt))
+        # Comparisons produce i1 but operate on the operands' (common) dtype.
+        operand_t = shape_t if e.op not in _CMP else _tile_like(e.type, _common_dtype(lt, rt))
+        lhs = self.to_type(self.expr(e.lhs), operand_t)
+        rhs = self.to_type(self.expr(e.rhs), operand_t)
+        dt = _common_dtype(lt, rt)
+        if e.op in _CMP:
+            if dt in A.FLOAT_DTYPES:
+                return arith.CmpFOp(_FCMP[e.op], lhs, rhs).result
+            return arith.CmpIOp(_ICMP[e.op], lhs, rhs).result
+        table = _FLOAT_OPS if dt in A.FLOAT_DTYPES else _INT_OPS
+        return table[e.op](lhs, rhs).result
+
+    def index(self, e: A.Index) -> object:
+        base = self.expr(e.base)
+        if isinstance(e.type, A.AccessType):
+            ptr, strides, ttype = base  # type: ignore[misc]
+            offsets: ir.Value | None = None
+            for idx, stride in zip(e.indices, strides, strict=True):
+                shape_t = A.TileType(e.type.shape, "i32") if e.type.shape else A.ScalarType("i32")
+                i = self.to_type(self.expr(idx), shape_t)
+                term = arith.MulIOp(i, self.to_type(stride, shape_t)).result
+                offsets = term if offsets is None else arith.AddIOp(offsets, term).result
+            assert offsets is not None
+            return Access(ptr, offsets, e.type.shape, ttype.dtype)
+        v = base
+        axis = 0
+        for idx in e.indices:
+            if isinstance(idx, A.NoneLit):
+                shape = list(ir.RankedTensorType(v.type).shape)  # type: ignore[union-attr]
+                shape.insert(axis, 1)
+                elt = ir.RankedTensorType(v.type).element_type  # type: ignore[union-attr]
+                v = tile_op("expand_dims", [v], [tensor_type(shape, elt)],  # type: ignore[list-item]
+                            {"axis": i32_attr(axis)}).result
+            axis += 1
+        return v
+
+    # -- builtins -----------------------------------------------------------------------------
+    def args(self, e: A.Call, names: list[str]) -> dict[str, A.Expr | None]:
+        got: dict[str, A.Expr | None] = dict.fromkeys(names)
+        for n, a in zip(names, e.args, strict=False):
+            got[n] = a
+        for kw in e.kwargs:
+            got[kw.name] = kw.value
+        return got
+
+    def call_program_id(self, e: A.Call) -> ir.Value:
+        return tile_op("program_id", [], [element_type("i32")], {"axis": i32_attr(e.args[0].value)}).result  # type: ignore[attr-defined]
+
+    def call_num_programs(self, e: A.Call) -> ir.Value:
+        return tile_op("num_programs", [], [element_type("i32")], {"axis": i32_attr(e.args[0].value)}).result  # type: ignore[attr-defined]
+
+    def call_arange(self, e: A.Call) -> ir.Value:
+        t = e.type
+        assert isinstance(t, A.TileType)
+        return tile_op("arange", [], [tensor_type(t.shape, "i32")], {"start": i32_attr(e.args[0].value)}).result  # type: ignore[attr-defined]
+
+    def _fill(self, e: A.Call, value: float | int | bool) -> ir.Value:
+        t = e.type
+        assert isinstance(t, A.TileType)
+        return tile_op("splat", [self.constant(value, t.dtype)], [tensor_type(t.shape, t.dtype)]).result
+
+    def call_zeros(self, e: A.Call) -> ir.Value:
+        return self._fill(e, 0)
+
+    def call_full(self, e: A.Call) -> ir.Value:
+        t = e.type
+        assert isinstance(t, A.TileType)
+        v = self.to_type(self.expr(e.args[1]), A.ScalarType(t.dtype)) if not isinstance(e.args[1], A.Const) \
+            else self.constant(e.args[1].value, t.dtype)
+        return tile_op("splat", [v], [tensor_type(t.shape, t.dtype)]).result
+
+    def _mask(self, mask: A.Expr | None, shape_t: A.Type) -> ir.Value:
+        m = self.constant(True, "i1") if mask is None else self.expr(mask)
+        return self.to_type(m, _tile_like(shape_t, "i1"))
+
+    def call_load(self, e: A.Call) -> ir.Value:
+        a = self.args(e, ["access", "mask", "other"])
+        acc = self.expr(a["access"])  # type: ignore[arg-type]
+        assert isinstance(acc, Access)
+        mask = self._mask(a["mask"], e.type)
+        other_node = a["other"]
+        if other_node is None:
+            other = self.constant(0, acc.dtype)
+        elif isinstance(other_node, A.Const):
+            other = self.constant(other_node.value, acc.dtype)
+        else:
+            other = self.scalar(other_node)
+        rt = tensor_type(acc.shape, acc.dtype) if acc.shape else element_type(acc.dtype)
+        return tile_op("load", [acc.ptr, acc.offsets, mask, other], [rt]).result
+
+    def _write(self, e: A.Call, op: str) -> None:
+        a = self.args(e, ["access", "value", "mask"])
+        acc = self.expr(a["access"])  # type: ignore[arg-type]
+        assert isinstance(acc, Access)
+        shape_t = A.TileType(acc.shape, acc.dtype) if acc.shape else A.ScalarType(acc.dtype)
+        value = self.to_type(self.expr(a["value"]), shape_t)  # type: ignore[arg-type]
+        tile_op(op, [acc.ptr, acc.offsets, value, self._mask(a["mask"], shape_t)], [])
+
+    def call_store(self, e: A.Call) -> None:
+        self._write(e, "store")
+
+    def call_atomic_add(self, e: A.Call) -> None:
+        self._write(e, "atomic_add")
+
+    def call_dot(self, e: A.Call) -> ir.Value:
+        a = self.args(e, ["a", "b", "acc", "trans_b"])
+        t = e.type
+        assert isinstance(t, A.TileType)
+        acc = self.to_type(self.expr(a["acc"]), t) if a["acc"] is not None else self._fill(e, 0.0)
+        trans = bool(a["trans_b"].value) if isinstance(a["trans_b"], A.Const) else False
+        return tile_op("dot", [self.scalar(a["a"]), self.scalar(a["b"]), acc], [tensor_type(t.shape, "f32")],  # type: ignore[arg-type]
+                       {"trans_b": ir.BoolAttr.get(trans)}).result
+
+    def _reduce(self, e: A.Call, kind: str) -> ir.Value:
+        t = e.type
+        x = self.scalar(e.args[0])
+        rt = tensor_type(t.shape, _dtype(t)) if isinstance(t, A.TileType) else element_type(_dtype(t))
+        return tile_op("reduce", [x], [rt], {"kind": ir.StringAttr.get(kind),
+                                             "axis": i32_attr(e.args[1].value)}).result  # type: ignore[attr-defined]
+
+    def call_max(self, e: A.Call) -> ir.Value:
+        return self._reduce(e, "max")
+
+    def call_min(self, e: A.Call) -> ir.Value:
+        return self._reduce(e, "min")
+
+    def call_sum(self, e: A.Call) -> ir.Value:
+        return self._reduce(e, "sum")
+
+    def _binary(self, e: A.Call, float_op: type, int_op: type) -> ir.Value:
+        lhs = self.to_type(self.expr(e.args[0]), e.type)
+        rhs = self.to_type(self.expr(e.args[1]), e.type)
+        return (float_op if _dtype(e.type) in A.FLOAT_DTYPES else int_op)(lhs, rhs).result
+
+    def call_maximum(self, e: A.Call) -> ir.Value:
+        return self._binary(e, arith.MaximumFOp, arith.MaxSIOp)
+
+    def call_minimum(self, e: A.Call) -> ir.Value:
+        return self._binary(e, arith.MinimumFOp, arith.MinSIOp)
+
+    def _unary(self, e: A.Call, op: type) -> ir.Value:
+        return op(self.to_type(self.expr(e.args[0]), e.type)).result
+
+    def call_exp2(self, e: A.Call) -> ir.Value:
+        return self._unary(e, math.Exp2Op)
+
+    def call_log2(self, e: A.Call) -> ir.Value:
+        return self._unary(e, math.Log2Op)
+
+    def call_sqrt(self, e: A.Call) -> ir.Value:
+        return self._unary(e, math.SqrtOp)
+
+    def call_abs(self, e: A.Call) -> ir.Value:
+        if _dtype(e.type) == "i32":
+            return self._unary(e, math.AbsIOp)
+        return self._unary(e, math.AbsFOp)
+
+    def call_rcp(self, e: A.Call) -> ir.Value:
+        x = self.to_type(self.expr(e.args[0]), e.type)
+        one = self.to_type(self.constant(1.0, "f32"), e.type)
+        return arith.DivFOp(one, x).result
+
+    def call_cast(self, e: A.Call) -> ir.Value:
+        x = self.expr(e.args[0])
+        src = _dtype(e.args[0].type)
+        dst = _dtype(e.type)
+        t = e.type
+        rt = tensor_type(t.shape, dst) if isinstance(t, A.TileType) else element_type(dst)
+        return _cast(x, src, dst, rt)  # type: ignore[arg-type]
+
+    def call_where(self, e: A.Call) -> ir.Value:
+        t = e.type
+        c = self.to_type(self.expr(e.args[0]), _tile_like(t, "i1"))
+        a = self.to_type(self.expr(e.args[1]), t)
+        b = self.to_type(self.expr(e.args[2]), t)
+        return arith.SelectOp(c, a, b).result
+
+    def call_cdiv(self, e: A.Call) -> ir.Value:
+        return arith.CeilDivSIOp(self.scalar(e.args[0]), self.scalar(e.args[1])).result
+
+
+def _cast(x: ir.Value, src: str, dst: str, rt: ir.Type) -> ir.Value:
+    if src == dst:
+        return x
+    fl = A.FLOAT_DTYPES
+    if src in fl and dst in fl:
+        wider = A.DTYPE_BYTES[dst] > A.DTYPE_BYTES[src] or (src == "bf16" and dst == "f16")
+        if src in ("f16", "bf16") and dst in ("f16", "bf16"):
+            return arith.TruncFOp(rt, arith.ExtFOp(_retype(rt, "f32"), x).result).result
+        return (arith.ExtFOp if wider else arith.TruncFOp)(rt, x).result
+    if src == "i32" and dst in fl:
+        return arith.SIToFPOp(rt, x).result
+    if src in fl and dst == "i32":
+        return arith.FPToSIOp(rt, x).result
+    if src == "i1" and dst == "i32":
+        return arith.ExtUIOp(rt, x).result
+    if src == "i32" and dst == "i1":
+        zero = arith.ConstantOp(x.type, ir.DenseElementsAttr.get_splat(x.type, ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(32), 0))) if isinstance(x.type, ir.RankedTensorType) else \
+            arith.ConstantOp(x.type, 0)
+        return arith.CmpIOp(arith.CmpIPredicate.ne, x, zero.result).result
+    if src == "i1" and dst in fl:
+        return arith.UIToFPOp(rt, x).result
+    raise ValueError(f"cast {src} -> {dst}")
+
+
+def _retype(t: ir.Type, dtype: str) -> ir.Type:
+    if isinstance(t, ir.RankedTensorType):
+        return tensor_type(ir.RankedTensorType(t).shape, dtype)
+    return element_type(dtype)
+
+
+def _dtype(t: A.Type | None) -> str:
+    assert isinstance(t, A.ScalarType | A.TileType)
+    return t.dtype
+
+
+def _common_dtype(a: A.Type | None, b: A.Type | None) -> str:
+    da, db = _dtype(a), _dtype(b)
+    return da if da == db or db == "i1" else db if da == "i1" else da
+
+
+def _tile_like(t: A.Type | None, dtype: str) -> A.Type:
+    if isinstance(t, A.TileType):
+        return A.TileType(t.shape, dtype)
+    return A.ScalarType(dtype)
+
+
+_CMP = {"<", "<=", ">", ">=", "==", "!="}
+_FCMP = {"<": arith.CmpFPredicate.olt, "<=": arith.CmpFPredicate.ole, ">": arith.CmpFPredicate.ogt,
+         ">=": arith.CmpFPredicate.oge, "==": arith.CmpFPredicate.oeq, "!=": arith.CmpFPredicate.une}
+_ICMP = {"<": arith.CmpIPredicate.slt, "<=": arith.CmpIPredicate.sle, ">": arith.CmpIPredicate.sgt,
+         ">=": arith.CmpIPredicate.sge, "==": arith.CmpIPredicate.eq, "!=": arith.CmpIPredicate.ne}
+_FLOAT_OPS = {"+": arith.AddFOp, "-": arith.SubFOp, "*": arith.MulFOp, "/": arith.DivFOp}
+_INT_OPS = {"+": arith.AddIOp, "-": arith.SubIOp, "*": arith.MulIOp, "//": arith.FloorDivSIOp,
+            "%": arith.RemSIOp, "&": arith.AndIOp, "|": arith.OrIOp, "^": arith.XOrIOp,
+            "and": arith.AndIOp, "or": arith.OrIOp, "<<": arith.ShLIOp, ">>": arith.ShRSIOp}

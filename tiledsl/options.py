@@ -1,0 +1,34 @@
+"""Compile options: one frozen object read at the edge (CLI/API) and passed down every stage.
+
+Its `cache_key()` is part of the content-addressed cache key, so every option that can change the
+generated code must live here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    arch: str
+    constexprs: tuple[tuple[str, str], ...] = ()  # -D NAME=VALUE pairs as given, sorted
+    dump_ir_dir: str | None = field(default=None, compare=False)  # not part of the key
+    lds_padding: bool = True  # pad LDS rows to avoid bank conflicts in layout conversions
+
+    def cache_key(self) -> str:
+        data = {k: v for k, v in asdict(self).items() if k != "dump_ir_dir"}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+    @staticmethod
+    def make(arch: str, constexprs: dict[str, object] | None = None, **kw: object) -> CompileOptions:
+        pairs = tuple(sorted((k, _as_text(v)) for k, v in (constexprs or {}).items()))
+        return CompileOptions(arch=arch, constexprs=pairs, **kw)  # type: ignore[arg-type]
+
+
+def _as_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
