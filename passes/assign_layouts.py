@@ -41,7 +41,7 @@ class _Assigner:
         self.fn = fn
         self.arch = arch
         self.source = source
-        self.threads = L.Threads(int_attr(fn, "tile.wave_size"), int_attr(fn, "tile.waves"))
+        self.threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         self.layout: dict[ir.Value, str | None] = {}  # None = free (rematerialisable)
         self.free_ops: list[ir.Operation] = []
 

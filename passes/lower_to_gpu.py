@@ -33,7 +33,7 @@ class _Lowering:
         self.arch = arch
         self.source = source
         self.lds_bytes = lds_bytes
-        self.threads = L.Threads(int_attr(fn, "tile.wave_size"), int_attr(fn, "tile.waves"))
+        self.threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         self.vmap: dict[ir.Value, ir.Value] = {}
         self.bases: dict[str, list[ir.Value]] = {}
 
@@ -289,8 +289,7 @@ def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
     f32 = ir.F32Type.get()
 
     def part(vec: ir.Value, start: int, size: int) -> ir.Value:
-        return vector.ExtractStridedSliceOp(ir.VectorType.get([size], ir.VectorType(vec.type).element_type),
-                                            vec, [start], [size], [1]).result
+        return vector.ShuffleOp(vec, vec, list(range(start, start + size))).result
 
     tiles = []
     for rm in range(nm):
@@ -301,9 +300,7 @@ def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
                 bv = part(b, (rn * nk + rk) * kpl, kpl)
                 ct = ir.VectorType.get([ce], f32)
                 if mop.kind == "mfma":
-                    c = amdgpu.mfma(mop.m, mop.n, mop.k, av, bv, c, blocks=1, results=[ct]) \
-                        if "results" in amdgpu.mfma.__code__.co_varnames else \
-                        amdgpu.mfma(mop.m, mop.n, mop.k, av, bv, c, blocks=1)
+                    c = amdgpu.mfma(mop.m, mop.n, mop.k, av, bv, c, blocks=1, results=[ct])
                 else:
                     c = amdgpu.wmma(mop.m, mop.n, mop.k, av, bv, c)
             tiles.append(c)

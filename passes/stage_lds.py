@@ -30,7 +30,7 @@ def _padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
 def stage_lds(module: ir.Module, arch: Arch, options: CompileOptions, source: str | None = None) -> int:
     need = 0
     for fn in kernel_funcs(module):
-        threads = L.Threads(int_attr(fn, "tile.wave_size"), int_attr(fn, "tile.waves"))
+        threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         for block in list(walk_blocks(fn)):
             for op in ops_in(block):
                 if op.name == "tile.convert_layout":

@@ -41,7 +41,8 @@ def _run_tool(stage: str, argv: list[str], stdin: str) -> str:
 
 
 def rocdl_pipeline(arch: Arch) -> str:
-    return (f"builtin.module(rocdl-attach-target{{chip={arch.name} O=3}},convert-scf-to-cf,"
+    features = f" features={arch.llvm_features}" if arch.llvm_features else ""
+    return (f"builtin.module(rocdl-attach-target{{chip={arch.name} O=3{features}}},convert-scf-to-cf,"
             f"gpu.module(canonicalize,cse,convert-gpu-to-rocdl{{chipset={arch.name}}}),"
             f"reconcile-unrealized-casts)")
 

@@ -1,6 +1,6 @@
 // A [8, 64] f16 tile: row sums stored as f32. Exercises arange/expand/broadcast/load/reduce/store.
 module {
-  func.func @rowsum(%x: !llvm.ptr<1>, %y: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32, tile.wave_size = 64 : i32} {
+  func.func @rowsum(%x: !llvm.ptr<1>, %y: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32} {
     %r = "tile.arange"() {start = 0 : i32} : () -> tensor<8xi32>
     %c = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32>
     %r2 = "tile.expand_dims"(%r) {axis = 1 : i32} : (tensor<8xi32>) -> tensor<8x1xi32>
