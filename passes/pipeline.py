@@ -41,6 +41,18 @@ def make_gpu_mlir(tile_mlir: str, arch: Arch, options: CompileOptions, source: s
         return out.operation.get_asm(enable_debug_info=True)
 
 
+def run_pass(name: str, mlir_text: str, arch: Arch, options: CompileOptions | None = None) -> str:
+    """Run one of our passes alone on a module's text (for tests and debugging)."""
+    options = options or CompileOptions(arch=arch.name)
+    ctx = new_context()
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(mlir_text)
+        if name == "lower-to-gpu":
+            return lower_to_gpu(module, arch).operation.get_asm()
+        dict(PASSES)[name](module, arch, options, None)
+        return module.operation.get_asm()
+
+
 def _run(name: str, thunk: Callable, op: ir.Operation):
     try:
         return thunk()

@@ -1,0 +1,35 @@
+// PASS: assign-layouts gfx1100
+// RDNA3: the dot uses the gfx11 WMMA layouts (16x16x16, 16 K values per lane).
+// CHECK: "tile.dot"{{.*}} -> tensor<64x64xf32, "acc(wmma_gfx11,16,16,16,16,f16,{{[0-9]+}},{{[0-9]+}})">
+module {
+  func.func @dot(%a: !llvm.ptr<1>, %b: !llvm.ptr<1>, %c: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32} {
+    %r = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32>
+    %k = "tile.arange"() {start = 0 : i32} : () -> tensor<32xi32>
+    %r2 = "tile.expand_dims"(%r) {axis = 1 : i32} : (tensor<64xi32>) -> tensor<64x1xi32>
+    %k2 = "tile.expand_dims"(%k) {axis = 0 : i32} : (tensor<32xi32>) -> tensor<1x32xi32>
+    %rb = "tile.broadcast"(%r2) : (tensor<64x1xi32>) -> tensor<64x32xi32>
+    %kb = "tile.broadcast"(%k2) : (tensor<1x32xi32>) -> tensor<64x32xi32>
+    %c32 = arith.constant 32 : i32
+    %s = "tile.splat"(%c32) : (i32) -> tensor<64x32xi32>
+    %rs = arith.muli %rb, %s : tensor<64x32xi32>
+    %off = arith.addi %rs, %kb : tensor<64x32xi32>
+    %true = arith.constant true
+    %m = "tile.splat"(%true) : (i1) -> tensor<64x32xi1>
+    %z = arith.constant 0.0 : f16
+    %ta = "tile.load"(%a, %off, %m, %z) : (!llvm.ptr<1>, tensor<64x32xi32>, tensor<64x32xi1>, f16) -> tensor<64x32xf16>
+    %tb = "tile.load"(%b, %off, %m, %z) : (!llvm.ptr<1>, tensor<64x32xi32>, tensor<64x32xi1>, f16) -> tensor<64x32xf16>
+    %zf = arith.constant 0.0 : f32
+    %acc = "tile.splat"(%zf) : (f32) -> tensor<64x64xf32>
+    %d = "tile.dot"(%ta, %tb, %acc) {trans_b = true} : (tensor<64x32xf16>, tensor<64x32xf16>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    %n2 = "tile.expand_dims"(%r) {axis = 0 : i32} : (tensor<64xi32>) -> tensor<1x64xi32>
+    %rb2 = "tile.broadcast"(%r2) : (tensor<64x1xi32>) -> tensor<64x64xi32>
+    %nb2 = "tile.broadcast"(%n2) : (tensor<1x64xi32>) -> tensor<64x64xi32>
+    %c64 = arith.constant 64 : i32
+    %s64 = "tile.splat"(%c64) : (i32) -> tensor<64x64xi32>
+    %ro = arith.muli %rb2, %s64 : tensor<64x64xi32>
+    %offc = arith.addi %ro, %nb2 : tensor<64x64xi32>
+    %mc = "tile.splat"(%true) : (i1) -> tensor<64x64xi1>
+    "tile.store"(%c, %offc, %d, %mc) : (!llvm.ptr<1>, tensor<64x64xi32>, tensor<64x64xf32>, tensor<64x64xi1>) -> ()
+    return
+  }
+}
