@@ -458,8 +458,8 @@ def _tile_like(t: A.Type | None, dtype: str) -> A.Type:
 
 
 _CMP = {"<", "<=", ">", ">=", "==", "!="}
-_FCMP = {"<": arith.CmpFPredicate.olt, "<=": arith.CmpFPredicate.ole, ">": arith.CmpFPredicate.ogt,
-         ">=": arith.CmpFPredicate.oge, "==": arith.CmpFPredicate.oeq, "!=": arith.CmpFPredicate.une}
+_FCMP = {"<": arith.CmpFPredicate.OLT, "<=": arith.CmpFPredicate.OLE, ">": arith.CmpFPredicate.OGT,
+         ">=": arith.CmpFPredicate.OGE, "==": arith.CmpFPredicate.OEQ, "!=": arith.CmpFPredicate.UNE}
 _ICMP = {"<": arith.CmpIPredicate.slt, "<=": arith.CmpIPredicate.sle, ">": arith.CmpIPredicate.sgt,
          ">=": arith.CmpIPredicate.sge, "==": arith.CmpIPredicate.eq, "!=": arith.CmpIPredicate.ne}
 _FLOAT_OPS = {"+": arith.AddFOp, "-": arith.SubFOp, "*": arith.MulFOp, "/": arith.DivFOp}
