@@ -68,6 +68,8 @@ class _Assigner:
                     self.layout[r] = next((self.of(y) for y in ys if self.of(y)), self.blocked(r))
             return
         if not tiles:
+            if name == "tile.reduce" and self.of(op.operands[0]) is None:
+                pass  # the input is free; `needs` materialises it blocked
             return
         res = tiles[0]
         ins = [self.of(v) for v in op.operands if is_tile(v)]
@@ -86,8 +88,6 @@ class _Assigner:
             self.layout[res] = L.mma_layout("acc", mop, wm, wn)
         elif name == "tile.reduce":
             src = ins[0] or self.blocked(op.operands[0])
-            self.layout[op.operands[0]] = self.layout.get(op.operands[0]) or None
-            self.reduce_input = src
             axis, n = int_attr(op, "axis"), tile_shape(op.operands[0].type)[int_attr(op, "axis")]
             self.layout[res] = f"slice({axis},{n},{src})"
         elif name == "tile.broadcast":
@@ -160,8 +160,10 @@ class _Assigner:
             elif name in ("tile.store", "tile.atomic_add"):
                 out.append(self.write_layout(op))
             elif name == "tile.reduce":
-                _, args = L.parse(res_layout)  # type: ignore[arg-type]
-                out.append(args[2])
+                if res_layout is None:  # a 1-D tile reduced to a uniform scalar
+                    out.append(self.of(v) or self.blocked(v))
+                else:
+                    out.append(L.parse(res_layout)[1][2])
             elif name == "tile.broadcast":
                 out.append(self.broadcast_source(op, res_layout))  # type: ignore[arg-type]
             elif name == "tile.expand_dims":

@@ -463,6 +463,6 @@ _FCMP = {"<": arith.CmpFPredicate.OLT, "<=": arith.CmpFPredicate.OLE, ">": arith
 _ICMP = {"<": arith.CmpIPredicate.slt, "<=": arith.CmpIPredicate.sle, ">": arith.CmpIPredicate.sgt,
          ">=": arith.CmpIPredicate.sge, "==": arith.CmpIPredicate.eq, "!=": arith.CmpIPredicate.ne}
 _FLOAT_OPS = {"+": arith.AddFOp, "-": arith.SubFOp, "*": arith.MulFOp, "/": arith.DivFOp}
-_INT_OPS = {"+": arith.AddIOp, "-": arith.SubIOp, "*": arith.MulIOp, "//": arith.FloorDivSIOp,
+_INT_OPS = {"+": arith.AddIOp, "-": arith.SubIOp, "*": arith.MulIOp, "//": arith.DivSIOp,
             "%": arith.RemSIOp, "&": arith.AndIOp, "|": arith.OrIOp, "^": arith.XOrIOp,
             "and": arith.AndIOp, "or": arith.OrIOp, "<<": arith.ShLIOp, ">>": arith.ShRSIOp}
