@@ -67,9 +67,7 @@ class _Assigner:
                     ys = [ops_in(reg.blocks[0])[-1].operands[i] for reg in op.regions]
                     self.layout[r] = next((self.of(y) for y in ys if self.of(y)), self.blocked(r))
             return
-        if not tiles:
-            if name == "tile.reduce" and self.of(op.operands[0]) is None:
-                pass  # the input is free; `needs` materialises it blocked
+        if not tiles:  # scalar results (incl. a 1-D reduce): `needs` picks the inputs' layouts
             return
         res = tiles[0]
         ins = [self.of(v) for v in op.operands if is_tile(v)]
@@ -257,10 +255,32 @@ class _Assigner:
         self.memo[key] = new.result
         return new.result
 
+    def check_registers(self, block: ir.Block) -> None:
+        """A single tile that needs more than half of a lane's registers cannot be held without
+        spilling (the compiler needs room for operands and addresses too): report it at its source."""
+        budget = self.arch.vgprs_per_lane // 2
+        for op in ops_in(block):
+            for region in op.regions:
+                for b in region.blocks:
+                    self.check_registers(b)
+            for r in op.results:
+                lay = self.of(r) if is_tile(r) else None
+                if lay is None:
+                    continue
+                dwords = -(-L.num_regs(lay, tile_shape(r.type), self.threads)
+                           * DTYPE_BYTES_BY_NAME[tile_dtype(r.type)] // 4)
+                if dwords > budget:
+                    raise op_error(op, f"this {'x'.join(map(str, tile_shape(r.type)))} {tile_dtype(r.type)} tile "
+                                       f"needs {dwords} registers per lane with {self.threads.waves} waves, more "
+                                       f"than {budget} of the {self.arch.vgprs_per_lane} a lane has on "
+                                       f"{self.arch.name}; use smaller block sizes or more waves",
+                                   self.source, "assign-layouts")
+
     def run(self) -> None:
         self.memo: dict = {}
         body = self.fn.regions[0].blocks[0]
         self.analyse_block(body)
+        self.check_registers(body)
         self.rewrite_block(body)
         for op in reversed(self.free_ops):  # originals of rematerialised values are now unused
             if all(len(list(r.uses)) == 0 for r in op.results):
