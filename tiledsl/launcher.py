@@ -158,7 +158,7 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
     buffers = {}
     try:
         for t in prep.tensors:
-            buf = device.alloc(max(t.span, 1), name=t.name)
+            buf = device.alloc(max(t.span, 16), name=t.name)  # never 0 bytes: masked lanes read element 0
             if t.span:
                 device.copy_in(buf, _raw(t.array, t.span))
             buffers[t.name] = buf
