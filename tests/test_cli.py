@@ -1,0 +1,175 @@
+"""CLI tests: exit codes (0 ok, 2 user error, 1 internal error), compile/inspect/doctor output."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiledsl.backends.rocm.arch import ARCH_NAMES
+
+from tiledsl import __version__, driver
+from tiledsl.cli import main
+
+try:
+    import driver_fakes as fakes
+except ImportError:  # tests/ became a package
+    from tests import driver_fakes as fakes
+
+pytestmark = pytest.mark.compile
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    return fakes.install(monkeypatch)
+
+
+@pytest.fixture
+def tile(tmp_path):
+    path = tmp_path / "fake.tile"
+    path.write_text(fakes.FAKE_SOURCE)
+    return path
+
+
+def test_unknown_arch_exits_2_listing_archs(tile, tmp_path, capsys):
+    assert main(["compile", str(tile), "--arch", "gfx1030", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown arch 'gfx1030'" in err and all(a in err for a in ARCH_NAMES)
+    assert "Traceback" not in err
+
+
+def test_missing_file_exits_2(tmp_path, capsys):
+    assert main(["compile", str(tmp_path / "nope.tile"), "--arch", "gfx942", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "nope.tile: no such file" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [[], ["compile"], ["compile", "x.tile"], ["frobnicate"],
+                                  ["compile", "x.tile", "--arch", "gfx942"]])
+def test_usage_errors_exit_2(argv, capsys):
+    assert main(argv) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("define", ["BLOCK", "=3", "BLOCK=", "1X=2"])
+def test_bad_define_exits_2(tile, tmp_path, define, capsys):
+    assert main(["compile", str(tile), "--arch", "gfx942", "-D", define, "-o", str(tmp_path)]) == 2
+    assert "expected NAME=VALUE" in capsys.readouterr().err
+
+
+def test_source_error_exits_2_without_traceback(fake, tile, tmp_path, capsys):
+    assert main(["compile", str(tile), "--arch", "gfx942", "-D", "NOPE=1", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "fake.tile:1:1: error: 'NOPE' is not a constexpr parameter" in err
+    assert "Traceback" not in err
+
+
+def test_failing_stage_exits_2_naming_it(fake, tmp_path, capsys):
+    src = tmp_path / "bad.tile"
+    src.write_text(fakes.FAKE_SOURCE + "FAIL_PASSES\n")
+    assert main(["compile", str(src), "--arch", "gfx942", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "stage 'tile-passes' failed" in err
+    saved = re.search(r"saved at (\S+)", err).group(1).rstrip(")")
+    assert Path(saved).read_text().startswith("// fake tile mlir")
+    fakes.remove_saved(saved)
+
+
+def test_internal_error_exits_1_with_saved_traceback(tile, tmp_path, monkeypatch, capsys):
+    def boom(*args, **kwargs):
+        raise RuntimeError("something the compiler did not expect")
+
+    monkeypatch.setattr(driver, "compile_file", boom)
+    assert main(["compile", str(tile), "--arch", "gfx942", "-o", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "internal compiler error" in err and "Traceback" not in err
+    path = Path(re.search(r"saved at (\S+)", err).group(1))
+    text = path.read_text()
+    assert "Traceback" in text and "RuntimeError: something the compiler did not expect" in text
+    path.unlink()
+
+
+def test_compile_cache_and_inspect(fake, tile, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["compile", str(tile), "--arch", "gfx942,gfx1100", "-o", str(out)]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert "fake_copy gfx942:" in first and "(cached)" not in first
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count("(cached)") == 2
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"fake_copy.{a}.{e}" for a in ("gfx942", "gfx1100") for e in ("hsaco", "s", "json"))
+
+    assert main(["inspect", str(out)]) == 0
+    table = capsys.readouterr().out
+    header = table.splitlines()[0].split()
+    assert header[:3] == ["kernel", "arch", "MFMA/WMMA"] and "occupancy" in header
+    assert re.search(r"fake_copy\s+gfx1100\s+0\s+\d+", table)
+
+    assert main(["inspect", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["arch"] for r in rows} == {"gfx942", "gfx1100"}
+    assert all(r["spills"] == 0 and r["instructions"] > 0 for r in rows)
+
+
+def test_compile_all_archs_with_dump(fake, tile, tmp_path, capsys):
+    dump = tmp_path / "dump"
+    assert main(["compile", str(tile), "--arch", "all", "-o", str(tmp_path / "out"), "--dump-ir", str(dump),
+                 "--no-cache", "-q"]) == 0
+    assert capsys.readouterr().out == ""
+    for arch in ARCH_NAMES:
+        assert (dump / f"fake_copy.{arch}.08-link.hsaco").exists()
+        assert (tmp_path / "out" / f"fake_copy.{arch}.json").exists()
+    assert not (tmp_path / "cache").exists()  # --no-cache
+
+
+def test_inspect_errors_exit_2(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "no manifests" in capsys.readouterr().err
+
+
+def test_python_dash_m():
+    proc = subprocess.run([sys.executable, "-m", "tiledsl", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"tiledsl {__version__}"
+    proc = subprocess.run([sys.executable, "-m", "tiledsl", "compile", "missing.tile", "--arch", "gfx942",
+                           "-o", "unused"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+def test_doctor_compiles_for_every_arch(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert f"tiledsl {__version__}" in out and "llvmlite" in out
+    for arch in ARCH_NAMES:
+        assert re.search(rf"^{arch}\s.*\bok \(\d+ ms\)", out, re.M), out
+
+
+def test_real_gemm_all_archs(tmp_path, monkeypatch, capsys):
+    for mod in ("tiledsl.lang.parser", "tiledsl.lang.checker", "tiledsl.ir.emit", "tiledsl.passes.pipeline"):
+        pytest.importorskip(mod)
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    assert main(["compile", str(ROOT / "examples" / "gemm.tile"), "--arch", "all", "-D", "DT=bf16",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["arch"] for r in rows) == sorted(ARCH_NAMES)
+    assert all(r["matrix_ops"] > 0 and r["spills"] == 0 and r["occupancy"] >= 1 for r in rows)
+
+
+def test_compiler_bug_exits_1_naming_the_stage(fake, tmp_path, capsys):
+    src = tmp_path / "crash.tile"
+    src.write_text(fakes.FAKE_SOURCE + "CRASH_EMIT\n")
+    assert main(["compile", str(src), "--arch", "gfx90a", "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "internal compiler error: ZeroDivisionError" in err and "in stage 'emit'" in err
+    Path(re.search(r"traceback is saved at (\S+)", err).group(1)).unlink()
+    fakes.remove_saved(re.search(r"its input is saved at (\S+)", err).group(1))

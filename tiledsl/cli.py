@@ -1,0 +1,306 @@
+"""The `tiledsl` command: compile, inspect, doctor.
+
+Exit status: 0 success; 2 a user error (any TileError, or bad usage) with its message on stderr
+and no traceback; 1 an internal compiler error, with the traceback saved to a file whose path is
+printed. The environment (TILEDSL_CACHE_DIR) is read here, once, and passed down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tiledsl import __version__
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.errors import SourceError, TileError
+
+EXIT_OK, EXIT_ICE, EXIT_USER = 0, 1, 2
+
+
+def _parse_archs(values: Sequence[str]) -> list[str]:
+    archs: list[str] = []
+    for value in values:
+        for name in filter(None, (v.strip() for v in value.split(","))):
+            names = list(ARCH_NAMES) if name == "all" else [get_arch(name).name]
+            archs.extend(n for n in names if n not in archs)
+    if not archs:
+        raise TileError(f"no arch given: expected one of {', '.join(ARCH_NAMES)} or all")
+    return archs
+
+
+def _parse_defines(values: Sequence[str]) -> dict[str, str]:
+    defines: dict[str, str] = {}
+    for item in values:
+        name, eq, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name.isidentifier() or not value:
+            raise TileError(f"bad -D '{item}': expected NAME=VALUE, e.g. -D BLOCK_M=128")
+        if name in defines and defines[name] != value:
+            raise TileError(f"-D {name} given twice with different values ({defines[name]}, {value})")
+        defines[name] = value
+    return defines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tiledsl", description="tile language compiler for AMD GPUs (CDNA and RDNA)")
+    p.add_argument("--version", action="version", version=f"tiledsl {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("compile", help="compile a .tile file (or an intermediate) to code objects")
+    c.add_argument("file", help=".tile source, or .tile.mlir / .gpu.mlir / .rocdl.mlir / .ll")
+    c.add_argument("--arch", action="append", required=True, metavar="ARCH",
+                   help=f"target: {', '.join(ARCH_NAMES)} or all; repeat or comma-separate for several")
+    c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a constexpr parameter (repeatable)")
+    c.add_argument("-o", "--outdir", required=True, help="output directory")
+    c.add_argument("--dump-ir", metavar="DIR", help="write every stage's artifact to DIR")
+    c.add_argument("--no-cache", action="store_true", help="neither read nor write the compile cache")
+    c.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+
+    i = sub.add_parser("inspect", help="table of registers, LDS, spills, MFMA/WMMA of compiled kernels")
+    i.add_argument("outdir", help="a directory written by `tiledsl compile`")
+    i.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sub.add_parser("doctor", help="check the toolchain: versions, and a real compile for every arch")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (2) and --help/--version (0)
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USER
+    try:
+        if args.command == "compile":
+            return cmd_compile(args)
+        if args.command == "inspect":
+            return cmd_inspect(args)
+        return cmd_doctor(args)
+    except TileError as exc:
+        # A SourceError renders as "file:line:col: error: ..." already.
+        print(str(exc) if isinstance(exc, SourceError) else f"error: {exc}", file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        return _internal_error(argv)
+
+
+def _internal_error(argv: Sequence[str] | None) -> int:
+    text = (f"tiledsl {__version__} internal compiler error\nargv: {list(argv or sys.argv[1:])}\n"
+            f"python {platform.python_version()} on {platform.platform()}\n\n" + traceback.format_exc())
+    try:
+        fd, path = tempfile.mkstemp(prefix="tiledsl-ice-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        where = f"the traceback is saved at {path}"
+    except OSError:
+        where = "the traceback could not be saved:\n" + text
+    exc = sys.exc_info()[1]
+    notes = "".join(f"{note}\n" for note in getattr(exc, "__notes__", []))  # e.g. the failing stage
+    print(f"internal compiler error: {type(exc).__name__}: {exc}\n{notes}{where}\n"
+          "please report it with that file", file=sys.stderr)
+    return EXIT_ICE
+
+
+# ---------------------------------------------------------------------------------------------
+# compile
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from tiledsl.cache import Cache
+    from tiledsl.driver import CompiledKernel, compile_file
+    from tiledsl.options import CompileOptions
+
+    archs = _parse_archs(args.arch)
+    defines = _parse_defines(args.defines)
+    cache = None if args.no_cache else Cache.from_env()
+    options = CompileOptions.make(archs[0], defines, dump_ir_dir=args.dump_ir)
+
+    def report(kernel: CompiledKernel, files: list[Path]) -> None:
+        if not args.quiet:
+            note = " (cached)" if kernel.from_cache else ""
+            print(f"{kernel.name} {kernel.arch}: {files[0]}{note}")
+
+    compile_file(args.file, archs, defines, args.outdir, options, cache=cache, on_result=report)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# inspect
+
+_COLUMNS = (("kernel", "kernel"), ("arch", "arch"), ("MFMA/WMMA", "matrix_ops"), ("instrs", "instructions"),
+            ("VGPR", "vgprs"), ("AGPR", "agprs"), ("SGPR", "sgprs"), ("LDS", "lds_bytes"),
+            ("spills", "spills"), ("occupancy", "occupancy"))
+
+
+def collect_stats(outdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    from tiledsl.isa_stats import isa_stats
+
+    root = Path(outdir)
+    if not root.is_dir():
+        raise TileError(f"{outdir}: not a directory (expected the -o directory of `tiledsl compile`)")
+    rows = []
+    for path in sorted(root.glob("*.json")):
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise TileError(f"{path}: not a readable manifest: {exc}") from None
+        if not isinstance(manifest, dict) or "kernel" not in manifest or "arch" not in manifest:
+            continue  # some other JSON file living in the directory
+        asm_path = path.with_suffix(".s")
+        asm = asm_path.read_text() if asm_path.exists() else ""
+        row = isa_stats(asm, manifest).to_json()
+        row["spills"] = row["vgpr_spills"] + row["sgpr_spills"]
+        row["manifest"] = str(path)
+        if not asm:
+            row["instructions"] = row["mfma"] = row["wmma"] = row["matrix_ops"] = None
+        rows.append(row)
+    if not rows:
+        raise TileError(f"{outdir}: no manifests (<kernel>.<arch>.json) found")
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]], columns: Sequence[tuple[str, str]] = _COLUMNS,
+                 text_columns: int = 2) -> str:
+    cells = [[h for h, _ in columns]] + [["-" if r.get(k) is None else str(r.get(k)) for _, k in columns]
+                                         for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = []
+    for n, row in enumerate(cells):
+        # Names left-aligned, figures right-aligned, as tables of numbers read best.
+        lines.append("  ".join(c.ljust(w) if i < text_columns else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    rows = collect_stats(args.outdir)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(format_table(rows))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# doctor
+
+
+def probe_gpu_mlir() -> str:
+    """A tiny gpu-dialect kernel (each lane stores its id), built with the MLIR Python bindings:
+    it exercises every backend stage without needing the front-end."""
+    from mlir import ir
+    from mlir.dialects import arith, gpu, memref
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.create()
+        module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+        with ir.InsertionPoint(module.body):
+            gpu_module = gpu.GPUModuleOp("probe_module")
+            gpu_module.bodyRegion.blocks.append()
+            with ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]):
+                f32 = ir.F32Type.get()
+                buf = ir.MemRefType.get([64], f32)
+                func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get([buf], [])),
+                                     sym_name="tiledsl_probe", kernel=True)
+                block = func.body.blocks.append(buf)
+                with ir.InsertionPoint(block):
+                    tid = gpu.thread_id(gpu.Dimension.x)
+                    value = arith.sitofp(f32, arith.index_cast(ir.IntegerType.get_signless(32), tid))
+                    memref.store(value, block.arguments[0], [tid])
+                    gpu.return_([])
+        return str(module)
+
+
+def probe_compile(arch_name: str, gpu_mlir: str) -> str:
+    """Run the backend stages on the probe for one arch; returns a one-line verdict."""
+    from tiledsl.backends.rocm import codegen, elf
+
+    arch = get_arch(arch_name)
+    t0 = time.perf_counter()
+    asm, obj = codegen.make_isa_and_object(codegen.make_llir(codegen.make_rocdl(gpu_mlir, arch)), arch)
+    hsaco = codegen.make_hsaco(obj)
+    co = elf.read_code_object(hsaco)
+    if co.arch != arch.name:
+        raise TileError(f"code object is for {co.arch}, expected {arch.name}")
+    if "tiledsl_probe.kd" not in co.symbols or "s_endpgm" not in asm:
+        raise TileError("code object lacks the probe kernel")
+    return f"ok ({(time.perf_counter() - t0) * 1000:.0f} ms)"
+
+
+def hip_devices() -> tuple[list[str], str]:
+    """gcnArchName of each visible AMD GPU (e.g. "gfx942:sramecc+:xnack-"), and why none if so."""
+    try:
+        from hip import hip  # hip-python: dlopens libamdhip64.so, present only with ROCm
+    except Exception as exc:  # ImportError, or OSError from a broken ROCm install
+        return [], f"hip-python unavailable ({type(exc).__name__})"
+    try:
+        err, count = hip.hipGetDeviceCount()
+        if int(err) != 0 or count == 0:
+            return [], "no AMD GPU visible to HIP"
+        names = []
+        for i in range(count):
+            err, props = hip.hipGetDeviceProperties(i)
+            raw = props.gcnArchName
+            names.append(raw.decode() if isinstance(raw, bytes) else str(raw))
+        return names, ""
+    except Exception as exc:
+        return [], f"HIP query failed: {exc}"
+
+
+def _emulator_available() -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec("tiledsl.backends.rocm.emulator") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from tiledsl.cache import default_cache_dir, toolchain_versions
+
+    print(f"tiledsl {__version__}")
+    print(f"python {platform.python_version()} ({sys.executable})")
+    for pkg, version in toolchain_versions().items():
+        print(f"  {pkg:<26} {version}")
+    print(f"cache: {default_cache_dir()}")
+    devices, why_not = hip_devices()
+    emulator = "emulator" if _emulator_available() else "emulator (not installed yet)"
+    try:
+        probe = probe_gpu_mlir()
+    except Exception as exc:
+        print(f"error: cannot build MLIR with the Python bindings: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return EXIT_USER
+    failures = 0
+    rows = []
+    for name in ARCH_NAMES:
+        arch = get_arch(name)
+        try:
+            verdict = probe_compile(name, probe)
+        except Exception as exc:  # doctor reports every arch, whatever broke
+            failures += 1
+            verdict = f"FAILED: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        matching = [i for i, d in enumerate(devices) if d.split(":")[0] == name]
+        runs_on = f"HIP device {matching[0]} ({devices[matching[0]]})" if matching else emulator
+        rows.append({"arch": name, "product": arch.product, "compile": verdict, "runs on": runs_on})
+    print(format_table(rows, [(k, k) for k in ("arch", "product", "compile", "runs on")],
+                       text_columns=4))
+    if why_not:
+        print(f"no HIP device: {why_not}")
+    return EXIT_OK if failures == 0 else EXIT_USER

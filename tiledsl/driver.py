@@ -1,0 +1,390 @@
+"""The compiler driver: a loop over a table of stages, one function and one artifact per stage.
+
+    source .tile ─parse─► ast ─check─► typed ─emit─► tile.mlir ─tile-passes─► gpu.mlir
+      ─convert-gpu-to-rocdl─► rocdl.mlir ─translate─► ll ─codegen─► s + o ─link─► hsaco
+
+A stage's name is its artifact's extension (as in Triton's `make_<stage>` table). A run may start
+from any intermediate file (`.tile.mlir`, `.gpu.mlir`, `.rocdl.mlir`, `.ll`): the driver picks the
+first stage by the file's extension. Every stage's artifact can be dumped (`options.dump_ir_dir`),
+and a failing stage raises `CompileError` naming itself with its input IR saved to a file.
+
+Heavy modules (front-end, MLIR bindings, llvmlite, manifest) are imported inside the stage
+functions: a cache hit goes through `compile_source` without importing any of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pprint
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tiledsl.backends.rocm.arch import ARCHS, Arch, get_arch
+from tiledsl.cache import Cache, CacheEntry, cache_key
+from tiledsl.errors import CompileError, SourceError, TileError
+from tiledsl.options import CompileOptions
+
+# ---------------------------------------------------------------------------------------------
+# Results and per-run state.
+
+
+@dataclass
+class CompiledKernel:
+    name: str
+    arch: str
+    hsaco: bytes
+    asm: str
+    manifest: dict[str, Any]
+    from_cache: bool = False
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (empty on a hit)
+
+
+@dataclass
+class IsaObject:
+    """The codegen stage's two artifacts: assembly text (.s) and relocatable object (.o)."""
+
+    asm: str
+    obj: bytes
+
+
+@dataclass
+class StageContext:
+    """What stages share besides their input artifact; one per (source, arch) run."""
+
+    arch: Arch
+    options: CompileOptions
+    filename: str
+    defines: dict[str, str]
+    prefix: str  # dump-file prefix: the file stem until the parser tells us the kernel's name
+    source: str | None = None  # the .tile text, when the run starts from one (error carets)
+    bound: Any = None  # the BoundKernel once the check stage ran
+    asm: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages. Each takes (context, input artifact) and returns its own artifact.
+
+
+def make_ast(ctx: StageContext, source: str) -> Any:
+    from tiledsl.lang.parser import parse
+
+    kernel = parse(source, ctx.filename)
+    ctx.prefix = kernel.name
+    return kernel
+
+
+def make_typed(ctx: StageContext, kernel: Any) -> Any:
+    from tiledsl.lang.checker import bind
+
+    ctx.bound = bind(kernel, dict(ctx.defines), ctx.arch)
+    return ctx.bound
+
+
+def make_tile_mlir(ctx: StageContext, bound: Any) -> str:
+    from tiledsl.ir.emit import emit_tile_mlir
+
+    return emit_tile_mlir(bound, ctx.arch, ctx.options)
+
+
+def make_gpu_mlir(ctx: StageContext, tile_mlir: str) -> str:
+    import inspect
+
+    from tiledsl.passes.pipeline import make_gpu_mlir as run_tile_passes
+
+    # Optional extras of the pass pipeline: the DSL source for error carets, and a prefix that
+    # files its per-pass dumps between this run's "03-emit" and "04-tile-passes" dumps.
+    extras = {"source": ctx.source, "dump_prefix": f"{ctx.prefix}.{ctx.arch.name}.03"}
+    params = inspect.signature(run_tile_passes).parameters
+    return run_tile_passes(tile_mlir, ctx.arch, ctx.options, **{k: v for k, v in extras.items() if k in params})
+
+
+def make_rocdl_mlir(ctx: StageContext, gpu_mlir: str) -> str:
+    from tiledsl.backends.rocm import codegen
+
+    return codegen.make_rocdl(gpu_mlir, ctx.arch)
+
+
+def make_ll(ctx: StageContext, rocdl_mlir: str) -> str:
+    from tiledsl.backends.rocm import codegen
+
+    return codegen.make_llir(rocdl_mlir)
+
+
+def make_isa(ctx: StageContext, llir: str) -> IsaObject:
+    from tiledsl.backends.rocm import codegen
+
+    asm, obj = codegen.make_isa_and_object(llir, ctx.arch)
+    ctx.asm = asm
+    return IsaObject(asm, obj)
+
+
+def make_hsaco(ctx: StageContext, isa: IsaObject) -> bytes:
+    from tiledsl.backends.rocm import codegen
+
+    return codegen.make_hsaco(isa.obj)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # the artifact's extension, and the key a run can start after
+    action: str  # what the stage does: used in dump-file names and error messages
+    run: Callable[[StageContext, Any], Any]
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("ast", "parse", make_ast),
+    Stage("typed", "check", make_typed),
+    Stage("tile.mlir", "emit", make_tile_mlir),
+    Stage("gpu.mlir", "tile-passes", make_gpu_mlir),
+    Stage("rocdl.mlir", "convert-gpu-to-rocdl", make_rocdl_mlir),
+    Stage("ll", "translate", make_ll),
+    Stage("s", "codegen", make_isa),  # also writes the object as ".o"
+    Stage("hsaco", "link", make_hsaco),
+)
+STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+# Files a run can start from, mapped to the index of the first stage to run.
+START_EXTENSIONS: dict[str, int] = {
+    "tile": 0, "tile.mlir": 3, "gpu.mlir": 4, "rocdl.mlir": 5, "ll": 6,
+}
+
+
+def input_kind(filename: str) -> str:
+    """The start extension of `filename` ("tile", "gpu.mlir", ...), longest match first."""
+    name = os.path.basename(filename)
+    for ext in sorted(START_EXTENSIONS, key=len, reverse=True):
+        if name.endswith("." + ext):
+            return ext
+    raise TileError(f"cannot compile '{filename}': expected one of "
+                    + ", ".join("." + e for e in START_EXTENSIONS))
+
+
+def _stem(filename: str, kind: str) -> str:
+    stem = os.path.basename(filename)[: -len(kind) - 1] or "kernel"
+    # A dump being fed back in ("gemm.gfx942.04-tile-passes"): keep only the kernel's name so
+    # the new dumps do not nest the old suffixes.
+    parts = stem.split(".")
+    if len(parts) >= 3 and parts[1] in ARCHS and parts[2][:2].isdigit():
+        return parts[0]
+    return stem
+
+
+# ---------------------------------------------------------------------------------------------
+# Dumps and saved inputs.
+
+
+def _artifact_files(ext: str, artifact: Any) -> list[tuple[str, bytes]]:
+    """(extension, bytes) of each file an artifact is written as."""
+    if isinstance(artifact, IsaObject):
+        return [("s", artifact.asm.encode()), ("o", artifact.obj)]
+    if isinstance(artifact, bytes):
+        return [(ext, artifact)]
+    if isinstance(artifact, str):
+        return [(ext, artifact.encode())]
+    # AST / typed AST: the dataclass tree, for reading (sort_dicts=False keeps field order).
+    return [(ext, pprint.pformat(artifact, width=110, sort_dicts=False).encode())]
+
+
+def _write_artifact(directory: Path, ctx: StageContext, number: int, action: str, ext: str,
+                    artifact: Any) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    first = None
+    for file_ext, data in _artifact_files(ext, artifact):
+        path = directory / f"{ctx.prefix}.{ctx.arch.name}.{number:02d}-{action}.{file_ext}"
+        path.write_bytes(data)
+        first = first or path
+    assert first is not None
+    return first
+
+
+def _input_label(index: int, start: int, kind: str) -> tuple[int, str, str]:
+    """(number, action, extension) naming the artifact stage `index` consumes."""
+    if index == start:
+        return 0, "source", kind
+    prev = STAGES[index - 1]
+    return index, prev.action, prev.name
+
+
+def _save_input(ctx: StageContext, index: int, start: int, kind: str, value: Any) -> str | None:
+    number, action, ext = _input_label(index, start, kind)
+    if isinstance(value, IsaObject):  # the link stage consumes the object only
+        ext, value = "o", value.obj
+    try:
+        directory = (Path(ctx.options.dump_ir_dir) if ctx.options.dump_ir_dir
+                     else Path(tempfile.mkdtemp(prefix="tiledsl-failed-")))
+        return str(_write_artifact(directory, ctx, number, action, ext, value))
+    except OSError:
+        return None  # never hide the real error behind a failure to save its input
+
+
+def _strip_prefix(exc: CompileError) -> str:
+    text = str(exc).split("\n(the IR it failed on", 1)[0]
+    prefix = f"stage '{exc.stage}' failed: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+def run_stages(ctx: StageContext, value: Any, start: int, kind: str) -> Any:
+    """Run STAGES[start:] on `value` (an artifact of kind `kind`); returns the last artifact."""
+    dump = Path(ctx.options.dump_ir_dir) if ctx.options.dump_ir_dir else None
+    initial, initial_dumped = value, False
+    for index in range(start, len(STAGES)):
+        stage = STAGES[index]
+        t0 = time.perf_counter()
+        try:
+            out = stage.run(ctx, value)
+        except SourceError:
+            raise  # already points at the user's source line: better than any IR
+        except CompileError as exc:
+            saved = exc.saved_input or _save_input(ctx, index, start, kind, value)
+            raise CompileError(exc.stage, _strip_prefix(exc), saved) from exc
+        except TileError as exc:
+            raise CompileError(stage.action, str(exc), _save_input(ctx, index, start, kind, value)) from exc
+        except Exception as exc:
+            saved = _save_input(ctx, index, start, kind, value)
+            if type(exc).__module__.startswith("mlir"):  # ir.MLIRError: verifier/pass diagnostics
+                raise CompileError(stage.action, str(exc), saved) from exc
+            # A compiler bug: keep the traceback (the CLI reports an internal error) but say where.
+            exc.add_note(f"in stage '{stage.action}' (-> .{stage.name}); its input is saved at {saved}")
+            raise
+        ctx.timings[stage.name] = time.perf_counter() - t0
+        if dump is not None:
+            if not initial_dumped:  # after the parse stage, so the dump uses the kernel's name
+                _write_artifact(dump, ctx, 0, "source", kind, initial)
+                initial_dumped = True
+            _write_artifact(dump, ctx, index + 1, stage.action, stage.name, out)
+        value = out
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points.
+
+
+def _validate_defines(defines: Mapping[str, str]) -> dict[str, str]:
+    """Shape checks only; whether each name is a constexpr of the kernel is the checker's job
+    (a cache hit implies these exact defines bound successfully once: errors are never cached)."""
+    clean: dict[str, str] = {}
+    for name, value in defines.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TileError(f"bad define name {name!r}: expected an identifier (-D NAME=VALUE)")
+        text = value if isinstance(value, str) else str(value)
+        if not text.strip() or text != text.strip():
+            raise TileError(f"bad value {text!r} for define {name}: expected a non-empty value "
+                            "without surrounding spaces")
+        clean[name] = text
+    return dict(sorted(clean.items()))
+
+
+def _options_for(arch: str, defines: dict[str, str], options: CompileOptions | None) -> CompileOptions:
+    # `arch` and `defines` are authoritative: one options object is reused across archs.
+    if options is None:
+        return CompileOptions.make(arch, defines)
+    return dataclasses.replace(options, arch=arch, constexprs=tuple(defines.items()))
+
+
+def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, str] | None = None,
+                   options: CompileOptions | None = None, *, cache: Cache | None = None) -> CompiledKernel:
+    """Compile one kernel for one arch. `filename` names the source in errors and selects where
+    the run starts (".tile" or an intermediate extension). `cache=None` disables caching; pass
+    `Cache.from_env()` at the edge to use the default location. A run that dumps IR
+    (options.dump_ir_dir) always compiles, but still stores its result."""
+    arch_row = get_arch(arch)
+    clean = _validate_defines(defines or {})
+    opts = _options_for(arch_row.name, clean, options)
+    kind = input_kind(filename)
+    if kind != "tile" and clean:
+        raise TileError(f"-D defines apply to .tile sources only; '{filename}' is already lowered")
+    key = None
+    if cache is not None:
+        key = cache_key(arch=arch_row.name, options=opts, defines=clean, source=source, input_kind=kind)
+        if not opts.dump_ir_dir:
+            entry = cache.get(key)
+            if entry is not None and _entry_matches(entry, arch_row.name, clean):
+                return CompiledKernel(entry.manifest["kernel"], arch_row.name, entry.hsaco, entry.asm,
+                                      entry.manifest, from_cache=True)
+    ctx = StageContext(arch_row, opts, filename, clean, prefix=_stem(filename, kind),
+                       source=source if kind == "tile" else None)
+    hsaco = run_stages(ctx, source, START_EXTENSIONS[kind], kind)
+
+    from tiledsl import manifest as mf  # after the stages: imports the front-end's AST module
+
+    t0 = time.perf_counter()
+    if ctx.bound is not None:
+        manifest = mf.build_manifest(ctx.bound, arch_row, hsaco, clean)
+    else:
+        manifest = mf.manifest_from_code_object(hsaco, arch_row)
+    ctx.timings["manifest"] = time.perf_counter() - t0
+    result = CompiledKernel(manifest["kernel"], arch_row.name, hsaco, ctx.asm or "", manifest,
+                            from_cache=False, timings=ctx.timings)
+    if cache is not None and key is not None:
+        cache.put(key, CacheEntry(result.hsaco, result.asm, result.manifest))
+    return result
+
+
+def _entry_matches(entry: CacheEntry, arch: str, defines: dict[str, str]) -> bool:
+    # Cheap guards against a hash collision or a hand-edited entry; the checksum covers the rest.
+    m = entry.manifest
+    return (m.get("arch") == arch and isinstance(m.get("kernel"), str)
+            and (m.get("partial") or m.get("defines") == defines))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    # A reader (a launcher polling the output directory) never sees a half-written code object.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_outputs(kernel: CompiledKernel, outdir: str | os.PathLike[str]) -> list[Path]:
+    """`<kernel>.<arch>.hsaco`, `.s` and `.json` (the manifest) in `outdir`."""
+    import json
+
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    base = f"{kernel.name}.{kernel.arch}"
+    files = [(out / f"{base}.hsaco", kernel.hsaco), (out / f"{base}.s", kernel.asm.encode()),
+             (out / f"{base}.json", (json.dumps(kernel.manifest, indent=2) + "\n").encode())]
+    for path, data in files:
+        _write_atomic(path, data)
+    return [p for p, _ in files]
+
+
+def read_source(path: str | os.PathLike[str]) -> str:
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise TileError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TileError(f"{path}: is a directory, expected a .tile file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TileError(f"{path}: cannot read: {exc}") from None
+
+
+def compile_file(path: str | os.PathLike[str], archs: Sequence[str], defines: Mapping[str, str] | None = None,
+                 outdir: str | os.PathLike[str] = ".", options: CompileOptions | None = None, *,
+                 cache: Cache | None = None,
+                 on_result: Callable[[CompiledKernel, list[Path]], None] | None = None) -> list[Path]:
+    """Compile `path` for each arch and write its outputs; returns every file written
+    (hsaco, s, json per arch, in arch order). `on_result` sees each result as it lands."""
+    for arch in archs:
+        get_arch(arch)  # reject a bad arch before spending time on the good ones
+    source = read_source(path)
+    written: list[Path] = []
+    for arch in archs:
+        kernel = compile_source(source, str(path), arch, defines, options, cache=cache)
+        files = write_outputs(kernel, outdir)
+        written.extend(files)
+        if on_result is not None:
+            on_result(kernel, files)
+    return written
