@@ -319,11 +319,28 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
     else:
         manifest = mf.manifest_from_code_object(hsaco, arch_row)
     ctx.timings["manifest"] = time.perf_counter() - t0
+    _check_spills(manifest, ctx, opts)
     result = CompiledKernel(manifest["kernel"], arch_row.name, hsaco, ctx.asm or "", manifest,
                             from_cache=False, timings=ctx.timings)
     if cache is not None and key is not None:
         cache.put(key, CacheEntry(result.hsaco, result.asm, result.manifest))
     return result
+
+
+def _check_spills(manifest: dict[str, Any], ctx: StageContext, opts: CompileOptions) -> None:
+    """Registers spilled to scratch memory make a kernel many times slower: at these tile sizes the
+    kernel does not fit the register file, which we report like any other resource limit."""
+    spills = manifest.get("vgpr_spill_count", 0) + manifest.get("sgpr_spill_count", 0)
+    if not spills or opts.allow_spills:
+        return
+    text = (f"the kernel spills {spills} registers to scratch memory on {ctx.arch.name} "
+            f"({manifest.get('vgpr_count')} VGPRs in use); use smaller block sizes or more waves")
+    bound = ctx.bound
+    if bound is not None and ctx.source is not None:
+        from tiledsl.errors import SourceError
+
+        raise SourceError(text, bound.kernel.loc, ctx.source, hint="--allow-spills accepts it anyway")
+    raise TileError(text + " (--allow-spills accepts it anyway)")
 
 
 def _entry_matches(entry: CacheEntry, arch: str, defines: dict[str, str]) -> bool:

@@ -17,6 +17,7 @@ class CompileOptions:
     constexprs: tuple[tuple[str, str], ...] = ()  # -D NAME=VALUE pairs as given, sorted
     dump_ir_dir: str | None = field(default=None, compare=False)  # not part of the key
     lds_padding: bool = True  # pad LDS rows to avoid bank conflicts in layout conversions
+    allow_spills: bool = False  # accept a kernel that spills registers to scratch (normally an error)
 
     def cache_key(self) -> str:
         data = {k: v for k, v in asdict(self).items() if k != "dump_ir_dir"}
