@@ -14,7 +14,7 @@ from tiledsl.backends.rocm.arch import Arch
 from tiledsl.passes import layouts as L
 from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
 
-from tiledsl.ir.dialect import element_type, int_attr, str_attr
+from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, element_type, int_attr, str_attr
 
 LDS_SYMBOL = "__tile_lds"
 
@@ -384,30 +384,57 @@ def rule_local_store(lw: _Lowering, op: ir.Operation) -> None:
     src = op.operands[0]
     base = _lds_base(lw)
     elt = ir.RankedTensorType(src.type).element_type
-    for off, val in zip(_lds_offsets(lw, op, src), lw.elems(lw.v(src)), strict=True):
-        llvm.store(val, _gep(base, off, elt))
+    vals = lw.elems(lw.v(src))
+    for first, n, align, addr in _lds_runs(lw, op, src, base, elt):
+        value = vals[first] if n == 1 else lw.pack(vals[first:first + n], elt)
+        llvm.store(value, addr, alignment=align)
 
 
 def rule_local_load(lw: _Lowering, op: ir.Operation) -> None:
     base = _lds_base(lw)
     elt = ir.RankedTensorType(op.result.type).element_type
-    vals = [llvm.load(elt, _gep(base, off, elt)) for off in _lds_offsets(lw, op, op.result)]
+    vals: list[ir.Value] = []
+    for _, n, align, addr in _lds_runs(lw, op, op.result, base, elt):
+        if n == 1:
+            vals.append(llvm.load(elt, addr, alignment=align))
+        else:
+            vals.extend(lw.elems(llvm.load(ir.VectorType.get([n], elt), addr, alignment=align)))
     lw.vmap[op.result] = lw.pack(vals, elt)
 
 
-def _lds_offsets(lw: _Lowering, op: ir.Operation, v: ir.Value) -> list[ir.Value]:
-    """Element index into the arena of each register: offset + row * row_stride + col."""
+def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt: ir.Type):
+    """Group the registers into runs at consecutive LDS addresses, each one vector access of at
+    most 16 bytes whose alignment is proven from the layout: yields (first, length, align, addr).
+
+    Element index of register i: offset + row * row_stride + col = thread_base + consts[i], where
+    thread_base is a sum of lane/wave bit multiples, so its alignment is the gcd of those."""
     offset, row_stride = int_attr(op, "offset"), int_attr(op, "row_stride")
     shape = tile_shape(v.type)
     lin = lw.lin(v)
     bases = lw.base(v)
+    weights = np.array([row_stride, 1]) if len(shape) == 2 else np.array([1])
     if len(shape) == 2:
         b = arith.AddIOp(arith.MulIOp(bases[0], c32(row_stride)).result, bases[1]).result
-        consts = lin.regs[:, 0] * row_stride + lin.regs[:, 1]
     else:
-        b, consts = bases[0], lin.regs[:, 0]
+        b = bases[0]
     b = arith.AddIOp(b, c32(offset)).result
-    return [arith.AddIOp(b, c32(int(c))).result for c in consts]
+    consts = [int(c) for c in lin.regs @ weights]
+    steps = [int(x) for x in np.concatenate([lin.lane_bases, lin.wave_bases]) @ weights] + [offset]
+    thread_gcd = int(np.gcd.reduce([abs(x) for x in steps if x] or [0]))
+    nbytes = DTYPE_BYTES_BY_NAME[tile_dtype(v.type)]
+    i = 0
+    while i < len(consts):
+        n = 1
+        while (i + n < len(consts) and consts[i + n] == consts[i] + n and (n + 1) * nbytes <= 16):
+            n += 1
+        n = 1 << (n.bit_length() - 1)  # power-of-two vectors only
+        start_gcd = int(np.gcd(thread_gcd, consts[i])) if thread_gcd else abs(consts[i]) or 1 << 30
+        align_elems = start_gcd & -start_gcd if start_gcd else 1 << 30
+        while n > 1 and (align_elems * nbytes) % (n * nbytes):
+            n //= 2
+        align = min(n * nbytes, (align_elems * nbytes) & -(align_elems * nbytes), 16)
+        yield i, n, max(align, nbytes), _gep(base, arith.AddIOp(b, c32(consts[i])).result, elt)
+        i += n
 
 
 def rule_barrier(lw: _Lowering, op: ir.Operation) -> None:
