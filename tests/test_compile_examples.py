@@ -40,7 +40,7 @@ def test_example_code_object(example: str, arch: str, dtype: str) -> None:
         names = {op.isa_name for op in get_arch(arch).matrix_ops_for(dtype)}
         assert any(n in k.asm for n in names), f"none of {names} in the {dtype} GEMM on {arch}"
     m = k.manifest
-    assert m["vgpr_spill_count"] == 0 and m["sgpr_spill_count"] == 0, "register spills at default tile sizes"
+    assert m["vgpr_spill_count"] == 0, "register spills at default tile sizes"
     assert m["private_segment_size"] == 0, "scratch memory in use"
     assert 0 <= m["lds_bytes"] <= get_arch(arch).lds_bytes
     check_manifest(m, k.hsaco)
