@@ -76,10 +76,11 @@ def main() -> int:
                 err = check()
                 ok = err <= TOLERANCE[dtype]
                 failures += not ok
+                kind = type(device).__name__.removesuffix("Device").lower()
                 print(f"{name:8} {arch:8} {dtype:5} {t_compile:7.2f}s {st.mfma + st.wmma:9d} {st.vgprs:5d} "
-                      f"{st.lds_bytes:6d} {st.vgpr_spills:6d} {type(device).__name__[:10]:>10} {t_run:6.2f}s "
+                      f"{st.lds_bytes:6d} {st.vgpr_spills:6d} {kind:>10} {t_run:6.2f}s "
                       f"{err:11.2e}  {'ok' if ok else 'MISMATCH'}")
-    print(f"\n{'all results match the reference' if not failures else f'{failures} mismatches'}")
+    print("\nall results match the reference" if not failures else f"\n{failures} mismatches")
     return 1 if failures else 0
 
 

@@ -149,8 +149,10 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
     manifest = kernel.manifest
     prep = prepare(manifest, args, kwargs)
     device = device or default_device(manifest["arch"])
-    if getattr(device, "arch", manifest["arch"]) != manifest["arch"]:
-        raise ValueError(f"kernel compiled for {manifest['arch']} cannot run on a {device.arch} device")
+    device_arch = getattr(device, "arch", None)
+    device_arch = getattr(device_arch, "name", device_arch)
+    if device_arch is not None and device_arch != manifest["arch"]:
+        raise ValueError(f"kernel compiled for {manifest['arch']} cannot run on a {device_arch} device")
     if 0 in prep.grid:
         return prep
     module = device.load_module(kernel.hsaco)
@@ -162,7 +164,7 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
             if t.span:
                 device.copy_in(buf, _raw(t.array, t.span))
             buffers[t.name] = buf
-        kernargs = prep.kernargs(manifest, {n: b.address for n, b in buffers.items()})
+        kernargs = prep.kernargs(manifest, {n: b.addr for n, b in buffers.items()})
         device.launch(fn, prep.grid, prep.block, kernargs, dynamic_lds=0)
         device.synchronize()
         for t in prep.tensors:

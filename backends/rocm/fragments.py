@@ -21,8 +21,8 @@ def a_coord(op: MatrixOp, lane: int, j: int) -> tuple[int, int]:
         return lane % op.m, (lane // op.m) % groups * op.k_per_lane + j
     if op.kind == "wmma_gfx11":  # both lane halves hold the same 16 rows, all K values
         return lane % 16, j
-    if op.kind == "wmma_gfx12":
-        return lane % 16, (lane // 16) * 8 + j
+    if op.kind == "wmma_gfx12":  # 16-bit inputs: lane halves interleave K in groups of 4
+        return lane % 16, (j // 4) * 8 + (lane // 16) * 4 + j % 4
     raise ValueError(op.kind)
 
 

@@ -1,0 +1,178 @@
+"""LDS (DS encoding): loads, stores, 2-address forms, atomics, and the lane permutes
+ds_swizzle_b32 / ds_permute_b32 / ds_bpermute_b32. gfx11+ names (ds_load_*, ds_store_*,
+*_2addr_*) are mapped onto the gfx9 spellings."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from tiledsl.backends.rocm.emulator.executor import builder
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.operands import M32
+from tiledsl.backends.rocm.emulator.vmem import _deliver, _gather_data, _lds_access
+
+_KIND = {"b8": (1, False), "u8": (1, False), "i8": (1, True), "b16": (2, False), "u16": (2, False),
+         "i16": (2, True), "b32": (4, False), "b64": (8, False), "b96": (12, False), "b128": (16, False)}
+
+
+def canonical(name: str) -> str:
+    n = name.replace("ds_load_", "ds_read_").replace("ds_store_", "ds_write_")
+    n = n.replace("_2addr_stride64_", "2st64_").replace("_2addr_", "2_")
+    n = n.replace("ds_cmpstore", "ds_cmpst").replace("ds_storexchg", "ds_wrxchg")
+    return n
+
+
+def _build_ds(inst, ctx):
+    name = canonical(inst.name)
+    f, nxt = inst.f, ctx.nxt
+    acc = 256 if f.get("acc") else 0
+    addr_r, d0, d1, vd = f["addr"], f["data0"] + acc, f["data1"] + acc, f["vdst"] + acc
+    off = f["offset0"] | (f["offset1"] << 8)
+    m = re.match(r"ds_(read|write)(2st64|2)?_(b8|b16|b32|b64|b96|b128|u8|i8|u16|i16)(_d16(_hi)?)?$", name)
+    if m:
+        op, two, kind, d16, hi = m.group(1), m.group(2), m.group(3), bool(m.group(4)), bool(m.group(5))
+        nbytes, signed = _KIND[kind]
+        if name in ("ds_write_b8_d16_hi", "ds_write_b16_d16_hi"):
+            d16, hi = True, True
+        if two:
+            scale = nbytes * (64 if two == "2st64" else 1)
+            offs = (f["offset0"] * scale, f["offset1"] * scale)
+        else:
+            offs = (off,)
+
+        def h(w):
+            lanes = np.flatnonzero(w.mask)
+            if lanes.size == 0:
+                return nxt
+            base = w.v[addr_r, lanes].astype(np.int64)
+            for k, o in enumerate(offs):
+                idx = _lds_access(w, base + o, nbytes, "load" if op == "read" else "store")
+                if op == "read":
+                    _deliver(w, vd + k * (nbytes // 4), w.lds[idx], lanes, nbytes, signed, d16, hi)
+                else:
+                    w.lds[idx] = _gather_data(w, d0 if k == 0 else d1, lanes, nbytes, d16, hi)
+            return nxt
+        return h
+    if name in ("ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32"):
+        return _build_permute(name, inst, ctx, addr_r, d0, vd, off)
+    m = re.match(r"ds_(add|sub|rsub|inc|dec|min|max|and|or|xor|mskor|wrxchg|cmpst)(_rtn)?_"
+                 r"(u32|i32|b32|f32|u64|i64|b64|f64)$", name)
+    if m:
+        return _build_lds_atomic(m.group(1), bool(m.group(2)), m.group(3), inst, ctx, addr_r, d0, d1, vd, off)
+    raise UnsupportedInstruction(f"LDS instruction {inst.name}")
+
+
+def _build_permute(name, inst, ctx, addr_r, d0, vd, off):
+    nxt, W = ctx.nxt, ctx.wave_size
+    lanes_all = np.arange(W)
+    if name == "ds_swizzle_b32":
+        if off & 0x8000:  # quad permute mode
+            src = (lanes_all & ~3) | ((off >> (2 * (lanes_all & 3))) & 3)
+        else:  # bitmask mode: and, or, xor masks on the lane id within groups of 32
+            and_m, or_m, xor_m = off & 0x1F, (off >> 5) & 0x1F, (off >> 10) & 0x1F
+            src = (lanes_all & ~31) | ((((lanes_all & 31) & and_m) | or_m) ^ xor_m)
+
+        def h_sw(w):
+            val = w.v[addr_r][src]  # ds_swizzle's source is the ADDR operand
+            ok = w.mask[src]
+            np.copyto(w.v[vd], np.where(ok, val, 0).astype(np.uint32), where=w.mask)
+            return nxt
+        return h_sw
+    back = name == "ds_bpermute_b32"
+
+    def h_perm(w):
+        sel = ((w.v[addr_r].astype(np.int64) + off) >> 2) % W
+        if back:  # each lane reads from lane sel
+            val = np.where(w.mask[sel], w.v[d0][sel], 0)
+            np.copyto(w.v[vd], val.astype(np.uint32), where=w.mask)
+        else:  # each active lane writes its data to lane sel
+            out = np.zeros(W, dtype=np.uint32)
+            act = np.flatnonzero(w.mask)
+            out[sel[act]] = w.v[d0][act]
+            np.copyto(w.v[vd], out, where=w.mask)
+        return nxt
+    return h_perm
+
+
+def _build_lds_atomic(op, rtn, t, inst, ctx, addr_r, d0, d1, vd, off):
+    nxt = ctx.nxt
+    nb = 8 if t.endswith("64") else 4
+    dt = {"u32": np.uint32, "i32": np.int32, "b32": np.uint32, "f32": np.float32, "u64": np.uint64,
+          "i64": np.int64, "b64": np.uint64, "f64": np.float64}[t]
+    ndw = nb // 4
+
+    def val(w, reg, lanes):
+        raw = np.ascontiguousarray(w.v[reg:reg + ndw, lanes].T).reshape(-1)
+        return raw.view(dt)
+
+    def h(w):
+        lanes = np.flatnonzero(w.mask)
+        if lanes.size == 0:
+            return nxt
+        offs = w.v[addr_r, lanes].astype(np.int64) + off
+        _lds_access(w, offs, nb, "atomic")
+        mem = w.lds
+        a = val(w, d0, lanes)
+        b = val(w, d1, lanes) if op in ("mskor", "cmpst") else None
+        olds = np.zeros(lanes.size, dtype=dt)
+        for i, o in enumerate(offs.tolist()):  # serialise the lanes in order
+            cur = mem[o:o + nb].view(dt)[0]
+            olds[i] = cur
+            x = a[i]
+            if op == "add":
+                new = cur + x
+            elif op == "sub":
+                new = cur - x
+            elif op == "rsub":
+                new = x - cur
+            elif op == "min":
+                new = min(cur, x)
+            elif op == "max":
+                new = max(cur, x)
+            elif op == "and":
+                new = cur & x
+            elif op == "or":
+                new = cur | x
+            elif op == "xor":
+                new = cur ^ x
+            elif op == "inc":
+                new = 0 if cur >= x else cur + 1
+            elif op == "dec":
+                new = x if cur == 0 or cur > x else cur - 1
+            elif op == "wrxchg":
+                new = x
+            elif op == "mskor":
+                new = (cur & ~x) | b[i]
+            elif op == "cmpst":  # gfx9 order: data0 = compare, data1 = new value
+                cmp_v, src_v = (a[i], b[i]) if ctx.gen == "gfx9" else (b[i], a[i])
+                new = src_v if cur == cmp_v else cur
+            else:
+                raise UnsupportedInstruction(f"LDS atomic {op}")
+            with np.errstate(over="ignore"):
+                mem[o:o + nb] = np.array([new], dtype=dt).view(np.uint8)
+        if rtn:
+            bits = olds.view(np.uint32).reshape(lanes.size, ndw)
+            for k in range(ndw):
+                w.v[vd + k, lanes] = bits[:, k] & M32
+        return nxt
+    return h
+
+
+def _names():
+    out = []
+    for op in ("read", "write", "load", "store"):
+        for two in ("", "2", "2st64", "_2addr", "_2addr_stride64"):
+            for k in _KIND:
+                out.append(f"ds_{op}{two}_{k}")
+        for k in ("u8_d16", "u8_d16_hi", "i8_d16", "i8_d16_hi", "u16_d16", "u16_d16_hi", "b8_d16_hi", "b16_d16_hi"):
+            out.append(f"ds_{op}_{k}")
+    for op in ("add", "sub", "rsub", "inc", "dec", "min", "max", "and", "or", "xor", "mskor", "wrxchg", "cmpst",
+               "cmpstore", "storexchg"):
+        for t in ("u32", "i32", "b32", "f32", "u64", "i64", "b64", "f64"):
+            out += [f"ds_{op}_{t}", f"ds_{op}_rtn_{t}"]
+    return out + ["ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32"]
+
+
+for _n in _names():
+    builder(_n)(_build_ds)

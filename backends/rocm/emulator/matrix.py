@@ -1,0 +1,273 @@
+"""MFMA (CDNA) and WMMA (RDNA3/RDNA4) with the per-lane operand layouts of AMD's documents.
+
+Layouts (checked against AMD's matrix instruction calculator for CDNA2/CDNA3/RDNA3/RDNA4):
+- MFMA, one block, wave64, M=N in {16, 32}, G = 64 / M lane groups, kpl = K / G values per lane:
+  A[i][k] is lane i + M * (k // kpl), element k % kpl (B mirrors it with n for i);
+  D[row][col] is lane col + N * ((row // 4) % G), element 4 * (row // (4 * G)) + row % 4.
+  gfx950's double-K f16/bf16 forms (16x16x32, 32x32x16) are taken to use the same rule, as the
+  CDNA3 fp8 forms with 8 values per lane do (no CDNA4 calculator data was available).
+- WMMA gfx11 (wave32): A[i][k] is lane i (and again lane i + 16), element k; D[row][col] is lane
+  col + 16 * (row % 2), element row // 2 (16-bit D: the op_sel half of each VGPR).
+- WMMA gfx12 (wave32): with e values per 64 bits (4 for 16-bit types, 8 for 8-bit),
+  A[i][k] is lane i + 16 * ((k // e) % 2), element (k // (2e)) * e + k % e;
+  D[row][col] is lane col + 16 * (row // 8), element row % 8 (16-bit D packed two per VGPR).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+from tiledsl.backends.rocm.emulator.executor import builder
+from tiledsl.backends.rocm.emulator.memory import EmulatorError, UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.operands import bf16_bits, inline_bits
+
+
+@functools.cache
+def fp8_table(kind: str, flavour: str) -> np.ndarray:
+    """f32 value of each of the 256 fp8 codes. kind 'fp8' (e4m3) or 'bf8' (e5m2);
+    flavour 'fnuz' (gfx942: bias 8/16, 0x80 is NaN, no inf/-0) or 'ocp' (e4m3fn / IEEE-like e5m2)."""
+    ebits, mbits = (4, 3) if kind == "fp8" else (5, 2)
+    bias = (1 << (ebits - 1)) - 1 + (1 if flavour == "fnuz" else 0)
+    out = np.zeros(256, dtype=np.float32)
+    for code in range(256):
+        s = -1.0 if code & 0x80 else 1.0
+        e = (code >> mbits) & ((1 << ebits) - 1)
+        m = code & ((1 << mbits) - 1)
+        if flavour == "fnuz" and code == 0x80:
+            out[code] = np.nan
+            continue
+        if flavour == "ocp":
+            if kind == "fp8" and e == 15 and m == 7:
+                out[code] = np.nan
+                continue
+            if kind == "bf8" and e == 31:
+                out[code] = np.inf * s if m == 0 else np.nan
+                continue
+        if e == 0:
+            out[code] = s * m * 2.0 ** (1 - bias - mbits)
+        else:
+            out[code] = s * (1 + m / (1 << mbits)) * 2.0 ** (e - bias)
+    return out
+
+
+_ELEM_BITS = {"f16": 16, "bf16": 16, "f32": 32, "i8": 8, "iu8": 8, "fp8": 8, "bf8": 8, "f64": 64, "iu4": 4}
+
+
+def _elements(raw: np.ndarray, typ: str, flavour: str, signed: bool = True) -> np.ndarray:
+    """u32 registers [nregs, lanes] -> per-lane element values [lanes, n] (float64/int64)."""
+    lanes_major = np.ascontiguousarray(raw.T)  # [lanes, nregs], each lane's bytes in register order
+    if typ == "f16":
+        return lanes_major.view(np.float16).astype(np.float64)
+    if typ == "bf16":
+        return (lanes_major.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if typ == "f32":
+        return lanes_major.view(np.float32).astype(np.float64)
+    if typ == "f64":
+        return lanes_major.view(np.float64)
+    if typ in ("i8", "iu8"):
+        return (lanes_major.view(np.int8) if signed else lanes_major.view(np.uint8)).astype(np.int64)
+    if typ in ("fp8", "bf8"):
+        return fp8_table(typ, flavour)[lanes_major.view(np.uint8)].astype(np.float64)
+    raise UnsupportedInstruction(f"matrix operand type {typ}")
+
+
+def _read_regs(w, enc, nregs, acc, ctx, typ):
+    """Registers of a matrix operand; inline constants / SGPRs broadcast to all lanes."""
+    if enc >= 256:
+        r = enc - 256 + (256 if acc else 0)
+        return w.v[r:r + nregs]
+    bits = inline_bits(enc, typ if typ in ("f16", "f32", "f64") else "b32")
+    if bits is None:
+        if enc < 128:
+            bits = w.s[enc]
+        else:
+            raise UnsupportedInstruction(f"matrix operand encoding {enc}")
+    return np.full((nregs, w.W), bits & 0xFFFFFFFF, dtype=np.uint32)
+
+
+# -- MFMA ---------------------------------------------------------------------------------
+_MFMA = re.compile(r"v_mfma_(f32|i32|f64)_(\d+)x(\d+)x(\d+)_?(?:(\d+)b_?)?"
+                   r"(f32|f16|bf16|i8|xf32|fp8_fp8|fp8_bf8|bf8_fp8|bf8_bf8|f8f6f4|f64)(_1k)?$")
+
+
+@functools.cache
+def mfma_layout(M: int, N: int, K: int):
+    """(A lane index [M, K], A element index [M, K], D lane [M, N], D element [M, N])."""
+    G = 64 // M
+    kpl = K // G
+    i, k = np.meshgrid(np.arange(M), np.arange(K), indexing="ij")
+    a_lane, a_elem = i + M * (k // kpl), k % kpl
+    GN = 64 // N
+    row, col = np.meshgrid(np.arange(M), np.arange(N), indexing="ij")
+    d_lane = col + N * ((row // 4) % GN)
+    d_elem = 4 * (row // (4 * GN)) + row % 4
+    return a_lane, a_elem, d_lane, d_elem
+
+
+@builder("v_mfma")
+def _b_mfma(inst, ctx):
+    m = _MFMA.match(inst.name)
+    if not m:
+        raise UnsupportedInstruction(f"MFMA variant {inst.name}")
+    out_t, M, N, K, blocks, in_t, _k1 = m.groups()
+    M, N, K = int(M), int(N), int(K)
+    if blocks not in (None, "1") or in_t == "xf32" or M != N or M not in (16, 32):
+        raise UnsupportedInstruction(f"{inst.name}: multi-block and xf32 MFMA variants are not modelled")
+    f, nxt = inst.f, ctx.nxt
+    if f["cbsz"] or f["abid"]:
+        if in_t != "f8f6f4":
+            raise UnsupportedInstruction(f"{inst.name} with cbsz/abid broadcast")
+    flavour = ctx.image.arch.fp8_flavour or "ocp"
+    if in_t in ("fp8_fp8", "fp8_bf8", "bf8_fp8", "bf8_bf8"):
+        ta, tb = in_t.split("_")
+    elif in_t == "f8f6f4":
+        fmt = {0: "fp8", 1: "bf8"}
+        if f["cbsz"] not in fmt or f["blgp"] not in fmt:
+            raise UnsupportedInstruction(f"{inst.name} with fp6/fp4 operands (cbsz={f['cbsz']}, blgp={f['blgp']})")
+        ta, tb = fmt[f["cbsz"]], fmt[f["blgp"]]
+    else:
+        ta = tb = in_t
+    if f["blgp"] and in_t != "f8f6f4":
+        raise UnsupportedInstruction(f"{inst.name} with blgp={f['blgp']} (lane-group broadcast)")
+    a_lane, a_elem, d_lane, d_elem = mfma_layout(M, N, K)
+    na, nb = inst.widths.get("s0", 1), inst.widths.get("s1", 1)
+    kpl = K // (64 // M)
+    na = max(na, kpl * _ELEM_BITS[ta] // 32)
+    nb = max(nb, kpl * _ELEM_BITS[tb] // 32)
+    out_per = 2 if out_t == "f64" else 1
+    nd = M * N // 64 * out_per
+    acc_a, acc_b = f["acc"] & 1, f["acc"] >> 1 & 1
+    acc_cd = f["acc_cd"]
+    s0, s1, s2, vd = f["src0"], f["src1"], f["src2"], f["vdst"] + (256 if acc_cd else 0)
+    intmode = out_t == "i32"
+
+    def h(w):
+        A = _elements(_read_regs(w, s0, na, acc_a, ctx, ta), ta, flavour)[a_lane, a_elem]
+        B = _elements(_read_regs(w, s1, nb, acc_b, ctx, tb), tb, flavour)[a_lane, a_elem]  # [N, K]
+        craw = _read_regs(w, s2, nd, acc_cd, ctx, "f64" if out_t == "f64" else "f32")
+        if out_t == "f64":
+            C = np.ascontiguousarray(craw.T).view(np.float64)[d_lane, d_elem]
+        elif intmode:
+            C = craw.T.view(np.int32).astype(np.int64)[d_lane, d_elem]
+        else:
+            C = craw.T.view(np.float32).astype(np.float64)[d_lane, d_elem]
+        D = A @ B.T + C
+        out = np.zeros((64, nd // out_per), dtype=np.float64 if not intmode else np.int64)
+        out[d_lane, d_elem] = D
+        if out_t == "f64":
+            bits = np.ascontiguousarray(out).view(np.uint32)
+        elif intmode:
+            bits = (out & 0xFFFFFFFF).astype(np.uint32)
+        else:
+            bits = out.astype(np.float32).view(np.uint32)
+        w.v[vd:vd + nd] = bits.T
+        return nxt
+    return h
+
+
+# -- WMMA ---------------------------------------------------------------------------------
+_WMMA = re.compile(r"v_wmma_(f32|f16|bf16|i32)_16x16x16_(f16|bf16|iu8|fp8_fp8|fp8_bf8|bf8_fp8|bf8_bf8)$")
+
+
+@functools.cache
+def wmma_layout(gen: str, bits: int):
+    """(A lane [16,16], A element [16,16], D lane [16,16], D element [16,16]) for wave32."""
+    i, k = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
+    row, col = i, k
+    if gen == "gfx11":
+        a_lane, a_elem = i, k
+        d_lane, d_elem = col + 16 * (row % 2), row // 2
+    else:
+        e = 64 // bits
+        a_lane = i + 16 * ((k // e) % 2)
+        a_elem = (k // (2 * e)) * e + k % e
+        d_lane, d_elem = col + 16 * (row // 8), row % 8
+    return a_lane, a_elem, d_lane, d_elem
+
+
+@builder("v_wmma")
+def _b_wmma(inst, ctx):
+    m = _WMMA.match(inst.name)
+    if not m or ctx.wave_size != 32:
+        raise UnsupportedInstruction(f"WMMA variant {inst.name} (wave{ctx.wave_size})")
+    out_t, in_t = m.groups()
+    ta, tb = in_t.split("_") if "_" in in_t else (in_t, in_t)
+    gen, f, nxt = ctx.gen, inst.f, ctx.nxt
+    flavour = ctx.image.arch.fp8_flavour or "ocp"
+    bits = _ELEM_BITS[ta]
+    a_lane, a_elem, d_lane, d_elem = wmma_layout(gen, bits)
+    na = (16 if gen == "gfx11" else 8) * bits // 32
+    nd_vals = 8
+    d16 = out_t in ("f16", "bf16")
+    nd = nd_vals if (gen == "gfx11" or not d16) else 4
+    s0, s1, s2, vd = f["src0"], f["src1"], f["src2"], f["vdst"]
+    neg = f["neg"]
+    signed_a, signed_b = bool(neg & 1), bool(neg & 2)
+    opsel_hi = bool(f["opsel"] & 4) if gen == "gfx11" else False
+    intmode = out_t == "i32"
+
+    def operand(w, enc, typ, signed):
+        vals = _elements(_read_regs(w, enc, na, False, ctx, typ), typ, flavour, signed)
+        if gen == "gfx11":
+            if not np.array_equal(vals[:16], vals[16:]):
+                raise EmulatorError(f"{inst.raw_name}: gfx11 WMMA needs its A/B operand replicated in lanes "
+                                    "0-15 and 16-31, and the two halves differ")
+        return vals[a_lane, a_elem]
+
+    def h(w):
+        A = operand(w, s0, ta, signed_a)
+        B = operand(w, s1, tb, signed_b)  # [N, K]
+        if not intmode and ta in ("f16", "bf16"):
+            if neg & 1:
+                A = -A
+            if neg & 2:
+                B = -B
+        craw = _read_regs(w, s2, nd, False, ctx, "f16" if d16 else "f32")
+        C = _unpack_d(craw, out_t, gen, opsel_hi)[d_lane, d_elem]
+        D = A @ B.T + C
+        out = np.zeros((32, nd_vals), dtype=np.int64 if intmode else np.float64)
+        out[d_lane, d_elem] = D
+        w.v[vd:vd + nd] = _pack_d(out, out_t, gen, opsel_hi, w.v[vd:vd + nd])
+        return nxt
+    return h
+
+
+def _unpack_d(raw, out_t, gen, hi):
+    """C/D registers -> [lanes, 8] values."""
+    lm = np.ascontiguousarray(raw.T)
+    if out_t == "f32":
+        return lm.view(np.float32).astype(np.float64)
+    if out_t == "i32":
+        return lm.view(np.int32).astype(np.int64)
+    halves = lm.view(np.uint16)
+    if gen == "gfx11":  # one value per VGPR, in the op_sel half
+        halves = halves[:, 1::2] if hi else halves[:, 0::2]
+    if out_t == "f16":
+        return halves.view(np.float16).astype(np.float64)
+    return (halves.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _pack_d(out, out_t, gen, hi, old):
+    if out_t == "f32":
+        return out.astype(np.float32).view(np.uint32).T
+    if out_t == "i32":
+        return (out & 0xFFFFFFFF).astype(np.uint32).T
+    h16 = out.astype(np.float16).view(np.uint16) if out_t == "f16" else bf16_bits(out.astype(np.float32))
+    if gen == "gfx11":
+        lm = np.ascontiguousarray(old.T).copy().view(np.uint16)
+        lm[:, (1 if hi else 0)::2] = h16
+        return lm.view(np.uint32).T
+    return np.ascontiguousarray(h16).view(np.uint32).T
+
+
+def register_names(table_names) -> None:
+    """Route every v_mfma_* / v_wmma_* mnemonic of an opcode table to the builders above."""
+    from tiledsl.backends.rocm.emulator.executor import BUILDERS
+
+    for n in table_names:
+        if n.startswith("v_mfma_"):
+            BUILDERS.setdefault(n, _b_mfma)
+        elif n.startswith("v_wmma_"):
+            BUILDERS.setdefault(n, _b_wmma)

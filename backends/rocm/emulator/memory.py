@@ -1,0 +1,155 @@
+"""Device memory of the emulator, and the sanitizer that checks every access against it.
+
+Global memory is one growable byte heap; each allocation is a range of it with a device address
+``HEAP_BASE + offset``. Addresses are therefore plain integers the kernel can do arithmetic on,
+and a lane's access is legal only if all its bytes fall inside one live allocation. Real
+hardware would silently read a neighbour's data; the emulator names the culprit instead.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from tiledsl.errors import TileError
+
+HEAP_BASE = 0x7F00_0000_0000  # looks like a device pointer, far from 0 so null derefs are caught
+ALIGN = 256
+
+
+class EmulatorError(TileError):
+    """Base class of the emulator's errors."""
+
+
+class UnsupportedInstruction(EmulatorError):
+    """An instruction the emulator does not implement (or cannot decode) on this arch."""
+
+
+class MemoryFault(EmulatorError):
+    """A global, scratch or LDS access outside what the runtime allocated."""
+
+
+@dataclass
+class Allocation:
+    addr: int
+    size: int
+    name: str
+
+
+class Heap:
+    """The global memory of one emulated device."""
+
+    def __init__(self, capacity: int = 1 << 20) -> None:
+        self.data = np.zeros(capacity, dtype=np.uint8)
+        self.top = 0
+        self._starts: list[int] = []  # sorted allocation start addresses
+        self._allocs: dict[int, Allocation] = {}
+        self._free: list[tuple[int, int]] = []  # (offset, size) holes reusable by alloc
+
+    # -- allocation -------------------------------------------------------------------------
+    def alloc(self, size: int, name: str = "buffer") -> int:
+        size = max(int(size), 1)
+        padded = (size + ALIGN - 1) // ALIGN * ALIGN
+        off = None
+        for i, (hoff, hsize) in enumerate(self._free):
+            if hsize >= padded:
+                off = hoff
+                if hsize == padded:
+                    self._free.pop(i)
+                else:
+                    self._free[i] = (hoff + padded, hsize - padded)
+                break
+        if off is None:
+            off = self.top
+            self.top += padded
+            if self.top > self.data.size:
+                grown = np.zeros(max(self.top, self.data.size * 2), dtype=np.uint8)
+                grown[:self.data.size] = self.data
+                self.data = grown
+        self.data[off:off + padded] = 0
+        addr = HEAP_BASE + off
+        bisect.insort(self._starts, addr)
+        self._allocs[addr] = Allocation(addr, size, name)
+        return addr
+
+    def free(self, addr: int) -> None:
+        a = self._allocs.pop(addr, None)
+        if a is None:
+            raise EmulatorError(f"free of 0x{addr:x}, which is not a live allocation")
+        self._starts.remove(addr)
+        padded = (a.size + ALIGN - 1) // ALIGN * ALIGN
+        self._free.append((addr - HEAP_BASE, padded))
+
+    def find(self, addr: int) -> Allocation | None:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0:
+            return None
+        a = self._allocs[self._starts[i]]
+        return a if addr < a.addr + a.size else None
+
+    # -- host copies ------------------------------------------------------------------------
+    def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        raw = np.frombuffer(bytes(data) if not isinstance(data, np.ndarray) else data.tobytes(), np.uint8)
+        self.check_range(addr, raw.size, "host write")
+        off = addr - HEAP_BASE
+        self.data[off:off + raw.size] = raw
+
+    def read(self, addr: int, size: int) -> bytes:
+        self.check_range(addr, size, "host read")
+        off = addr - HEAP_BASE
+        return self.data[off:off + size].tobytes()
+
+    def check_range(self, addr: int, size: int, what: str) -> None:
+        a = self.find(addr)
+        if a is None or addr + size > a.addr + a.size:
+            raise MemoryFault(f"{what} of {size} bytes at 0x{addr:x} is outside every allocation"
+                              + self.describe(addr))
+
+    def describe(self, addr: int) -> str:
+        """A hint naming the nearest allocation, for error messages."""
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0:
+            return ""
+        a = self._allocs[self._starts[i]]
+        return f" (nearest: '{a.name}' at 0x{a.addr:x}, {a.size} bytes; offset {addr - a.addr})"
+
+    # -- lane-vectorised access --------------------------------------------------------------
+    def bad_lanes(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:
+        """Boolean mask of the lanes whose [addr, addr+nbytes) is not inside one allocation."""
+        if addrs.size == 0:
+            return np.zeros(0, dtype=bool)
+        lo, hi = int(addrs.min()), int(addrs.max())
+        a = self.find(lo)
+        if a is not None and hi + nbytes <= a.addr + a.size:
+            return np.zeros(addrs.size, dtype=bool)  # the common case: one buffer
+        starts = np.array(self._starts, dtype=np.uint64)
+        ends = np.array([self._allocs[s].addr + self._allocs[s].size for s in self._starts], dtype=np.uint64)
+        if starts.size == 0:
+            return np.ones(addrs.size, dtype=bool)
+        idx = np.searchsorted(starts, addrs, side="right").astype(np.int64) - 1
+        ok = idx >= 0
+        idxc = np.clip(idx, 0, None)
+        ok &= addrs + np.uint64(nbytes) <= ends[idxc]
+        return ~ok
+
+    def gather(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:
+        """Bytes [lanes, nbytes] at the (already checked) addresses."""
+        off = (addrs - np.uint64(HEAP_BASE)).astype(np.int64)
+        if nbytes % 4 == 0 and not (off & 3).any():
+            words = self.data.view(np.uint32)
+            idx = (off >> 2)[:, None] + np.arange(nbytes // 4)
+            return words[idx].view(np.uint8).reshape(off.size, nbytes)
+        return self.data[off[:, None] + np.arange(nbytes)]
+
+    def scatter(self, addrs: np.ndarray, raw: np.ndarray) -> None:
+        """Store raw bytes [lanes, nbytes]; lanes are applied in order (highest lane wins)."""
+        off = (addrs - np.uint64(HEAP_BASE)).astype(np.int64)
+        nbytes = raw.shape[1]
+        if nbytes % 4 == 0 and not (off & 3).any():
+            words = self.data.view(np.uint32)
+            idx = (off >> 2)[:, None] + np.arange(nbytes // 4)
+            words[idx] = np.ascontiguousarray(raw).view(np.uint32).reshape(idx.shape)
+        else:
+            self.data[off[:, None] + np.arange(nbytes)] = raw

@@ -1,0 +1,385 @@
+"""VALU framework: binds VOP1/VOP2/VOPC/VOP3/VOP3B/VOPD instructions (with DPP, SDWA, true16,
+op_sel and float modifiers) to the lane-wise semantics in valu_ops.py."""
+
+from __future__ import annotations
+
+import numpy as np
+from tiledsl.backends.rocm.emulator import crosslane
+from tiledsl.backends.rocm.emulator.executor import _mask_cache, builder
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.operands import (
+    M32,
+    mask_to_int,
+    scalar_reader,
+    scalar_writer,
+    vdst,
+    vsrc,
+)
+from tiledsl.backends.rocm.emulator.valu_ops import CARRY, FCMP, ICMP, OPS
+
+FLOATS = ("f32", "f16", "f64", "bf16")
+HALF = ("f16", "u16", "i16", "bf16")
+VOP3B = {"v_div_scale_f32", "v_div_scale_f64", "v_mad_u64_u32", "v_mad_i64_i32", "v_mad_co_u64_u32",
+         "v_mad_co_i64_i32"}
+
+
+def _srcs(inst):
+    f = inst.f
+    return [f.get("src0"), f.get("src1"), f.get("src2")]
+
+
+def typed_from_bits(raw, typ):
+    """u32 lane bits (array or int) -> typed lane values (16-bit types use the low half)."""
+    a = np.asarray(raw, dtype=np.uint32)
+    if typ in ("b32", "u32"):
+        return a
+    if typ == "i32":
+        return a.view(np.int32)
+    if typ == "f32":
+        return a.view(np.float32)
+    lo = (a & np.uint32(0xFFFF)).astype(np.uint16)
+    if typ == "u16":
+        return lo
+    if typ == "i16":
+        return lo.view(np.int16)
+    if typ == "f16":
+        return lo.view(np.float16)
+    if typ == "bf16":
+        return (lo.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    raise UnsupportedInstruction(f"SDWA/DPP operand of type {typ}")
+
+
+def bits_from_typed(val, typ, W):
+    v = np.broadcast_to(np.asarray(val), (W,))
+    if typ == "f32":
+        return v.astype(np.float32).view(np.uint32)
+    if typ == "f16":
+        return v.astype(np.float16).view(np.uint16).astype(np.uint32)
+    if typ == "bf16":
+        from tiledsl.backends.rocm.emulator.operands import bf16_bits
+        return bf16_bits(v).astype(np.uint32)
+    if typ in ("u16", "i16"):
+        return (v.astype(np.int64) & 0xFFFF).astype(np.uint32)
+    return v.astype(np.int64).astype(np.uint32) if v.dtype.kind in "iu" else v.astype(np.uint32)
+
+
+def _reader(inst, ctx, i, enc, typ):
+    """Source `i` of type `typ` with every modifier of the encoding applied."""
+    f, fam, gen = inst.f, inst.fam, ctx.gen
+    hi = False
+    if typ in HALF:
+        if fam in ("VOP3", "VOP3P"):
+            hi = bool(f.get("opsel", 0) >> i & 1)
+        elif gen != "gfx9" and enc is not None and enc >= 256 and inst.sdwa is None:
+            hi = bool((enc - 256) & 0x80)
+            enc = 256 + ((enc - 256) & 0x7F)
+    if inst.sdwa is not None and i < 2:
+        rd = _sdwa_reader(inst, ctx, i, enc, typ)
+    elif inst.dpp is not None and i == 0:
+        rd = crosslane.dpp_reader(inst, ctx, enc, typ, hi)
+    else:
+        rd = vsrc(enc, typ, ctx, inst.lit, hi)
+    neg = absm = 0
+    if typ in FLOATS:
+        if fam == "VOP3" and inst.name not in VOP3B:
+            absm, neg = f["abs"] >> i & 1, f["neg"] >> i & 1
+        elif fam == "VOP3":
+            neg = f["neg"] >> i & 1
+        elif inst.dpp is not None and "neg0" in inst.dpp and i < 2:
+            absm, neg = inst.dpp[f"abs{i}"], inst.dpp[f"neg{i}"]
+        elif inst.sdwa is not None and i < 2:
+            absm, neg = inst.sdwa[f"abs{i}"], inst.sdwa[f"neg{i}"]
+    elif typ in ("b32", "u32") and fam == "VOP3" and inst.name not in VOP3B and (f["abs"] | f["neg"]) >> i & 1:
+        # Float modifiers on a bit-typed operand (v_cndmask_b32 |x|): act on the sign bit.
+        a_bit, n_bit = f["abs"] >> i & 1, f["neg"] >> i & 1
+        return lambda w: _bits_mod(rd(w), a_bit, n_bit)
+    if absm and neg:
+        return lambda w: -np.abs(rd(w))
+    if absm:
+        return lambda w: np.abs(rd(w))
+    if neg:
+        return lambda w: -rd(w)
+    return rd
+
+
+def _bits_mod(x, a_bit, n_bit):
+    x = np.asarray(x, dtype=np.uint32)
+    if a_bit:
+        x = x & np.uint32(0x7FFFFFFF)
+    if n_bit:
+        x = x ^ np.uint32(0x80000000)
+    return x
+
+
+def _sdwa_reader(inst, ctx, i, enc, typ):
+    sd = inst.sdwa
+    sel, sext = sd[f"sel{i}"], sd[f"sext{i}"]
+    raw = vsrc(enc, "u32", ctx, inst.lit)
+    if sel == 6:
+        return lambda w: typed_from_bits(raw(w), typ)
+    shift, bits = (8 * sel, 8) if sel < 4 else (16 * (sel - 4), 16)
+
+    def rd(w):
+        v = (np.asarray(raw(w), dtype=np.uint32) >> np.uint32(shift)) & np.uint32((1 << bits) - 1)
+        if sext:
+            v = ((v.astype(np.int64) ^ (1 << (bits - 1))) - (1 << (bits - 1))).astype(np.uint32)
+        return typed_from_bits(v, typ)
+    return rd
+
+
+def _mask_reader(inst, ctx, enc):
+    """Lane-mask operand (v_cndmask / carry-in): VCC for e32, an SGPR (pair) for VOP3."""
+    W = ctx.wave_size
+    if inst.fam == "VOP3":
+        bits = scalar_reader(enc, ctx, inst.lit, "b64" if W == 64 else "b32")
+        return lambda w: _mask_cache(bits(w) & w.fullmask, W)
+    return lambda w: _mask_cache(w.vcc() & w.fullmask, W)
+
+
+def _writer(inst, ctx, typ):
+    f, gen = inst.f, ctx.gen
+    d = f.get("vdst", 0)
+    if inst.sdwa is not None:
+        return _sdwa_writer(inst, ctx, typ)
+    hi = False
+    zero_hi = False
+    if typ in HALF:
+        if inst.fam in ("VOP3", "VOP3P"):
+            hi = bool(f.get("opsel", 0) >> 3 & 1)
+        elif gen != "gfx9":
+            hi, d = bool(d & 0x80), d & 0x7F
+        zero_hi = gen == "gfx9" and not hi and not inst.name.startswith(("v_mov_b16", "v_fma_mix"))
+    wr = vdst(d, typ, ctx, hi, zero_hi)
+    if inst.dpp is not None:
+        dm = crosslane.dpp_write_mask(inst, ctx)
+        return lambda w, v, m=None: wr(w, v, dm(w))
+    return wr
+
+
+def _sdwa_writer(inst, ctx, typ):
+    sd = inst.sdwa
+    d, W = inst.f["vdst"], ctx.wave_size
+    sel, unused = sd["dst_sel"], sd["dst_unused"]
+    if sel == 6:
+        shift, bits = 0, 32
+    else:
+        shift, bits = (8 * sel, 8) if sel < 4 else (16 * (sel - 4), 16)
+    field = ((1 << bits) - 1) << shift
+
+    def wr(w, val, m=None):
+        b = bits_from_typed(val, typ, W).astype(np.int64)
+        b = (b & ((1 << bits) - 1)) << shift
+        if unused == 2:  # preserve
+            b |= w.v[d].astype(np.int64) & ~field & M32
+        elif unused == 1 and bits < 32:  # sign-extend above the field
+            sign = (b >> (shift + bits - 1)) & 1
+            b |= np.where(sign == 1, (M32 & ~((1 << (shift + bits)) - 1)), 0)
+        row = w.v[d]
+        np.copyto(row, b.astype(np.uint32), where=w.mask if m is None else m)
+    return wr
+
+
+def _post(inst, dt, fn):
+    """Output modifiers: omod and clamp (float results)."""
+    f = inst.f
+    omod = f.get("omod", 0) if inst.fam == "VOP3" else (inst.sdwa or {}).get("omod", 0)
+    clamp = f.get("clamp", 0) if inst.fam in ("VOP3", "VOP3P") else (inst.sdwa or {}).get("clamp", 0)
+    if dt not in FLOATS or not (omod or clamp):
+        if clamp and dt in ("u32", "i32", "u16", "i16"):
+            lo, hi = {"u32": (0, M32), "i32": (-2**31, 2**31 - 1), "u16": (0, 65535), "i16": (-32768, 32767)}[dt]
+            return lambda *a: np.clip(np.asarray(fn(*a), dtype=np.int64), lo, hi)
+        return fn
+    scale = {0: None, 1: 2.0, 2: 4.0, 3: 0.5}[omod]
+
+    def post(*a):
+        r = fn(*a)
+        if scale is not None:
+            r = r * r.dtype.type(scale) if isinstance(r, np.ndarray) else r * scale
+        if clamp:
+            r = np.clip(r, 0, 1)
+        return r
+    return post
+
+
+def build_alu(inst, ctx, spec):
+    dt, sts, fn = spec
+    name, f, nxt = inst.name, inst.f, ctx.nxt
+    encs = _srcs(inst)
+    if "mac" in name and "mix" not in name:  # accumulate into the destination register
+        encs = [encs[0], encs[1], 256 + f["vdst"] if inst.fam != "VOP3P" else encs[2]]
+        if inst.fam == "VOPD":
+            raise UnsupportedInstruction("VOPD mac")
+    if name in ("v_fmamk_f32", "v_madmk_f32", "v_fmamk_f16", "v_madmk_f16"):
+        encs = [encs[0], 255, encs[1]]
+    if name in ("v_fmaak_f32", "v_madak_f32", "v_fmaak_f16", "v_madak_f16"):
+        encs = [encs[0], encs[1], 255]
+    readers = []
+    for i, typ in enumerate(sts):
+        if typ == "mask":
+            readers.append(_mask_reader(inst, ctx, encs[2]))
+        else:
+            readers.append(_reader(inst, ctx, i, encs[i], typ))
+    fn = _post(inst, dt, fn)
+    wr = _writer(inst, ctx, dt)
+    if inst.fam == "VOP3" and name in VOP3B:
+        swr = scalar_writer(f["sdst"], ctx, ctx.wave_size == 64)
+        base_wr = wr
+
+        def wr(w, v, m=None):
+            base_wr(w, v, m)
+            swr(w, 0)
+    if len(readers) == 1:
+        r0 = readers[0]
+
+        def h1(w):
+            wr(w, fn(r0(w)))
+            return nxt
+        return h1
+    if len(readers) == 2:
+        r0, r1 = readers
+
+        def h2(w):
+            wr(w, fn(r0(w), r1(w)))
+            return nxt
+        return h2
+    r0, r1, r2 = readers
+
+    def h3(w):
+        wr(w, fn(r0(w), r1(w), r2(w)))
+        return nxt
+    return h3
+
+
+for _n in OPS:
+    builder(_n)(lambda inst, ctx: build_alu(inst, ctx, OPS[inst.name]))
+
+
+# -- carries ------------------------------------------------------------------------------
+@builder(*CARRY)
+def _b_carry(inst, ctx):
+    kind, cin = CARRY[inst.name]
+    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    e0, e1, e2 = _srcs(inst)
+    a, b = vsrc(e0, "u32", ctx, inst.lit), vsrc(e1, "u32", ctx, inst.lit)
+    c = _mask_reader(inst, ctx, e2) if cin else None
+    wr = vdst(f["vdst"], "u32", ctx)
+    if inst.fam == "VOP3":
+        cwr = scalar_writer(f["sdst"], ctx, W == 64)
+    else:
+        def cwr(w, v):
+            w.set_vcc(v)
+    clamp = inst.fam == "VOP3" and f.get("clamp", 0)
+
+    def h(w):
+        x, y = np.asarray(a(w), dtype=np.int64), np.asarray(b(w), dtype=np.int64)
+        ci = c(w).astype(np.int64) if c else 0
+        if kind == "add":
+            r = x + y + ci
+            co = r > M32
+        elif kind == "sub":
+            r = x - y - ci
+            co = r < 0
+        else:
+            r = y - x - ci
+            co = r < 0
+        r = np.broadcast_to(r, (W,))
+        if clamp:
+            r = np.clip(r, 0, M32)
+        wr(w, r & M32)
+        cwr(w, mask_to_int(np.broadcast_to(co, (W,)) & w.mask))
+        return nxt
+    return h
+
+
+# -- compares -----------------------------------------------------------------------------
+def _cmp_names():
+    out = {}
+    for t in ("f16", "f32", "f64"):
+        for c in FCMP:
+            out[f"v_cmp_{c}_{t}"] = (t, FCMP[c], False)
+            out[f"v_cmpx_{c}_{t}"] = (t, FCMP[c], True)
+    for t in ("i16", "u16", "i32", "u32", "i64", "u64"):
+        for c in ICMP:
+            out[f"v_cmp_{c}_{t}"] = (t, ICMP[c], False)
+            out[f"v_cmpx_{c}_{t}"] = (t, ICMP[c], True)
+    for t in ("f16", "f32", "f64"):
+        out[f"v_cmp_class_{t}"] = (t, "class", False)
+        out[f"v_cmpx_class_{t}"] = (t, "class", True)
+    return out
+
+
+CMPS = _cmp_names()
+
+
+@builder(*CMPS)
+def _b_cmp(inst, ctx):
+    from tiledsl.backends.rocm.emulator.valu_ops import _class
+
+    t, pred, x = CMPS[inst.name]
+    f, nxt, W, gen = inst.f, ctx.nxt, ctx.wave_size, ctx.gen
+    e0, e1, _ = _srcs(inst)
+    a = _reader(inst, ctx, 0, e0, t)
+    b = _reader(inst, ctx, 1, e1, "u32" if pred == "class" else t)
+    if pred == "class":
+        pred = _class
+    if inst.fam == "VOP3":
+        dst = scalar_writer(f["vdst"], ctx, W == 64)
+    elif inst.sdwa is not None and inst.sdwa["sd"]:
+        dst = scalar_writer(inst.sdwa["sdst"], ctx, W == 64)
+    else:
+        def dst(w, v):
+            w.set_vcc(v)
+    write_sdst = not x or gen == "gfx9"
+    dm = crosslane.dpp_write_mask(inst, ctx) if inst.dpp is not None else None
+
+    def h(w):
+        with np.errstate(invalid="ignore"):
+            r = np.broadcast_to(pred(a(w), b(w)), (W,))
+        m = w.mask if dm is None else dm(w)
+        bits = mask_to_int(r & m)
+        if write_sdst:
+            dst(w, bits)
+        if x:
+            w.set_exec(bits)
+        return nxt
+    return h
+
+
+# -- VOPD (gfx11+ dual issue): both halves read their sources before either writes ----------
+@builder("vopd")
+def _b_vopd(inst, ctx):
+    from dataclasses import replace
+
+    xname, yname = (n.replace("v_dual_", "v_") for n in inst.xy)
+    f = inst.f
+    halves = []
+    for nm, s0, s1, d in ((xname, f["src0"], f["src1"], f["vdst"]), (yname, f["src0y"], f["src1y"], f["vdsty"])):
+        nm = {"v_add_nc_u32": "v_add_nc_u32", "v_dot2acc_f32_f16": "v_dot2c_f32_f16"}.get(nm, nm)
+        sub = replace(inst, fam="VOP2", name=nm, f={"src0": s0, "src1": s1, "vdst": d}, dpp=None, sdwa=None)
+        spec = OPS.get(nm)
+        if spec is None:
+            raise UnsupportedInstruction(f"VOPD half {nm}")
+        dt, sts, fn = spec
+        encs = [s0, s1]
+        if "mac" in nm:
+            encs.append(256 + d)
+        elif nm in ("v_fmamk_f32",):
+            encs = [s0, 255, s1]
+        elif nm in ("v_fmaak_f32",):
+            encs = [s0, s1, 255]
+        elif nm == "v_cndmask_b32":
+            encs.append(None)
+        rds = [(_mask_reader(sub, ctx, None) if t == "mask" else vsrc(encs[i], t, ctx, inst.lit))
+               for i, t in enumerate(sts)]
+        halves.append((rds, fn, vdst(d, dt, ctx)))
+    (rx, fx, wx), (ry, fy, wy) = halves
+    nxt = ctx.nxt
+
+    def h(w):
+        # Copies: a result may be a view of a register the other half overwrites.
+        vx = np.array(fx(*[r(w) for r in rx]))
+        vy = np.array(fy(*[r(w) for r in ry]))
+        wx(w, vx)
+        wy(w, vy)
+        return nxt
+    return h

@@ -1,0 +1,434 @@
+"""Memory instructions: scalar loads (SMEM), global/flat/scratch, buffer (MUBUF/VBUFFER) and LDS (DS).
+
+Every lane's access is checked: global addresses against the runtime's allocations, LDS offsets
+against the workgroup's LDS size, scratch against the private segment size. A violation raises
+MemoryFault naming the lane; the executor adds kernel, workgroup, wave and instruction.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from tiledsl.backends.rocm.emulator.executor import SCRATCH_TAG, builder, lds_fault
+from tiledsl.backends.rocm.emulator.memory import HEAP_BASE, MemoryFault, UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.operands import M32, PRIVATE_APERTURE, SHARED_APERTURE, scalar_writer
+from tiledsl.backends.rocm.emulator.operands import scalar_reader as sread
+
+_SIZE = {"ubyte": (1, False), "sbyte": (1, True), "ushort": (2, False), "sshort": (2, True), "dword": (4, False),
+         "dwordx2": (8, False), "dwordx3": (12, False), "dwordx4": (16, False), "u8": (1, False), "i8": (1, True),
+         "u16": (2, False), "i16": (2, True), "b8": (1, False), "b16": (2, False), "b32": (4, False),
+         "b64": (8, False), "b96": (12, False), "b128": (16, False), "byte": (1, False), "short": (2, False),
+         "dwordx8": (32, False), "dwordx16": (64, False), "b256": (32, False), "b512": (64, False)}
+
+
+def _global_fault(w, lanes, addrs, nbytes, what):
+    lane = int(lanes[0])
+    addr = int(addrs[0])
+    return MemoryFault(f"global {what} of {nbytes} bytes at 0x{addr:x} (lane {lane}) is outside every buffer "
+                       "the runtime allocated" + w.heap.describe(addr))
+
+
+# -- scalar memory ------------------------------------------------------------------------
+@builder(*[f"s_load_{s}" for s in ("dword", "dwordx2", "dwordx4", "dwordx8", "dwordx16", "b32", "b64", "b96",
+                                   "b128", "b256", "b512", "u8", "i8", "u16", "i16")],
+         *[f"s_buffer_load_{s}" for s in ("dword", "dwordx2", "dwordx4", "dwordx8", "dwordx16", "b32", "b64",
+                                          "b96", "b128", "b256", "b512")])
+def _b_smem(inst, ctx):
+    f, nxt = inst.f, ctx.nxt
+    kind = inst.name.rsplit("_", 1)[1]
+    nbytes, signed = _SIZE[kind]
+    buffer = inst.name.startswith("s_buffer")
+    sb, sd = f["sbase"], f["sdata"]
+    off = f["offset"]
+    soff = f["soff_reg"]
+    soff_rd = sread(soff, ctx, None) if soff is not None and soff != ctx.null_sgpr else None
+    ndw = max(1, nbytes // 4)
+
+    def h(w):
+        s = w.s
+        if buffer:
+            base = s[sb] | ((s[sb + 1] & 0xFFFF) << 32)
+            limit = s[sb + 2]
+        else:
+            base = s[sb] | (s[sb + 1] << 32)
+        o = (off or 0) + (soff_rd(w) if soff_rd else 0)
+        addr = (base + o) & ~3 if nbytes >= 4 else base + o
+        if buffer and o + nbytes > limit:
+            vals = [0] * ndw
+        else:
+            a = w.heap.find(addr)
+            if a is None or addr + nbytes > a.addr + a.size:
+                raise MemoryFault(f"scalar load of {nbytes} bytes at 0x{addr:x} is outside every buffer the "
+                                  "runtime allocated" + w.heap.describe(addr))
+            p = addr - HEAP_BASE
+            raw = w.heap.data[p:p + nbytes]
+            if nbytes < 4:
+                v = int.from_bytes(raw.tobytes(), "little", signed=signed) & M32
+                vals = [v]
+            else:
+                vals = raw.view(np.uint32).tolist()
+        s[sd:sd + ndw] = vals
+        return nxt
+    return h
+
+
+@builder("s_memtime", "s_memrealtime", "s_getreg_b32_const")
+def _b_time(inst, ctx):
+    wr = scalar_writer(inst.f["sdata"], ctx, True)
+    nxt = ctx.nxt
+    return lambda w: (wr(w, w.count), nxt)[1]
+
+
+@builder("s_dcache_inv", "s_dcache_wb", "s_dcache_inv_vol", "s_dcache_wb_vol", "s_dcache_discard",
+         "s_dcache_discard_x2", "buffer_wbinvl1", "buffer_wbinvl1_vol", "buffer_inv", "buffer_wbl2",
+         "buffer_gl0_inv", "buffer_gl1_inv", "global_inv", "global_wb", "global_wbinv", "buffer_invl2")
+def _b_cache(inst, ctx):
+    nxt = ctx.nxt
+    return lambda w: nxt
+
+
+# -- vector memory: shared helpers --------------------------------------------------------
+def _parse_vmem(name: str):
+    """flat/global/scratch/buffer mnemonic -> (op, nbytes, signed, d16, hi)."""
+    m = re.match(r"(?:global|flat|scratch|buffer)_(load|store)_(.*)$", name)
+    if not m:
+        return None
+    op, rest = m.groups()
+    d16 = "d16" in rest
+    hi = "_hi" in rest or rest.endswith("hi")
+    kind = re.sub(r"(_?d16|_hi|_?lds)", "", rest).strip("_")
+    if kind.startswith(("format", "lds")):
+        return None
+    kind = {"short": "ushort", "byte": "ubyte"}.get(kind, kind) if op == "load" else kind
+    if kind not in _SIZE:
+        return None
+    nbytes, signed = _SIZE[kind]
+    return op, nbytes, signed, d16, hi
+
+
+def _deliver(w, d, raw, lanes, nbytes, signed, d16, hi):
+    """Write loaded bytes [n, nbytes] of `lanes` to VGPR d.. (zero/sign extension, d16 halves)."""
+    if nbytes >= 4:
+        vals = np.ascontiguousarray(raw).view(np.uint32).reshape(len(lanes), nbytes // 4)
+        for k in range(nbytes // 4):
+            w.v[d + k, lanes] = vals[:, k]
+        return
+    v = raw[:, 0].astype(np.int64) if nbytes == 1 else np.ascontiguousarray(raw).view(np.uint16)[:, 0].astype(np.int64)
+    if signed:
+        bits = 8 * nbytes
+        v = (v ^ (1 << (bits - 1))) - (1 << (bits - 1))
+    if d16:
+        half = 1 if hi else 0
+        w.h[d, 2 * lanes + half] = (v & 0xFFFF).astype(np.uint16)
+    else:
+        w.v[d, lanes] = (v & M32).astype(np.uint32)
+
+
+def _gather_data(w, s, lanes, nbytes, d16, hi):
+    """Bytes [n, nbytes] to store from VGPR s.. for `lanes`."""
+    if nbytes >= 4:
+        return np.ascontiguousarray(w.v[s:s + nbytes // 4, lanes].T).view(np.uint8).reshape(len(lanes), nbytes)
+    src = w.v[s, lanes] >> np.uint32(16) if (d16 and hi) else w.v[s, lanes]
+    return np.ascontiguousarray(src).view(np.uint8).reshape(len(lanes), 4)[:, :nbytes]
+
+
+def _lds_access(w, offs, nbytes, what):
+    """Check LDS offsets (int64 array) and return byte index matrix [n, nbytes]."""
+    bad = (offs < 0) | (offs + nbytes > w.lds.size)
+    if bad.any():
+        raise lds_fault(w, bad, offs, nbytes, what)
+    return offs[:, None] + np.arange(nbytes)
+
+
+def _private_access(w, lanes, offs, nbytes, what):
+    if w.scratch is None:
+        raise MemoryFault(f"scratch {what}, but the kernel has no private segment")
+    bad = (offs < 0) | (offs + nbytes > w.scratch.shape[1])
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise MemoryFault(f"scratch {what} of {nbytes} bytes at private offset {int(offs[i])} (lane {int(lanes[i])})"
+                          f" is outside the {w.scratch.shape[1]}-byte private segment")
+    return lanes[:, None], offs[:, None] + np.arange(nbytes)
+
+
+def _global_rw(w, lanes, addrs, nbytes, store, data=None, flat=False):
+    """Load (returns bytes) or store `data` at 64-bit addresses; flat addresses may hit LDS/scratch."""
+    if flat:
+        ap = addrs >> np.uint64(44)
+        in_lds = ap == np.uint64(SHARED_APERTURE >> 44)
+        in_prv = ap == np.uint64(PRIVATE_APERTURE >> 44)
+        if in_lds.any() or in_prv.any():
+            out = np.zeros((len(lanes), nbytes), dtype=np.uint8)
+            for sel, base in ((in_lds, SHARED_APERTURE), (in_prv, PRIVATE_APERTURE)):
+                if sel.any():
+                    offs = (addrs[sel] - np.uint64(base)).astype(np.int64)
+                    if base == SHARED_APERTURE:
+                        idx = _lds_access(w, offs, nbytes, "flat access")
+                        if store:
+                            w.lds[idx] = data[sel]
+                        else:
+                            out[sel] = w.lds[idx]
+                    else:
+                        li, idx = _private_access(w, lanes[sel], offs, nbytes, "flat access")
+                        if store:
+                            w.scratch[li, idx] = data[sel]
+                        else:
+                            out[sel] = w.scratch[li, idx]
+            rest = ~(in_lds | in_prv)
+            if rest.any():
+                sub = _global_rw(w, lanes[rest], addrs[rest], nbytes, store, None if data is None else data[rest])
+                if not store:
+                    out[rest] = sub
+            return out
+    bad = w.heap.bad_lanes(addrs, nbytes)
+    if bad.any():
+        i = np.flatnonzero(bad)
+        raise _global_fault(w, lanes[i], addrs[i], nbytes, "store" if store else "load")
+    if store:
+        w.heap.scatter(addrs, data)
+        return None
+    return w.heap.gather(addrs, nbytes)
+
+
+# -- FLAT / GLOBAL / SCRATCH --------------------------------------------------------------
+_ATOMIC = {"add": lambda m, d: m + d, "sub": lambda m, d: m - d, "and": lambda m, d: m & d,
+           "or": lambda m, d: m | d, "xor": lambda m, d: m ^ d, "swap": lambda m, d: d,
+           "umin": min, "umax": max, "min": None, "max": None, "smin": None, "smax": None}
+
+
+def _vmem_names():
+    out = []
+    for sp in ("global", "flat", "scratch", "buffer"):
+        for op in ("load", "store"):
+            for k in _SIZE:
+                out.append(f"{sp}_{op}_{k}")
+            for k in ("ubyte_d16", "ubyte_d16_hi", "sbyte_d16", "sbyte_d16_hi", "short_d16", "short_d16_hi",
+                      "byte_d16_hi", "d16_u8", "d16_i8", "d16_b16", "d16_hi_u8", "d16_hi_i8", "d16_hi_b16",
+                      "d16_hi_b8", "d16_hi_b16"):
+                out.append(f"{sp}_{op}_{k}")
+    return out
+
+
+def _address_fn(inst, ctx):
+    """Closure (w, lanes) -> uint64 addresses (or private offsets for scratch)."""
+    f = inst.f
+    fam = inst.fam
+    off = f["offset"]
+    saddr = f["saddr"]
+    has_saddr = saddr != f["null"] and not (ctx.gen == "gfx9" and saddr == 0x7F)
+    va = f["addr"]
+    if fam == "SCRATCH":
+        use_v = ctx.gen == "gfx9" and va != 0x7F and not has_saddr or f["sve"] or (ctx.gen == "gfx9" and not has_saddr)
+        sr = sread(saddr, ctx, None) if has_saddr else None
+
+        def scr(w, lanes):
+            o = np.full(len(lanes), off + (sr(w) if sr else 0), dtype=np.int64)
+            if use_v:
+                o = o + w.v[va, lanes].astype(np.int64)
+            return o
+        return scr
+    if has_saddr:
+        sr = sread(saddr, ctx, None, "b64")
+
+        def gs(w, lanes):
+            return np.uint64(sr(w)) + w.v[va, lanes].astype(np.uint64) + np.uint64(off & ((1 << 64) - 1)) \
+                if off >= 0 else np.uint64(sr(w)) + w.v[va, lanes].astype(np.uint64) - np.uint64(-off)
+        return gs
+
+    def gv(w, lanes):
+        a = w.v[va, lanes].astype(np.uint64) | (w.v[va + 1, lanes].astype(np.uint64) << np.uint64(32))
+        return a + np.uint64(off) if off >= 0 else a - np.uint64(-off)
+    return gv
+
+
+def _build_vmem(inst, ctx):
+    parsed = _parse_vmem(inst.name)
+    if parsed is None:
+        raise UnsupportedInstruction(f"memory instruction {inst.name}")
+    op, nbytes, signed, d16, hi = parsed
+    f, nxt = inst.f, ctx.nxt
+    acc = 256 if f.get("acc") else 0
+    if inst.fam in ("MUBUF",):
+        addr_fn = _buffer_address(inst, ctx, nbytes)
+        d, s = f["vdata"] + acc, f["vdata"] + acc
+        space = "buffer"
+    else:
+        addr_fn = _address_fn(inst, ctx)
+        d, s = f["vdst"] + acc, f["data"] + acc
+        space = inst.fam.lower()
+    flat = space == "flat"
+
+    def h(w):
+        lanes = np.flatnonzero(w.mask)
+        if lanes.size == 0:
+            return nxt
+        if space == "buffer":
+            addrs, ok, scratch = addr_fn(w, lanes)
+        else:
+            addrs, ok, scratch = addr_fn(w, lanes), None, space == "scratch"
+        if op == "load":
+            if scratch:
+                li, idx = _private_access(w, lanes, _as_i64(addrs), nbytes, "load")
+                raw = w.scratch[li, idx]
+            elif ok is not None and not ok.all():
+                raw = np.zeros((lanes.size, nbytes), dtype=np.uint8)
+                if ok.any():
+                    raw[ok] = _global_rw(w, lanes[ok], addrs[ok], nbytes, False)
+            else:
+                raw = _global_rw(w, lanes, addrs, nbytes, False, flat=flat)
+            _deliver(w, d, raw, lanes, nbytes, signed, d16, hi)
+        else:
+            data = _gather_data(w, s, lanes, nbytes, d16, hi)
+            if scratch:
+                li, idx = _private_access(w, lanes, _as_i64(addrs), nbytes, "store")
+                w.scratch[li, idx] = data
+            elif ok is not None and not ok.all():
+                if ok.any():
+                    _global_rw(w, lanes[ok], addrs[ok], nbytes, True, data[ok])
+            else:
+                _global_rw(w, lanes, addrs, nbytes, True, data, flat=flat)
+        return nxt
+    return h
+
+
+def _as_i64(a):
+    return np.asarray(a).astype(np.int64)
+
+
+for _n in _vmem_names():
+    builder(_n)(_build_vmem)
+
+
+def _buffer_address(inst, ctx, nbytes):
+    """MUBUF/VBUFFER: base + soffset + inst offset + vaddr (offen) + index * stride (idxen)."""
+    f = inst.f
+    r = f["srsrc"]
+    soff = sread(f["soffset"], ctx, None) if f["soffset"] != ctx.null_sgpr else (lambda w: 0)
+    off, offen, idxen, va = f["offset"], f["offen"], f["idxen"], f["vaddr"]
+
+    def addr(w, lanes):
+        s = w.s
+        base = s[r] | ((s[r + 1] & 0xFFFF) << 32)
+        stride = (s[r + 1] >> 16) & 0x3FFF
+        num = s[r + 2]
+        o = np.full(lanes.size, off + soff(w), dtype=np.int64)
+        k = 0
+        idx = None
+        if idxen:
+            idx = w.v[va, lanes].astype(np.int64)
+            k = 1
+        if offen:
+            o = o + w.v[va + k, lanes].astype(np.int64)
+        if idx is not None:
+            ok = idx < num if stride else o + nbytes <= num
+            o = o + idx * stride
+        else:
+            ok = o + nbytes <= num
+        if base == SCRATCH_TAG:
+            return o, None, True
+        return (np.uint64(base) + o.astype(np.uint64)), ok, False
+    return addr
+
+
+# -- global/flat/buffer atomics -----------------------------------------------------------
+def _atomic_info(name):
+    m = re.match(r"(global|flat|buffer)_atomic_([a-z]+?)(?:_x2|_(?:[uib]|f)(32|64)|_pk_add_[bf]+16)?$", name)
+    if not m:
+        return None
+    sp, op = m.group(1), m.group(2)
+    wide = name.endswith(("_x2", "64"))
+    return sp, op, wide
+
+
+def _build_atomic(inst, ctx):
+    name = inst.name
+    info = _atomic_info(name)
+    if info is None or "pk_add" in name or "fmin" in name or "fmax" in name:
+        raise UnsupportedInstruction(f"atomic {name}")
+    sp, op, wide = info
+    isf = name.endswith("_f32") or "add_f32" in name
+    f, nxt = inst.f, ctx.nxt
+    nb = 8 if wide else 4
+    ret = bool(f.get("glc"))
+    if sp == "buffer":
+        afn = _buffer_address(inst, ctx, nb)
+        d = s = f["vdata"]
+    else:
+        afn0 = _address_fn(inst, ctx)
+        afn = None
+        d, s = f["vdst"], f["data"]
+    opname = {"smin": "min", "smax": "max", "umin": "umin", "umax": "umax", "min": "min", "max": "max",
+              "inc": "inc", "dec": "dec", "cmpswap": "cmpswap", "add": "add", "sub": "sub", "and": "and",
+              "or": "or", "xor": "xor", "swap": "swap"}.get(op, op)
+    if name.endswith(("_u32", "_u64")) and op in ("min", "max"):
+        opname = "u" + op
+    mask = (1 << (8 * nb)) - 1
+
+    def h(w):
+        lanes = np.flatnonzero(w.mask)
+        if lanes.size == 0:
+            return nxt
+        if afn is not None:
+            addrs, ok, _ = afn(w, lanes)
+            lanes, addrs = lanes[ok], addrs[ok]
+        else:
+            addrs = afn0(w, lanes)
+        bad = w.heap.bad_lanes(addrs, nb)
+        if bad.any():
+            i = np.flatnonzero(bad)
+            raise _global_fault(w, lanes[i], addrs[i], nb, "atomic")
+        heap = w.heap.data
+        old_vals = []
+        for lane, a in zip(lanes.tolist(), addrs.tolist(), strict=True):  # lanes in order, as a serialisation
+            p = a - HEAP_BASE
+            old = int.from_bytes(heap[p:p + nb].tobytes(), "little")
+            dv = int(w.v[s, lane]) | (int(w.v[s + 1, lane]) << 32 if wide else 0)
+            new = _apply_atomic(opname, old, dv, nb, isf, int(w.v[s + (2 if wide else 1), lane]) |
+                                (int(w.v[s + 3, lane]) << 32 if wide else 0) if opname == "cmpswap" else 0)
+            heap[p:p + nb] = np.frombuffer((new & mask).to_bytes(nb, "little"), np.uint8)
+            old_vals.append(old)
+        if ret:
+            for lane, old in zip(lanes.tolist(), old_vals, strict=True):
+                w.v[d, lane] = old & M32
+                if wide:
+                    w.v[d + 1, lane] = old >> 32
+        return nxt
+    return h
+
+
+def _apply_atomic(op, old, dv, nb, isf, cmp):
+    bits = 8 * nb
+    sign = 1 << (bits - 1)
+    if isf:
+        import struct
+        a = struct.unpack("<f", old.to_bytes(4, "little"))[0]
+        b = struct.unpack("<f", (dv & M32).to_bytes(4, "little"))[0]
+        r = {"add": a + b, "min": min(a, b), "max": max(a, b), "sub": a - b}.get(op, b)
+        return int.from_bytes(struct.pack("<f", np.float32(r)), "little")
+    if op == "cmpswap":
+        # data = {src, cmp}: store src if memory equals cmp
+        return dv if old == cmp else old
+    if op in ("min", "max"):
+        so, sd = (old ^ sign) - sign, (dv ^ sign) - sign
+        return dv if (sd < so if op == "min" else sd > so) else old
+    if op == "umin":
+        return min(old, dv)
+    if op == "umax":
+        return max(old, dv)
+    if op == "inc":
+        return 0 if old >= dv else old + 1
+    if op == "dec":
+        return dv if old == 0 or old > dv else old - 1
+    return _ATOMIC[op](old, dv)
+
+
+for _sp in ("global", "flat", "buffer"):
+    for _op in ("add", "sub", "smin", "umin", "smax", "umax", "and", "or", "xor", "swap", "cmpswap", "inc", "dec"):
+        builder(f"{_sp}_atomic_{_op}", f"{_sp}_atomic_{_op}_x2")(_build_atomic)
+    for _op, _t in (("add", "u32"), ("sub", "u32"), ("min", "i32"), ("min", "u32"), ("max", "i32"), ("max", "u32"),
+                    ("and", "b32"), ("or", "b32"), ("xor", "b32"), ("swap", "b32"), ("cmpswap", "b32"),
+                    ("inc", "u32"), ("dec", "u32"), ("add", "u64"), ("sub", "u64"), ("min", "i64"),
+                    ("min", "u64"), ("max", "i64"), ("max", "u64"), ("and", "b64"), ("or", "b64"), ("xor", "b64"),
+                    ("swap", "b64"), ("cmpswap", "b64"), ("inc", "u64"), ("dec", "u64"), ("add", "f32")):
+        builder(f"{_sp}_atomic_{_op}_{_t}")(_build_atomic)

@@ -1,0 +1,215 @@
+"""VOP3P: packed 16-bit math, packed f32 (gfx90a+), dot products and mixed-precision FMA.
+
+Each source supplies a low and a high half: op_sel picks the half used for the low result,
+op_sel_hi the half for the high result; neg / neg_hi negate them (floats)."""
+
+from __future__ import annotations
+
+import numpy as np
+from tiledsl.backends.rocm.emulator.executor import builder
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.operands import inline_bits, vdst
+
+_PK16 = {
+    "v_pk_add_f16": ("f16", np.add), "v_pk_mul_f16": ("f16", np.multiply),
+    "v_pk_fma_f16": ("f16", lambda a, b, c: (a.astype(np.float64) * b + c)),
+    "v_pk_max_f16": ("f16", np.fmax), "v_pk_min_f16": ("f16", np.fmin),
+    "v_pk_max_num_f16": ("f16", np.fmax), "v_pk_min_num_f16": ("f16", np.fmin),
+    "v_pk_maximum_f16": ("f16", np.maximum), "v_pk_minimum_f16": ("f16", np.minimum),
+    "v_pk_add_u16": ("u16", lambda a, b: a.astype(np.int64) + b),
+    "v_pk_sub_u16": ("u16", lambda a, b: a.astype(np.int64) - b),
+    "v_pk_add_i16": ("i16", lambda a, b: a.astype(np.int64) + b),
+    "v_pk_sub_i16": ("i16", lambda a, b: a.astype(np.int64) - b),
+    "v_pk_mul_lo_u16": ("u16", lambda a, b: a.astype(np.int64) * b),
+    "v_pk_max_u16": ("u16", np.maximum), "v_pk_min_u16": ("u16", np.minimum),
+    "v_pk_max_i16": ("i16", np.maximum), "v_pk_min_i16": ("i16", np.minimum),
+    "v_pk_lshlrev_b16": ("u16", lambda s, a: a.astype(np.int64) << (s.astype(np.int64) & 15)),
+    "v_pk_lshrrev_b16": ("u16", lambda s, a: a.astype(np.int64) >> (s.astype(np.int64) & 15)),
+    "v_pk_ashrrev_i16": ("i16", lambda s, a: a.astype(np.int64) >> (s.astype(np.int64) & 15)),
+    "v_pk_mad_u16": ("u16", lambda a, b, c: a.astype(np.int64) * b + c),
+    "v_pk_mad_i16": ("i16", lambda a, b, c: a.astype(np.int64) * b + c),
+}
+_PK32 = {"v_pk_add_f32": np.add, "v_pk_mul_f32": np.multiply,
+         "v_pk_fma_f32": lambda a, b, c: (a.astype(np.float64) * b + c), "v_pk_mov_b32": None}
+_NARGS = {n: (3 if "fma" in n or "mad" in n else 2) for n in (*_PK16, *_PK32)}
+_NARGS["v_pk_mov_b32"] = 2
+
+
+def _raw32(enc, ctx, lit, typ="pk16"):
+    """Closure returning a u32 lane array (or int) for a packed source."""
+    if enc >= 256:
+        r = enc - 256
+        return lambda w: w.v[r]
+    if enc < 128:
+        return lambda w: w.s[enc]
+    c = inline_bits(enc, typ)
+    if c is None:
+        if enc == 255:
+            c = lit
+        else:
+            raise UnsupportedInstruction(f"packed operand encoding {enc}")
+    return lambda w: c
+
+
+def _half(x, hi, typ):
+    v = (np.asarray(x, dtype=np.uint32) >> np.uint32(16 if hi else 0)) & np.uint32(0xFFFF)
+    v = v.astype(np.uint16)
+    return v.view(np.float16) if typ == "f16" else v.view(np.int16) if typ == "i16" else v
+
+
+def _halves(inst, i):
+    f = inst.f
+    opsel_hi = (f["opsel_hi"] | (f["opsel_hi2"] << 2)) >> i & 1
+    return bool(f["opsel"] >> i & 1), bool(opsel_hi), bool(f["neg"] >> i & 1), bool(f["neg_hi"] >> i & 1)
+
+
+@builder(*_PK16)
+def _b_pk16(inst, ctx):
+    typ, fn = _PK16[inst.name]
+    f, nxt, n = inst.f, ctx.nxt, _NARGS[inst.name]
+    srcs = [(_raw32(f[f"src{i}"], ctx, inst.lit), *_halves(inst, i)) for i in range(n)]
+    wr = vdst(f["vdst"], "u32", ctx)
+    isf = typ == "f16"
+    clamp = f["clamp"]
+
+    def h(w):
+        lo, hi = [], []
+        for rd, sl, sh, nl, nh in srcs:
+            x = rd(w)
+            a, b = _half(x, sl, typ), _half(x, sh, typ)
+            if isf:
+                a, b = (-a if nl else a), (-b if nh else b)
+            lo.append(a)
+            hi.append(b)
+        rl, rh = fn(*lo), fn(*hi)
+        if isf:
+            if clamp:
+                rl, rh = np.clip(rl, 0, 1), np.clip(rh, 0, 1)
+            bl = np.asarray(rl, dtype=np.float16).view(np.uint16).astype(np.uint32)
+            bh = np.asarray(rh, dtype=np.float16).view(np.uint16).astype(np.uint32)
+        else:
+            bl = (np.asarray(rl).astype(np.int64) & 0xFFFF).astype(np.uint32)
+            bh = (np.asarray(rh).astype(np.int64) & 0xFFFF).astype(np.uint32)
+        wr(w, bl | (bh << np.uint32(16)))
+        return nxt
+    return h
+
+
+@builder(*_PK32)
+def _b_pk32(inst, ctx):
+    f, nxt, n = inst.f, ctx.nxt, _NARGS[inst.name]
+    fn = _PK32[inst.name]
+    rds = []
+    for i in range(n):
+        enc = f[f"src{i}"]
+        sl, sh, nl, nh = _halves(inst, i)
+        if enc >= 256:
+            r = enc - 256
+            rds.append((lambda w, r=r, s=sl: w.v[r + s], lambda w, r=r, s=sh: w.v[r + s], nl, nh))
+        elif enc < 128:
+            rds.append((lambda w, e=enc, s=sl: w.s[e + s], lambda w, e=enc, s=sh: w.s[e + s], nl, nh))
+        else:  # constants: the 32-bit value in both halves
+            c = inline_bits(enc, "f32") if enc != 255 else inst.lit
+            if c is None:
+                raise UnsupportedInstruction(f"packed f32 operand {enc}")
+            rds.append((lambda w, c=c: c, lambda w, c=c: c, nl, nh))
+    d = f["vdst"]
+    wlo, whi = vdst(d, "u32", ctx), vdst(d + 1, "u32", ctx)
+    isf = fn is not None
+
+    def h(w):
+        if not isf:
+            lo0, hi1 = rds[0][0](w), rds[1][1](w)
+            lo0 = np.array(lo0, dtype=np.uint32)  # copy: the destination may overlap the source
+            hi1 = np.array(hi1, dtype=np.uint32)
+            wlo(w, lo0)
+            whi(w, hi1)
+            return nxt
+        lo, hi = [], []
+        for rl, rh, nl, nh in rds:
+            a = np.asarray(rl(w), dtype=np.uint32).view(np.float32)
+            b = np.asarray(rh(w), dtype=np.uint32).view(np.float32)
+            lo.append(-a if nl else a)
+            hi.append(-b if nh else b)
+        rl = np.asarray(fn(*lo), dtype=np.float32).view(np.uint32)
+        rh = np.asarray(fn(*hi), dtype=np.float32).view(np.uint32)
+        wlo(w, rl)
+        whi(w, rh)
+        return nxt
+    return h
+
+
+@builder("v_dot2_f32_f16", "v_dot2c_f32_f16", "v_dot2_f32_bf16", "v_dot2c_f32_bf16", "v_dot4_i32_i8",
+         "v_dot4c_i32_i8", "v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot2_i32_i16", "v_dot2_u32_u16")
+def _b_dot(inst, ctx):
+    f, nxt, name = inst.f, ctx.nxt, inst.name
+    accum_dst = "dot2c" in name or "dot4c" in name
+    e0 = _raw32(f["src0"], ctx, inst.lit)
+    e1 = _raw32(f["src1"], ctx, inst.lit)
+    e2 = (lambda w: w.v[f["vdst"]]) if accum_dst else _raw32(f["src2"], ctx, inst.lit, "f32")
+    wr = vdst(f["vdst"], "u32", ctx)
+
+    def parts(x, kind):
+        x = np.asarray(x, dtype=np.uint32)
+        if kind == "f16":
+            return [_half(x, False, "f16").astype(np.float64), _half(x, True, "f16").astype(np.float64)]
+        if kind == "bf16":
+            return [((x << np.uint32(16)).view(np.float32)).astype(np.float64),
+                    ((x & np.uint32(0xFFFF0000)).view(np.float32)).astype(np.float64)]
+        if kind in ("i8", "u8"):
+            bs = [((x >> np.uint32(8 * k)) & np.uint32(0xFF)).astype(np.int64) for k in range(4)]
+            return [(b ^ 0x80) - 0x80 for b in bs] if kind == "i8" else bs
+        bs = [((x >> np.uint32(16 * k)) & np.uint32(0xFFFF)).astype(np.int64) for k in range(2)]
+        return [(b ^ 0x8000) - 0x8000 for b in bs] if kind == "i16" else bs
+    kind = "bf16" if "bf16" in name else "f16" if "f16" in name else "i8" if "i8" in name else \
+        "u8" if "u8" in name else "i16" if "i16" in name else "u16"
+    isf = kind in ("f16", "bf16")
+    if "iu8" in name:  # signedness from the neg bits
+        ka = "i8" if f["neg"] & 1 else "u8"
+        kb = "i8" if f["neg"] & 2 else "u8"
+    else:
+        ka = kb = kind
+
+    def h(w):
+        pa, pb = parts(e0(w), ka), parts(e1(w), kb)
+        c = np.asarray(e2(w), dtype=np.uint32)
+        acc = c.view(np.float32).astype(np.float64) if isf else c.view(np.int32).astype(np.int64)
+        for a, b in zip(pa, pb, strict=True):
+            acc = acc + a * b
+        wr(w, np.asarray(acc, dtype=np.float32).view(np.uint32) if isf else (acc & 0xFFFFFFFF).astype(np.uint32))
+        return nxt
+    return h
+
+
+@builder("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16", "v_mad_mix_f32", "v_mad_mixlo_f16",
+         "v_mad_mixhi_f16")
+def _b_mix(inst, ctx):
+    f, nxt, name = inst.f, ctx.nxt, inst.name
+    rds = []
+    for i in range(3):
+        sl, sh, nl, _ = _halves(inst, i)
+        # op_sel_hi[i] = 1: the source is f16 (op_sel[i] picks its half); 0: it is f32.
+        # neg_hi doubles as the per-source abs modifier of the mix instructions.
+        rds.append((_raw32(f[f"src{i}"], ctx, inst.lit, "f16" if sh else "f32"), sh, sl, nl, f["neg_hi"] >> i & 1))
+    d = f["vdst"]
+    mode = "f32" if name.endswith("f32") else "lo" if "mixlo" in name else "hi"
+    wr32 = vdst(d, "f32", ctx)
+    wr16 = vdst(d, "f16", ctx, hi=mode == "hi")
+
+    def h(w):
+        vals = []
+        for rd, is16, sel, neg, absm in rds:
+            x = np.asarray(rd(w), dtype=np.uint32)
+            v = _half(x, sel, "f16").astype(np.float64) if is16 else x.view(np.float32).astype(np.float64)
+            if absm:
+                v = np.abs(v)
+            vals.append(-v if neg else v)
+        r = vals[0] * vals[1] + vals[2]
+        if f["clamp"]:
+            r = np.clip(r, 0, 1)
+        if mode == "f32":
+            wr32(w, r.astype(np.float32))
+        else:
+            wr16(w, r.astype(np.float32).astype(np.float16))
+        return nxt
+    return h

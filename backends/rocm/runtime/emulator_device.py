@@ -1,0 +1,120 @@
+"""`Device` backed by the functional ISA emulator (no GPU needed).
+
+Launches run synchronously on the calling thread (streams only keep the interface honest), so a
+launch returns with its results in memory and any fault raised at the launch site.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import numpy as np
+from tiledsl.backends.rocm import elf
+from tiledsl.backends.rocm.arch import Arch, get_arch
+from tiledsl.backends.rocm.emulator.executor import BoundKernel, bind, run_workgroup, unsupported_instructions
+from tiledsl.backends.rocm.emulator.loader import load_code_object
+from tiledsl.backends.rocm.emulator.memory import Heap
+from tiledsl.backends.rocm.runtime.device import (
+    Buffer,
+    Device,
+    DeviceError,
+    Kernel,
+    Module,
+    Stream,
+    _dim3,
+    complete_kernargs,
+)
+
+
+class EmulatorDevice(Device):
+    def __init__(self, arch: str | Arch) -> None:
+        self.arch = get_arch(arch) if isinstance(arch, str) else arch
+        self.name = f"emulated {self.arch.name} ({self.arch.product})"
+        self.heap = Heap()
+        self.last_stats: dict = {}
+
+    # -- memory ---------------------------------------------------------------------------
+    def alloc(self, size: int, name: str = "buffer") -> Buffer:
+        if size < 0:
+            raise DeviceError(f"cannot allocate {size} bytes")
+        return Buffer(self, self.heap.alloc(size, name), int(size), name)
+
+    def free(self, buf: Buffer) -> None:
+        if buf.freed:
+            raise DeviceError(f"double free of '{buf.name}' at 0x{buf.addr:x}")
+        self.heap.free(buf.addr)
+        buf.freed = True
+
+    def copy_in(self, buf: Buffer, data: bytes | np.ndarray, offset: int = 0) -> None:
+        raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        if offset < 0 or offset + len(raw) > buf.size:
+            raise DeviceError(f"copy of {len(raw)} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+        self.heap.write(buf.addr + offset, raw)
+
+    def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        size = buf.size - offset if size is None else size
+        if offset < 0 or offset + size > buf.size:
+            raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+        return self.heap.read(buf.addr + offset, size)
+
+    # -- code -----------------------------------------------------------------------------
+    def load_module(self, code_object: bytes) -> Module:
+        images = load_code_object(code_object, self.arch)
+        co = elf.read_code_object(code_object)
+        # Map the whole image into device memory so PC-relative data (s_getpc) resolves.
+        extent = max((s.vaddr + s.memsz for s in co.segments), default=0)
+        base = self.heap.alloc(max(extent, 4), "code object")
+        for s in co.segments:
+            self.heap.write(base + s.vaddr, s.data)
+        bound = {name: bind(img, base) for name, img in images.items()}
+        return Module(self, {n: img.meta for n, img in images.items()}, handle=bound)
+
+    def _get_kernel(self, module: Module, name: str) -> Kernel:
+        return Kernel(module, name, module.kernels[name], handle=module.handle[name])
+
+    @staticmethod
+    def unsupported(kernel: Kernel) -> list[str]:
+        """Instructions of `kernel` the emulator cannot execute (empty when it runs fully)."""
+        return unsupported_instructions(kernel.handle)
+
+    # -- launch ---------------------------------------------------------------------------
+    def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
+               stream: Stream | None = None) -> None:
+        bk: BoundKernel = kernel.handle
+        g, b = _dim3(grid, "grid"), _dim3(block, "block")
+        nthreads = b[0] * b[1] * b[2]
+        if nthreads > 1024:
+            raise DeviceError(f"block of {nthreads} work-items exceeds 1024")
+        lds_total = bk.image.lds_bytes + dynamic_lds
+        if lds_total > self.arch.lds_bytes:
+            raise DeviceError(f"kernel '{kernel.name}' needs {lds_total} bytes of LDS; {self.arch.name} has "
+                              f"{self.arch.lds_bytes}")
+        reqd = kernel.meta.get(".reqd_workgroup_size")
+        if reqd and tuple(reqd) != b:
+            raise DeviceError(f"kernel '{kernel.name}' was compiled for block {tuple(reqd)}, launched with {b}")
+        args = complete_kernargs(kernel.meta, kernargs, g, b, dynamic_lds)
+        karg = self.heap.alloc(max(len(args), 8), f"kernargs of {kernel.name}")
+        self.heap.write(karg, args)
+        packet = self.heap.alloc(64, "dispatch packet")
+        self.heap.write(packet, struct.pack("<HHHHHHIIIIIQQQQ", 0, len([d for d in g if d > 1]) or 1,
+                                            b[0], b[1], b[2], 0, g[0] * b[0], g[1] * b[1], g[2] * b[2],
+                                            bk.image.kd.private_segment_size, lds_total, 0, karg, 0, 0))
+        t0 = time.perf_counter()
+        count = 0
+        try:
+            # inf - inf and friends are ordinary IEEE results on the GPU: no numpy warnings.
+            with np.errstate(all="ignore"):
+                for z in range(g[2]):
+                    for y in range(g[1]):
+                        for x in range(g[0]):
+                            count += run_workgroup(bk, self.heap, (x, y, z), g, b, karg, packet, dynamic_lds)
+        finally:
+            self.heap.free(karg)
+            self.heap.free(packet)
+        dt = time.perf_counter() - t0
+        self.last_stats = {"wave_instructions": count, "seconds": dt,
+                           "wave_instructions_per_s": count / dt if dt > 0 else 0.0}
+
+    def synchronize(self, stream: Stream | None = None) -> None:
+        return None
