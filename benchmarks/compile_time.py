@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES
-
 from tiledsl.cache import Cache
 from tiledsl.driver import STAGE_NAMES, compile_source
 

@@ -12,6 +12,7 @@ import sys
 import time
 
 import numpy as np
+
 from tiledsl.backends.rocm import codegen
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice

@@ -12,11 +12,11 @@ permutation later).
 from __future__ import annotations
 
 from mlir import ir
+
 from tiledsl.backends.rocm.arch import Arch, MatrixOp
+from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, int_attr, tensor_type, tile_op
 from tiledsl.passes import layouts as L
 from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
-
-from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, int_attr, tensor_type, tile_op
 
 FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
 ELEMENTWISE_PREFIXES = ("arith.", "math.")

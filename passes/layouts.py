@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
 from tiledsl.backends.rocm import fragments
 from tiledsl.backends.rocm.arch import MatrixOp
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 from mlir import ir
 from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
+
 from tiledsl.backends.rocm.arch import Arch
+from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, element_type, int_attr, str_attr
 from tiledsl.passes import layouts as L
 from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
-
-from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, element_type, int_attr, str_attr
 
 LDS_SYMBOL = "__tile_lds"
 

@@ -10,15 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mlir import ir
+
 from tiledsl.backends.rocm.arch import Arch
+from tiledsl.errors import CompileError, TileError
+from tiledsl.ir.dialect import new_context
+from tiledsl.options import CompileOptions
 from tiledsl.passes.assign_layouts import assign_layouts
 from tiledsl.passes.lower_to_gpu import lower_to_gpu
 from tiledsl.passes.pipeline_loops import pipeline_loops
 from tiledsl.passes.stage_lds import stage_lds
-
-from tiledsl.errors import CompileError, TileError
-from tiledsl.ir.dialect import new_context
-from tiledsl.options import CompileOptions
 
 PASSES: list[tuple[str, Callable]] = [
     ("assign-layouts", lambda m, arch, opts, src: assign_layouts(m, arch, src)),

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from mlir import ir
 from mlir.dialects import arith, scf
-from tiledsl.backends.rocm.arch import Arch
-from tiledsl.passes.common import is_tile, kernel_funcs, ops_in, walk_blocks
 
+from tiledsl.backends.rocm.arch import Arch
 from tiledsl.ir.dialect import int_attr, tile_op
+from tiledsl.passes.common import is_tile, kernel_funcs, ops_in, walk_blocks
 
 
 def pipeline_loops(module: ir.Module, arch: Arch, source: str | None = None) -> int:

@@ -14,12 +14,12 @@ the DSL location of the operation.
 from __future__ import annotations
 
 from mlir import ir
-from tiledsl.backends.rocm.arch import Arch
-from tiledsl.passes import layouts as L
-from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape, walk_blocks
 
+from tiledsl.backends.rocm.arch import Arch
 from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, i32_attr, int_attr, layout_of, tile_op
 from tiledsl.options import CompileOptions
+from tiledsl.passes import layouts as L
+from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape, walk_blocks
 
 
 def _padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:

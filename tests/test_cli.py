@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiledsl.backends.rocm.arch import ARCH_NAMES
 
 from tiledsl import __version__, driver
+from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.cli import main
 
 try:

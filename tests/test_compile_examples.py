@@ -6,9 +6,9 @@ import functools
 from pathlib import Path
 
 import pytest
+
 from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
-
 from tiledsl.driver import compile_source
 from tiledsl.isa_stats import isa_stats
 from tiledsl.manifest import check_manifest

@@ -17,8 +17,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.cache import Cache, CacheEntry, compiler_fingerprint, decode_entry, encode_entry
 from tiledsl.driver import STAGE_NAMES, STAGES, compile_file, compile_source, input_kind
 from tiledsl.errors import CompileError, SourceError, SourceLocation, TileError

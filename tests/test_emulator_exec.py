@@ -10,6 +10,7 @@ import struct
 import numpy as np
 import pytest
 from _emu_util import asm_mnemonics, compile_llvm
+
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.emulator.loader import disassembly, load_code_object
 from tiledsl.backends.rocm.emulator.memory import MemoryFault, UnsupportedInstruction

@@ -15,6 +15,7 @@ import struct
 import numpy as np
 import pytest
 from _emu_util import compile_mlir
+
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.emulator.matrix import fp8_table
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice

@@ -7,6 +7,7 @@ import struct
 import numpy as np
 import pytest
 from _emu_util import compile_llvm
+
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime import default_device
 from tiledsl.backends.rocm.runtime.device import DeviceError, complete_kernargs, gpu_visible

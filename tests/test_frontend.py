@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.errors import SourceError
 from tiledsl.lang import ast, parser
 from tiledsl.lang.checker import bind

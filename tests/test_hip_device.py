@@ -6,6 +6,7 @@ import struct
 
 import numpy as np
 import pytest
+
 from tiledsl.backends.rocm.runtime.device import gpu_visible
 
 pytestmark = [pytest.mark.hip,
@@ -38,6 +39,7 @@ end:
 
 def test_hip_axpy_matches_numpy_and_emulator():
     from _emu_util import compile_llvm
+
     from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
     from tiledsl.backends.rocm.runtime.hip_device import HipDevice
 

@@ -15,7 +15,6 @@ import tempfile
 from pathlib import Path
 
 from tiledsl.backends.rocm.arch import Arch
-
 from tiledsl.errors import CompileError
 
 TRIPLE = "amdgcn-amd-amdhsa"

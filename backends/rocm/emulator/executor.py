@@ -11,6 +11,7 @@ import struct
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from tiledsl.backends.rocm.emulator.decoder import Inst
 from tiledsl.backends.rocm.emulator.loader import KernelImage
 from tiledsl.backends.rocm.emulator.memory import EmulatorError, Heap, MemoryFault, UnsupportedInstruction

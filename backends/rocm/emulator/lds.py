@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
 from tiledsl.backends.rocm.emulator.executor import builder
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.emulator.operands import M32

@@ -19,6 +19,7 @@ import functools
 import re
 
 import numpy as np
+
 from tiledsl.backends.rocm.emulator.executor import builder
 from tiledsl.backends.rocm.emulator.memory import EmulatorError, UnsupportedInstruction
 from tiledsl.backends.rocm.emulator.operands import bf16_bits, inline_bits

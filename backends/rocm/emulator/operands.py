@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 
 M32 = 0xFFFFFFFF

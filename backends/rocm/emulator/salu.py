@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np  # noqa: E402  (after the emulator imports on purpose: numpy only for f16 helpers)
+
 from tiledsl.backends.rocm.emulator.executor import BARRIER, END, builder
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.emulator.operands import M32, M64, f2u, h2u, scalar_reader, scalar_writer, u2f

@@ -4,6 +4,7 @@ op_sel and float modifiers) to the lane-wise semantics in valu_ops.py."""
 from __future__ import annotations
 
 import numpy as np
+
 from tiledsl.backends.rocm.emulator import crosslane
 from tiledsl.backends.rocm.emulator.executor import _mask_cache, builder
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction

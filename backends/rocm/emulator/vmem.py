@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
 from tiledsl.backends.rocm.emulator.executor import SCRATCH_TAG, builder, lds_fault
 from tiledsl.backends.rocm.emulator.memory import HEAP_BASE, MemoryFault, UnsupportedInstruction
 from tiledsl.backends.rocm.emulator.operands import M32, PRIVATE_APERTURE, SHARED_APERTURE, scalar_writer

@@ -6,6 +6,7 @@ op_sel_hi the half for the high result; neg / neg_hi negate them (floats)."""
 from __future__ import annotations
 
 import numpy as np
+
 from tiledsl.backends.rocm.emulator.executor import builder
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.emulator.operands import inline_bits, vdst

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tiledsl.backends.rocm.arch import Arch, get_arch
 
+from tiledsl.backends.rocm.arch import Arch, get_arch
 from tiledsl.errors import TileError
 
 

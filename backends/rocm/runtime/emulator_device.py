@@ -10,6 +10,7 @@ import struct
 import time
 
 import numpy as np
+
 from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.arch import Arch, get_arch
 from tiledsl.backends.rocm.emulator.executor import BoundKernel, bind, run_workgroup, unsupported_instructions

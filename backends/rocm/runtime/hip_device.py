@@ -10,6 +10,7 @@ import ctypes
 from typing import Any
 
 import numpy as np
+
 from tiledsl.backends.rocm.arch import ARCHS, get_arch
 from tiledsl.backends.rocm.emulator.loader import load_code_object
 from tiledsl.backends.rocm.runtime.device import (

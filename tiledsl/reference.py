@@ -1,0 +1,208 @@
+"""Numpy reference implementations (float64 inside) of the kernels in `tiledsl/kernels/`.
+
+They define what the kernels compute: tests compare kernel outputs against them, and users can
+call them to check their own results. Inputs may be any numpy-convertible float arrays (float16,
+float32, or bfloat16 from `ml_dtypes`); outputs are float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+CausalArg = bool | Literal["top_left", "bottom_right"]
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class MaskParams:
+    """How a (causal, window) request maps onto the kernel's mask: `kind` is the MASK constexpr of
+    fmha_fwd.tile (none, causal_top_left, causal_bottom_right, window) and (left, right) its
+    window_left/window_right arguments (-1 = unlimited on that side)."""
+
+    kind: str
+    left: int
+    right: int
+
+    @property
+    def top_left(self) -> bool:
+        return self.kind == "causal_top_left"
+
+
+def fmha_mask_params(causal: CausalArg = False, window: tuple[int, int] = (-1, -1)) -> MaskParams:
+    """Normalise flash-attention style mask arguments (see `fmha_fwd_reference`)."""
+    left, right = (int(w) for w in window)
+    if left < -1 or right < -1:
+        raise ValueError(f"window sizes must be >= -1 (-1 = unlimited), got {window}")
+    if causal not in (False, True, "top_left", "bottom_right"):
+        raise ValueError(f"causal must be a bool, 'top_left' or 'bottom_right', got {causal!r}")
+    # Normalise "unlimited" to -1 so equal masks compare equal.
+    if causal:
+        # Causal means "no key to the right of the diagonal"; a left window may still apply.
+        kind = "causal_top_left" if causal == "top_left" else "causal_bottom_right"
+        return MaskParams(kind, left, 0)
+    if (left, right) == (-1, -1):
+        return MaskParams("none", -1, -1)
+    return MaskParams("window", left, right)
+
+
+def fmha_mask(seqlen_q: int, seqlen_k: int, params: MaskParams) -> np.ndarray:
+    """Boolean [seqlen_q, seqlen_k]: True where query i may attend to key j."""
+    i = np.arange(seqlen_q)[:, None]
+    j = np.arange(seqlen_k)[None, :]
+    shift = 0 if params.top_left else seqlen_k - seqlen_q
+    allowed = np.ones((seqlen_q, seqlen_k), dtype=bool)
+    if params.left >= 0:
+        allowed &= j >= i + shift - params.left
+    if params.right >= 0:
+        allowed &= j <= i + shift + params.right
+    return allowed
+
+
+def _to_bshd(x: np.ndarray, layout: str, varlen: bool, name: str) -> np.ndarray:
+    """float64 view in [B, S, H, D] (group mode: [1, total, H, D])."""
+    x = np.asarray(x, dtype=np.float64)
+    rank = 3 if varlen else 4
+    if x.ndim != rank:
+        shape = "[total, H, D] (bshd) or [H, total, D] (bhsd)" if varlen else "[B, S, H, D] or [B, H, S, D]"
+        raise ValueError(f"{name} must be {rank}-D {shape} in {'group' if varlen else 'batch'} mode, "
+                         f"got shape {x.shape}")
+    if varlen:
+        x = x[None]
+    if layout == "bhsd":
+        x = x.transpose(0, 2, 1, 3)
+    return x
+
+
+def _from_bshd(x: np.ndarray, layout: str, varlen: bool) -> np.ndarray:
+    if layout == "bhsd":
+        x = x.transpose(0, 2, 1, 3)
+    return x[0] if varlen else x
+
+
+def _segments(cu: np.ndarray | None, batch: int, seqlen: int, name: str) -> list[tuple[int, int]]:
+    if cu is None:
+        return [(0, seqlen)] * batch
+    cu = np.asarray(cu)
+    if cu.ndim != 1 or len(cu) < 2 or cu[0] != 0 or np.any(np.diff(cu) < 0) or cu[-1] > seqlen:
+        raise ValueError(f"{name} must be a non-decreasing 1-D array starting at 0 and ending at most at "
+                         f"the packed length {seqlen}, got {cu}")
+    return [(int(cu[b]), int(cu[b + 1] - cu[b])) for b in range(len(cu) - 1)]
+
+
+def fmha_fwd_reference(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
+    causal: CausalArg = False,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    sink: np.ndarray | None = None,
+    cu_seqlens_q: np.ndarray | None = None,
+    cu_seqlens_k: np.ndarray | None = None,
+    return_lse: bool = False,
+    layout: Literal["bshd", "bhsd"] = "bshd",
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Attention forward, out = softmax(mask(cap(scale * q @ k^T))) @ v, in float64.
+
+    Shapes (batch mode): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] for layout "bshd";
+    [B, H, S, D] for "bhsd". Group (varlen) mode, when cu_seqlens_q and cu_seqlens_k (int arrays
+    of length batch + 1, starting at 0) are given: q [total_q, Hq, D], k/v [total_k, Hk, D(v)]
+    ("bshd") or [H, total, D] ("bhsd"); sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1]-1.
+    D and Dv may differ. GQA/MQA: Hq must be a multiple of Hk; query head h reads key/value head
+    h // (Hq // Hk).
+
+    Conventions (those of flash-attention):
+      * scale defaults to 1 / sqrt(D).
+      * softcap > 0 caps the logits: s = softcap * tanh(scale * q.k / softcap); 0 disables it.
+      * Masks. Query i (0-based within its sequence) may see key j when
+            j >= i + shift - left   (if left >= 0)   and   j <= i + shift + right   (if right >= 0)
+        with window = (left, right), -1 meaning unlimited on that side. The diagonal is aligned to
+        the bottom-right corner of the [seqlen_q, seqlen_k] score matrix, shift = seqlen_k -
+        seqlen_q (flash-attention >= 2.1: the last query sees every key), except for
+        causal="top_left", which aligns to the top-left corner (shift = 0: query i sees keys
+        0..i). causal=True means "bottom_right". A causal mask is the window (left, 0): it keeps
+        window[0] and ignores window[1]. When seqlen_q > seqlen_k, bottom-right causal leaves the
+        first seqlen_q - seqlen_k query rows with no keys at all.
+      * sink: optional float array [Hq] of logits (natural-log units, not scaled nor capped), one
+        per query head, that join every row's softmax denominator but carry no value:
+        out_i = sum_j exp(s_ij) v_j / (exp(sink_h) + sum_j exp(s_ij)).
+      * A row with no allowed key writes 0. Its LSE is -inf, or sink_h with a sink (the LSE is
+        the log of the whole denominator, sink included, as a backward pass needs it).
+
+    Returns out (float64, the layout of q, head dim Dv) and, with return_lse, the natural-log
+    LSE [B, Hq, Sq] (group mode: [Hq, total_q], flash-attention's varlen layout).
+    """
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise ValueError("group mode needs both cu_seqlens_q and cu_seqlens_k")
+    qb, kb, vb = (_to_bshd(x, layout, varlen, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    batch, sq, hq, d = qb.shape
+    _, sk, hk, _ = kb.shape
+    dv = vb.shape[3]
+    if kb.shape[0] != batch or vb.shape[:3] != kb.shape[:3] or kb.shape[3] != d:
+        raise ValueError(f"inconsistent shapes q {np.shape(q)}, k {np.shape(k)}, v {np.shape(v)}")
+    if hk == 0 or hq % hk:
+        raise ValueError(f"the number of query heads ({hq}) must be a multiple of key/value heads ({hk})")
+    if softcap < 0:
+        raise ValueError(f"softcap must be >= 0 (0 = off), got {softcap}")
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    sink64 = None if sink is None else np.asarray(sink, dtype=np.float64).reshape(hq)
+    params = fmha_mask_params(causal, window)
+    seg_q = _segments(cu_seqlens_q, batch, sq, "cu_seqlens_q")
+    seg_k = _segments(cu_seqlens_k, batch, sk, "cu_seqlens_k")
+    if len(seg_q) != len(seg_k):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length")
+    kv_head = np.arange(hq) // (hq // hk)
+
+    out = np.zeros((batch, sq, hq, dv))
+    lse = np.full((batch, hq, sq), -np.inf)
+    for b, ((q0, lq), (k0, lk)) in enumerate(zip(seg_q, seg_k, strict=True)):
+        bb = 0 if varlen else b
+        qs = qb[bb, q0:q0 + lq].transpose(1, 0, 2)  # [Hq, lq, D]
+        ks = kb[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2)  # [Hq, lk, D]
+        vs = vb[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2)
+        o_seg, lse_seg = _attend(qs, ks, vs, scale, softcap, sink64, fmha_mask(lq, lk, params))
+        out[bb, q0:q0 + lq] = o_seg.transpose(1, 0, 2)
+        lse[bb, :, q0:q0 + lq] = lse_seg
+    result = _from_bshd(out, layout, varlen)
+    if not return_lse:
+        return result
+    return result, (lse[0] if varlen else lse)
+
+
+def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: float,
+            sink: np.ndarray | None, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One sequence, all heads: q [H, Sq, D], k [H, Sk, D], v [H, Sk, Dv] -> out, lse [H, Sq]."""
+    s = np.einsum("hid,hjd->hij", q, k) * scale
+    if softcap > 0:
+        s = softcap * np.tanh(s / softcap)
+    s = np.where(allowed[None], s, -np.inf)
+    m = s.max(axis=2, initial=-np.inf)  # initial: Sk may be 0
+    if sink is not None:
+        m = np.maximum(m, sink[:, None])
+    m_safe = np.where(np.isfinite(m), m, 0.0)  # empty rows: exp(-inf - 0) = 0, no NaN
+    e = np.exp(s - m_safe[..., None])
+    denom = e.sum(axis=2)
+    if sink is not None:
+        denom = denom + np.exp(sink[:, None] - m_safe)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(denom[..., None] > 0, (e @ v) / denom[..., None], 0.0)
+        lse = np.where(denom > 0, np.log(denom) + m_safe, -np.inf)
+    return out, lse
+
+
+def round_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even): inputs a bf16 kernel sees,
+    for references and tests without ml_dtypes."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    out = rounded.astype(np.uint32).view(np.float32)
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    return np.where(nan, np.float32(np.nan), out)
