@@ -127,6 +127,15 @@ def _perm(a, b, sel):
     """v_perm_b32: byte select from {a, b} (b is bytes 0-3, a bytes 4-7) with constant codes."""
     src = (_i(_u(a)).astype(np.uint64) << U64(32)) | _i(_u(b)).astype(np.uint64)
     sel = _i(_u(sel))
+    uniform = np.ndim(sel) == 0 or bool((sel == np.ravel(sel)[0]).all())
+    code = int(np.ravel(sel)[0])
+    if uniform and all(((code >> (8 * k)) & 0xFF) < 8 for k in range(4)):
+        # The common case (LLVM's byte shuffles): one constant selector of plain byte picks.
+        fast = np.zeros(src.shape, dtype=np.uint64)
+        for byte in range(4):
+            s_k = (code >> (8 * byte)) & 0xFF
+            fast |= ((src >> U64(8 * s_k)) & U64(0xFF)) << U64(8 * byte)
+        return fast.astype(np.uint32)
     out = np.zeros(np.broadcast(src, sel).shape, dtype=np.int64)
     for byte in range(4):
         s = (sel >> (8 * byte)) & 0xFF
