@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.passes.pipeline import run_pass
 
