@@ -9,7 +9,9 @@ and what was given -- never a memory fault on the device.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import struct
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,6 +143,18 @@ def _raw(array: np.ndarray, span: int) -> bytes:
     return ctypes.string_at(array.ctypes.data, span) if span else b""
 
 
+_LOADED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _kernel_on(device: Any, hsaco: bytes, symbol: str) -> Any:
+    """Load each code object once per device (module load decodes/uploads the whole object)."""
+    per_device = _LOADED.setdefault(device, {})
+    key = (hashlib.sha256(hsaco).digest(), symbol)
+    if key not in per_device:
+        per_device[key] = device.get_kernel(device.load_module(hsaco), symbol)
+    return per_device[key]
+
+
 def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> PreparedLaunch:
     """Run a compiled kernel (anything with .hsaco and .manifest) on `device` (default: the default
     device for the kernel's arch). numpy arrays are copied in and, after the run, back in place."""
@@ -155,8 +169,7 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
         raise ValueError(f"kernel compiled for {manifest['arch']} cannot run on a {device_arch} device")
     if 0 in prep.grid:
         return prep
-    module = device.load_module(kernel.hsaco)
-    fn = device.get_kernel(module, manifest["symbol"])
+    fn = _kernel_on(device, kernel.hsaco, manifest["symbol"])
     buffers = {}
     try:
         for t in prep.tensors:
