@@ -203,6 +203,15 @@ def _where(bk: BoundKernel, w: Wave, pc: int) -> str:
 
 def run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: tuple[int, int, int],
                   block: tuple[int, int, int], kernarg_addr: int, dispatch_addr: int, dynamic_lds: int) -> int:
+    """Run one workgroup to completion; returns the wave-instructions executed."""
+    # inf - inf, 0/0 and overflow are ordinary IEEE results on the GPU: no numpy warnings. Set once
+    # here rather than around every instruction (np.errstate costs microseconds).
+    with np.errstate(all="ignore"):
+        return _run_workgroup(bk, heap, wg, grid, block, kernarg_addr, dispatch_addr, dynamic_lds)
+
+
+def _run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: tuple[int, int, int],
+                  block: tuple[int, int, int], kernarg_addr: int, dispatch_addr: int, dynamic_lds: int) -> int:
     img = bk.image
     W = img.wave_size
     nthreads = block[0] * block[1] * block[2]

@@ -150,8 +150,7 @@ def _build_lds_atomic(op, rtn, t, inst, ctx, addr_r, d0, d1, vd, off):
                 new = src_v if cur == cmp_v else cur
             else:
                 raise UnsupportedInstruction(f"LDS atomic {op}")
-            with np.errstate(over="ignore"):
-                mem[o:o + nb] = np.array([new], dtype=dt).view(np.uint8)
+            mem[o:o + nb] = np.array([new], dtype=dt).view(np.uint8)
         if rtn:
             bits = olds.view(np.uint32).reshape(lanes.size, ndw)
             for k in range(ndw):

@@ -50,8 +50,13 @@ def typed_from_bits(raw, typ):
     raise UnsupportedInstruction(f"SDWA/DPP operand of type {typ}")
 
 
+def lanes(x, W: int) -> np.ndarray:
+    """`x` as one value per lane; np.broadcast_to costs ~9 us, so only call it for scalars."""
+    return x if getattr(x, "shape", None) == (W,) else np.broadcast_to(np.asarray(x), (W,))
+
+
 def bits_from_typed(val, typ, W):
-    v = np.broadcast_to(np.asarray(val), (W,))
+    v = lanes(val, W)
     if typ == "f32":
         return v.astype(np.float32).view(np.uint32)
     if typ == "f16":
@@ -283,11 +288,11 @@ def _b_carry(inst, ctx):
         else:
             r = y - x - ci
             co = r < 0
-        r = np.broadcast_to(r, (W,))
+        r = lanes(r, W)
         if clamp:
             r = np.clip(r, 0, M32)
         wr(w, r & M32)
-        cwr(w, mask_to_int(np.broadcast_to(co, (W,)) & w.mask))
+        cwr(w, mask_to_int(lanes(co, W) & w.mask))
         return nxt
     return h
 
@@ -334,8 +339,7 @@ def _b_cmp(inst, ctx):
     dm = crosslane.dpp_write_mask(inst, ctx) if inst.dpp is not None else None
 
     def h(w):
-        with np.errstate(invalid="ignore"):
-            r = np.broadcast_to(pred(a(w), b(w)), (W,))
+        r = lanes(pred(a(w), b(w)), W)
         m = w.mask if dm is None else dm(w)
         bits = mask_to_int(r & m)
         if write_sdst:

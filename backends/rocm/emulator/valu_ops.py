@@ -33,35 +33,29 @@ def _sh64(s):
 
 
 def _exp2(x):
-    with np.errstate(over="ignore", under="ignore"):
-        return np.exp2(_f32(x))
+    return np.exp2(_f32(x))
 
 
 def _log2(x):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log2(_f32(x))
+    return np.log2(_f32(x))
 
 
 def _rcp(x):
-    with np.errstate(divide="ignore"):
-        return np.float32(1) / _f32(x)
+    return np.float32(1) / _f32(x)
 
 
 def _rsq(x):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.float32(1) / np.sqrt(_f32(x))
+    return np.float32(1) / np.sqrt(_f32(x))
 
 
 def _sqrt(x):
-    with np.errstate(invalid="ignore"):
-        return np.sqrt(_f32(x))
+    return np.sqrt(_f32(x))
 
 
 def _cvt_i32(x, lo=-2**31, hi=2**31 - 1):
     """f32/f64 -> integer conversion: truncate, saturate, NaN -> 0 (as the hardware does)."""
     a = np.asarray(x, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        r = np.clip(np.trunc(np.nan_to_num(a, nan=0.0, posinf=hi, neginf=lo)), lo, hi)
+    r = np.clip(np.trunc(np.nan_to_num(a, nan=0.0, posinf=hi, neginf=lo)), lo, hi)
     return r.astype(np.int64)
 
 
@@ -74,8 +68,7 @@ def _rndne(x):
 
 
 def _fract(x):
-    with np.errstate(invalid="ignore"):
-        return x - np.floor(x)
+    return x - np.floor(x)
 
 
 def _frexp_mant(x):
@@ -89,8 +82,7 @@ def _frexp_exp(x):
 
 
 def _ldexp(x, e):
-    with np.errstate(over="ignore", under="ignore"):
-        return np.ldexp(x, np.clip(_i(e), -1000, 1000))
+    return np.ldexp(x, np.clip(_i(e), -1000, 1000))
 
 
 def _med3(a, b, c):
@@ -220,8 +212,7 @@ def _div_scale(a, b, c):
 
 def _div_fixup(a, b, c):
     # a = approximate quotient, b = denominator, c = numerator: handle the special cases.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        exact = c / b
+    exact = c / b
     special = ~np.isfinite(exact) | (b == 0) | np.isnan(a)
     return np.where(special, exact, a)
 
