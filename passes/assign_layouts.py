@@ -11,6 +11,7 @@ permutation later).
 
 from __future__ import annotations
 
+import numpy as np
 from mlir import ir
 
 from tiledsl.backends.rocm.arch import Arch, MatrixOp
@@ -109,13 +110,35 @@ class _Assigner:
             raise op_error(op, f"internal: no layout rule for {name}", self.source, "assign-layouts")
 
     def broadcast_target(self, src: str, op: ir.Operation) -> str:
+        """A row/column vector reduced from a tile of layout P broadcasts back into P. P may also
+        be taken at another size of the broadcast axis (an online-softmax row max of the
+        [M, N] scores scaling the [M, D] accumulator): when P tiles the new shape and keeps the
+        vector's elements in the same lanes, the broadcast needs no data movement."""
         shape = tile_shape(op.result.type)
+        src_shape = tile_shape(op.operands[0].type)
         kind, args = L.parse(src)
         if kind == "expand":
             inner_kind, inner = L.parse(args[1])
-            if inner_kind == "slice" and int(inner[1]) == shape[int(args[0])]:
-                return inner[2]
+            if inner_kind == "slice":
+                parent, axis = inner[2], int(args[0])
+                if int(inner[1]) == shape[axis]:
+                    return parent
+                need = f"expand({axis},slice({axis},{shape[axis]},{parent}))"
+                if self.tiles(parent, shape) and L.register_map(src, src_shape, need, src_shape,
+                                                                self.threads) is not None:
+                    return parent
         return self.blocked(op.result)
+
+    def tiles(self, layout: str, shape: tuple[int, ...]) -> bool:
+        """Does `layout` cover every element of a tile of `shape` exactly (no gaps)?"""
+        try:
+            c = L.coords(layout, shape, self.threads)
+        except (ValueError, AssertionError, ZeroDivisionError, IndexError):
+            return False
+        flat = c.reshape(-1, len(shape))
+        if flat.size == 0 or (flat < 0).any() or (flat >= np.array(shape)).any():
+            return False
+        return len(np.unique(flat, axis=0)) == int(np.prod(shape))
 
     def analyse_for(self, op: ir.Operation) -> None:
         body = op.regions[0].blocks[0]
