@@ -175,9 +175,17 @@ def rule_abs_i(lw: _Lowering, op: ir.Operation) -> None:
 
 
 def rule_program_id(lw: _Lowering, op: ir.Operation) -> None:
-    dim = [gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z][int_attr(op, "axis")]
-    fn = gpu.block_id if op.name == "tile.program_id" else gpu.grid_dim
-    lw.vmap[op.result] = arith.IndexCastOp(i32(), fn(dim)).result
+    axis = int_attr(op, "axis")
+    if op.name == "tile.program_id":
+        dim = [gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z][axis]
+        lw.vmap[op.result] = arith.IndexCastOp(i32(), gpu.block_id(dim)).result
+        return
+    # gpu.grid_dim lowers to a call into ROCm's device library: read the block count from the
+    # implicit kernel arguments instead (code object v5: hidden_block_count_x/y/z, u32 at 0/4/8).
+    ptr4 = ir.Type.parse("!llvm.ptr<4>")
+    hidden = llvm.call_intrinsic(ptr4, "llvm.amdgcn.implicitarg.ptr", [], [], [])
+    addr = llvm.getelementptr(ptr4, hidden, [], [4 * axis], i32(), 0)
+    lw.vmap[op.result] = llvm.load(i32(), addr, alignment=4, invariant=True)
 
 
 def rule_arange(lw: _Lowering, op: ir.Operation) -> None:
