@@ -102,6 +102,11 @@ def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
     builder = llvm.create_pass_builder(tm, tuning)
     builder.getModulePassManager().run(module, builder)
     optimized = str(module)
+    external = sorted({f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")})
+    if external:
+        # Nothing links ROCm's device libraries (ocml/ockl) here: a call would jump to address 0.
+        raise CompileError("codegen", f"the kernel calls {', '.join(external)}, which is not defined: an op was "
+                                      "lowered to a device-library call instead of an intrinsic")
     # Codegen rewrites the IR module in place (control-flow annotation intrinsics), so the second
     # emission must start again from the optimized IR text.
     return tm.emit_assembly(module), tm.emit_object(llvm.parse_assembly(optimized))
