@@ -1,0 +1,1 @@
+"""The kernel library: .tile sources and their per-arch configurations."""

@@ -1,0 +1,92 @@
+"""Per-arch tile configurations of the FMHA forward kernel (`fmha_fwd.tile`).
+
+One row per (arch, padded head dim). Chosen by compiling candidates with the heaviest feature set
+(causal + group mode + LSE + sink + soft-cap + head-dim padding, bf16) and keeping the largest
+tile that neither spills registers nor exceeds the arch's LDS; `tests/test_fmha_compile.py`
+re-checks the rows for hdim <= 128. Why the rows look the way they do, with today's compiler:
+
+* Each wave holds whole dot operands in registers (K as [BLOCK_N, HDIM] B operand, V as
+  [BLOCK_N, HDIM_V]), so registers grow with BLOCK_N * HDIM per wave. With WAVES above
+  BLOCK_M / instruction-M the extra waves split the key axis (wave grid WM x WN, WN = 2), which
+  halves K/V/accumulator registers per wave at the price of cross-wave row reductions in LDS.
+* CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): BLOCK_M = 32 rows per wave.
+* RDNA (wave32, 256 VGPRs, 16x16 WMMA, gfx11 replicates A/B in both lane halves): 16 rows per
+  wave; hdim 128 needs WN = 2 to stay under 256 VGPRs.
+* LDS: every layout change stages one tile; the largest is Q [BLOCK_M, HDIM] (rows padded), so
+  BLOCK_M * HDIM <= 16K elements on 64 KiB archs (gfx950 has 160 KiB).
+* hdim 256 spills on every arch but gfx942/gfx950 with these block sizes (the table gives the
+  least-spilling row found); see the figures in the report of the FMHA groundwork issue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.errors import TileError
+from tiledsl.reference import MaskParams
+
+HDIMS = (32, 64, 128, 256)  # padded head dims (tile widths) with a row per arch
+
+
+@dataclass(frozen=True)
+class FmhaConfig:
+    block_m: int
+    block_n: int
+    waves: int
+    stages: int
+
+    def defines(self) -> dict[str, str]:
+        return {"BLOCK_M": str(self.block_m), "BLOCK_N": str(self.block_n), "WAVES": str(self.waves),
+                "STAGES": str(self.stages)}
+
+
+def _c(block_m: int, block_n: int, waves: int, stages: int) -> FmhaConfig:
+    return FmhaConfig(block_m, block_n, waves, stages)
+
+
+# CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V).
+CONFIGS: dict[str, dict[int, FmhaConfig]] = {
+    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx1100": {32: _c(64, 64, 8, 2), 64: _c(64, 64, 8, 1), 128: _c(64, 32, 8, 1), 256: _c(64, 32, 8, 1)},
+    "gfx1201": {32: _c(64, 64, 8, 2), 64: _c(64, 64, 8, 2), 128: _c(64, 32, 8, 2), 256: _c(64, 32, 8, 1)},
+}
+assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
+
+
+def padded_hdim(d: int) -> int:
+    """The tile width a head dim runs at: the next power of two, at least 32."""
+    if not 1 <= d <= HDIMS[-1]:
+        raise TileError(f"head dim {d} is not supported: expected 1..{HDIMS[-1]}")
+    return max(32, 1 << (d - 1).bit_length())
+
+
+def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None) -> FmhaConfig:
+    """The tile config for `arch` and the head dims (actual sizes, padded here)."""
+    name = get_arch(arch).name
+    hdim_v = hdim_q if hdim_v is None else hdim_v
+    return CONFIGS[name][max(padded_hdim(hdim_q), padded_hdim(hdim_v))]
+
+
+def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
+                 mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
+                 sink: bool = False, softcap: float = 0.0,
+                 config: FmhaConfig | None = None) -> dict[str, str]:
+    """All constexprs of one fmha_fwd variant (the -D values), from what a call needs."""
+    if dtype not in ("f16", "bf16"):
+        raise TileError(f"fmha_fwd supports f16 and bf16, got {dtype}")
+    hdim_v = hdim_q if hdim_v is None else hdim_v
+    dq, dv = padded_hdim(hdim_q), padded_hdim(hdim_v)
+    cfg = config or fmha_config(arch, hdim_q, hdim_v)
+
+    def flag(b: bool) -> str:
+        return "true" if b else "false"
+
+    return {
+        "DT": dtype, "HDIM": str(dq), "HDIM_V": str(dv), **cfg.defines(),
+        "MASK": mask.kind if mask is not None else "none",
+        "VARLEN": flag(varlen), "HAS_LSE": flag(lse), "HAS_SINK": flag(sink), "SOFTCAP": flag(softcap > 0),
+        "PAD_D": flag(dq != hdim_q or dv != hdim_v),
+    }

@@ -1,0 +1,182 @@
+"""The attention library's Python API: `fmha_fwd`.
+
+Each call validates every argument before anything runs (a ValueError naming the argument, what
+was expected and what was given), picks the kernel variant (constexprs) for the request, compiles
+it on first use through the on-disk cache, and launches it on the device (default: HIP when an AMD
+GPU is visible, otherwise the emulator for `arch`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiledsl.launcher import launch, numpy_dtype
+from tiledsl.reference import CausalArg, fmha_mask_params
+
+KERNELS = Path(__file__).resolve().parent / "kernels"
+MAX_HDIM = 256
+
+
+def _dtype_name(a: np.ndarray) -> str | None:
+    for name in ("f16", "bf16"):
+        if a.dtype == numpy_dtype(name):
+            return name
+    return None
+
+
+def _check_array(name: str, x: Any, rank: int, what: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"{name}: expected a numpy array {what}, got {type(x).__name__}")
+    if x.ndim != rank:
+        raise ValueError(f"{name}: expected {rank} dims {what}, got shape {x.shape}")
+    return x
+
+
+def _to_bshd(x: np.ndarray, layout: str, varlen: bool) -> np.ndarray:
+    """A [B, S, H, D] view of x (no copy): the kernel takes any strides."""
+    if varlen:
+        x = x[None]
+    return x.transpose(0, 2, 1, 3) if layout == "bhsd" else x
+
+
+def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
+    if not isinstance(cu, np.ndarray) or cu.ndim != 1 or not np.issubdtype(cu.dtype, np.integer):
+        raise ValueError(f"{name}: expected a 1-D integer numpy array of length batch + 1, got "
+                         f"{getattr(cu, 'dtype', type(cu).__name__)} {getattr(cu, 'shape', '')}")
+    if len(cu) < 2:
+        raise ValueError(f"{name}: expected length batch + 1 >= 2, got length {len(cu)}")
+    if cu[0] != 0:
+        raise ValueError(f"{name}: must start at 0, got {cu[0]}")
+    steps = np.diff(cu.astype(np.int64))
+    if (steps < 0).any():
+        at = int(np.argmax(steps < 0))
+        raise ValueError(f"{name}: must be non-decreasing, but {name}[{at + 1}] = {cu[at + 1]} < "
+                         f"{name}[{at}] = {cu[at]}")
+    if cu[-1] > total:
+        raise ValueError(f"{name}: the last offset {cu[-1]} is past the packed sequence length {total}")
+    return np.ascontiguousarray(cu, dtype=np.int32)
+
+
+def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None,
+             causal: CausalArg = False, window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+             sink: np.ndarray | None = None, cu_seqlens_q: np.ndarray | None = None,
+             cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
+             max_seqlen_k: int | None = None, return_lse: bool = False, layout: str = "bshd",
+             arch: str | None = None, device: Any = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Attention forward: softmax(mask(cap(scale * q k^T))) v, fp16/bf16 in, f32 accumulation.
+
+    Shapes and conventions are flash-attention's (see `tiledsl.reference.fmha_fwd_reference`, the
+    numpy model of this function): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] for
+    layout "bshd", [B, H, S, D] for "bhsd"; group (varlen) mode with cu_seqlens_q/cu_seqlens_k:
+    q [total_q, Hq, D] etc. Hq must be a multiple of Hk (GQA/MQA). causal: False, True (bottom-
+    right aligned, flash-attention's convention), "top_left" or "bottom_right"; window (left,
+    right), -1 = unlimited. softcap > 0 caps logits with tanh; sink: f32 [Hq] logits joining the
+    denominator. A row whose keys are all masked gives output 0 and LSE -inf.
+    Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
+    LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]).
+    """
+    from tiledsl.backends.rocm.arch import get_arch
+    from tiledsl.backends.rocm.runtime import default_device
+    from tiledsl.kernels.fmha_configs import fmha_defines
+
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"layout: expected 'bshd' or 'bhsd', got {layout!r}")
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k: group mode needs both, got only "
+                         + ("cu_seqlens_q" if cu_seqlens_q is not None else "cu_seqlens_k"))
+    rank = 3 if varlen else 4
+    what = ("[total, H, D]" if layout == "bshd" else "[H, total, D]") if varlen else \
+        ("[B, S, H, D]" if layout == "bshd" else "[B, H, S, D]")
+    q, k, v = (_check_array(n, x, rank, what) for n, x in (("q", q), ("k", k), ("v", v)))
+    dt = _dtype_name(q)
+    if dt is None:
+        raise ValueError(f"q: expected dtype float16 or bfloat16, got {q.dtype}")
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name}: expected dtype {q.dtype} (the dtype of q), got {x.dtype}")
+    q4, k4, v4 = (_to_bshd(x, layout, varlen) for x in (q, k, v))
+    b, sq, hq, d = q4.shape
+    bk, sk, hk, dk = k4.shape
+    if bk != b:
+        raise ValueError(f"k: batch {bk} differs from q's batch {b}")
+    if dk != d:
+        raise ValueError(f"k: head dim {dk} differs from q's head dim {d}")
+    if v4.shape[:3] != k4.shape[:3]:
+        raise ValueError(f"v: expected the batch, sequence and head sizes of k {k4.shape[:3]}, got {v4.shape[:3]}")
+    dv = v4.shape[3]
+    for name, hd in (("q", d), ("v", dv)):
+        if not 1 <= hd <= MAX_HDIM:
+            raise ValueError(f"{name}: head dim {hd} is not supported: expected 1..{MAX_HDIM}")
+    if hk == 0 or hq % hk:
+        raise ValueError(f"k: the number of query heads ({hq}) must be a multiple of key/value heads, got {hk}")
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    if not isinstance(scale, int | float) or not math.isfinite(scale):
+        raise ValueError(f"scale: expected a finite number, got {scale!r}")
+    if not isinstance(softcap, int | float) or not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {softcap!r}")
+    if not (isinstance(window, tuple | list) and len(window) == 2 and all(isinstance(w, int) for w in window)):
+        raise ValueError(f"window: expected a pair of ints (left, right), got {window!r}")
+    try:
+        mask = fmha_mask_params(causal, tuple(window))  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ValueError(f"{'causal' if 'causal' in str(exc) else 'window'}: {exc}") from None
+    sink32 = None
+    if sink is not None:
+        sink_arr = np.asarray(sink)
+        if sink_arr.shape != (hq,) or not np.issubdtype(sink_arr.dtype, np.floating):
+            raise ValueError(f"sink: expected a float array of shape ({hq},) (one logit per query head), "
+                             f"got {sink_arr.dtype} {sink_arr.shape}")
+        sink32 = np.ascontiguousarray(sink_arr, dtype=np.float32)
+
+    if varlen:
+        cuq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, sq)
+        cuk = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, sk)
+        if len(cuq) != len(cuk):
+            raise ValueError(f"cu_seqlens_k: expected length {len(cuq)} (that of cu_seqlens_q), got {len(cuk)}")
+        batch = len(cuq) - 1
+        longest_q, longest_k = int(np.diff(cuq).max()), int(np.diff(cuk).max())
+    else:
+        cuq = cuk = np.zeros(1, np.int32)
+        batch, longest_q, longest_k = b, sq, sk
+    for name, given, longest in (("max_seqlen_q", max_seqlen_q, longest_q), ("max_seqlen_k", max_seqlen_k, longest_k)):
+        if given is not None and (not isinstance(given, int) or given < longest):
+            raise ValueError(f"{name}: expected an int >= the longest sequence ({longest}), got {given!r}")
+    max_q = longest_q if max_seqlen_q is None else max_seqlen_q
+
+    if device is None:
+        if arch is None:
+            raise ValueError("arch: expected one of gfx90a, gfx942, gfx950, gfx1100, gfx1201 "
+                             "(or pass device=...), got None")
+        device = default_device(arch)
+    dev_arch = getattr(getattr(device, "arch", None), "name", getattr(device, "arch", None))
+    if arch is not None and dev_arch is not None and get_arch(arch).name != dev_arch:
+        raise ValueError(f"arch: {arch} does not match the device's arch {dev_arch}")
+    arch = dev_arch or arch
+
+    out4 = np.zeros(q4.shape[:3] + (dv,), dtype=q.dtype)
+    out = out4[0] if varlen else out4
+    if layout == "bhsd":
+        out4 = np.zeros((b, hq, sq, dv), dtype=q.dtype).transpose(0, 2, 1, 3)
+        out = out4.transpose(0, 2, 1, 3)[0] if varlen else out4.transpose(0, 2, 1, 3)
+    lse = np.full((b, hq, sq), -np.inf, np.float32) if return_lse else \
+        np.broadcast_to(np.zeros(1, np.float32), (b, hq, sq))  # never written: zero strides, no memory
+    sink_arg = sink32 if sink32 is not None else np.broadcast_to(np.zeros(1, np.float32), (hq,))
+
+    if batch and sq and max_q:
+        from tiledsl.cache import Cache
+        from tiledsl.driver import compile_source
+
+        defines = fmha_defines(arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
+                               sink=sink32 is not None, softcap=float(softcap))
+        source = KERNELS / "fmha_fwd.tile"
+        kernel = compile_source(source.read_text(), str(source), arch, defines, cache=Cache.from_env())
+        launch(kernel, q4, k4, v4, out4, lse, sink_arg, cuq, cuk, float(scale), float(softcap) or 1.0,
+               mask.left, mask.right, batch, max_q, device=device)
+    if not return_lse:
+        return out
+    return out, (lse[0] if varlen else lse)
