@@ -20,7 +20,10 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n $${TEST_WORKERS:-2} tests
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) benchmarks/compile_time.py
+	$(PY) benchmarks/emulator_speed.py
+	$(PY) benchmarks/fmha_fwd.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

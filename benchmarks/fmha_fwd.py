@@ -1,0 +1,110 @@
+"""FMHA forward: our kernel beside Triton's for the same arch and shape, as a table.
+
+Per arch, head dim 64/128, f16/bf16, causal or not: cold compile time, instructions, MFMA/WMMA
+count, instructions per MFMA/WMMA, VGPRs (and AGPRs), LDS, spills, occupancy (waves/SIMD), and for
+ours the emulated wave-instructions per query tile (one tile of BLOCK_M rows against 256 keys).
+Triton (a benchmark-only dependency: `pip install triton`) is compiled on this CPU with its
+tutorial tiles (BLOCK 128x64, 4 warps); it is not run. Targets: zero spills on all five archs at
+head dim 128; no more instructions per MFMA/WMMA than Triton.
+Usage: python benchmarks/fmha_fwd.py [--arch A ...] [--hdim 64 128] [--dtype f16 bf16] [--no-emulate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.driver import compile_source
+from tiledsl.isa_stats import count_instructions, isa_stats
+from tiledsl.kernels.fmha_configs import fmha_config, fmha_defines
+from tiledsl.ops import KERNELS, fmha_fwd
+from tiledsl.reference import fmha_mask_params
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def ours(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict:
+    defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim, mask=fmha_mask_params(causal))
+    src = KERNELS / "fmha_fwd.tile"
+    t0 = time.perf_counter()
+    k = compile_source(src.read_text(), str(src), arch, defines, cache=None)
+    seconds = time.perf_counter() - t0
+    st = isa_stats(k.asm, k.manifest)
+    row = {"compile": seconds, "instr": st.instructions, "mma": st.mfma + st.wmma, "vgpr": st.vgprs,
+           "agpr": st.agprs, "lds": st.lds_bytes, "spills": st.vgpr_spills, "occ": st.occupancy, "emu": None}
+    if emulate:
+        cfg = fmha_config(arch, hdim)
+        rng = np.random.default_rng(0)
+        dt = np.float16 if dtype == "f16" else __import__("ml_dtypes").bfloat16
+        q = rng.standard_normal((1, cfg.block_m, 1, hdim)).astype(dt)
+        kv = rng.standard_normal((1, 256, 1, hdim)).astype(dt)
+        dev = EmulatorDevice(arch)
+        fmha_fwd(q, kv, kv, causal=causal, device=dev)
+        row["emu"] = dev.last_stats["wave_instructions"]
+    return row
+
+
+def theirs(arch: str, dtype: str, hdim: int, causal: bool) -> dict | None:
+    try:
+        from triton_fa import compile_triton
+    except ImportError:
+        return None
+    a = get_arch(arch)
+    try:
+        asm, md, seconds = compile_triton(arch, a.wave_size, dtype, hdim, causal)
+    except Exception as exc:  # a peer's compiler failing is a data point, not our error
+        return {"error": f"{type(exc).__name__}: {str(exc)[:60]}"}
+    counts = count_instructions(asm, "attn_fwd")
+
+    def meta(key: str) -> int:
+        m = re.search(rf"^\s*\.{key}:\s*(\d+)", asm, re.M)
+        return int(m.group(1)) if m else 0
+
+    # Triton allocates its LDS dynamically at launch: the size is in its metadata, not the code object.
+    vgpr, agpr, lds = meta("vgpr_count"), meta("agpr_count"), int(md.get("shared", 0))
+    return {"compile": seconds, "instr": counts.total, "mma": counts.mfma + counts.wmma, "vgpr": vgpr,
+            "agpr": agpr, "lds": lds, "spills": meta("vgpr_spill_count"),
+            "occ": a.occupancy(vgpr, agpr, lds, 4), "emu": None}
+
+
+def fmt(who: str, r: dict | None) -> str:
+    if r is None:
+        return f"{who:7} (triton not installed: pip install triton)"
+    if "error" in r:
+        return f"{who:7} failed: {r['error']}"
+    per = r["instr"] / r["mma"] if r["mma"] else float("nan")
+    emu = f"{r['emu']:>10,}" if r["emu"] is not None else f"{'-':>10}"
+    return (f"{who:7} {r['compile']:7.2f} {r['instr']:6d} {r['mma']:5d} {per:8.1f} {r['vgpr']:5d} {r['agpr']:5d} "
+            f"{r['lds']:6d} {r['spills']:6d} {r['occ']:4d} {emu}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", nargs="+", default=list(ARCH_NAMES))
+    ap.add_argument("--hdim", nargs="+", type=int, default=[64, 128])
+    ap.add_argument("--dtype", nargs="+", default=["f16", "bf16"])
+    ap.add_argument("--no-emulate", action="store_true", help="skip the emulated instruction counts")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory():
+        print(f"{'':24} {'who':7} {'cold s':>7} {'instr':>6} {'MMA':>5} {'instr/MMA':>8} {'VGPR':>5} "
+              f"{'AGPR':>5} {'LDS':>6} {'spills':>6} {'occ':>4} {'emu instr/tile':>10}")
+        for arch in args.arch:
+            for hdim in args.hdim:
+                for dtype in args.dtype:
+                    for causal in (False, True):
+                        label = f"{arch:8} d{hdim:<3} {dtype:4} {'causal' if causal else 'full':6}"
+                        print(f"{label} {fmt('tiledsl', ours(arch, dtype, hdim, causal, not args.no_emulate))}")
+                        print(f"{'':24} {fmt('triton', theirs(arch, dtype, hdim, causal))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
