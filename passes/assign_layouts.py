@@ -20,7 +20,7 @@ from tiledsl.passes import layouts as L
 from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
 
 FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
-ELEMENTWISE_PREFIXES = ("arith.", "math.")
+ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp")
 
 
 def dot_config(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tuple[MatrixOp, int, int]:

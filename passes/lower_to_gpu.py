@@ -164,7 +164,8 @@ def _per_element(fn):
 rule_exp2 = _per_element(lambda x: rocdl.exp2(x.type, x))
 rule_log2 = _per_element(lambda x: rocdl.log(x.type, x))
 rule_sqrt = _per_element(lambda x: rocdl.sqrt(x.type, x))
-rule_absf = _per_element(lambda x: arith.MaximumFOp(x, arith.NegFOp(x).result).result)
+rule_absf = _per_element(lambda x: arith.MaxNumFOp(x, arith.NegFOp(x).result).result)
+rule_rcp = _per_element(lambda x: rocdl.rcp(x.type, x))
 
 
 def rule_abs_i(lw: _Lowering, op: ir.Operation) -> None:
@@ -319,7 +320,9 @@ def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
     lw.vmap[op.result] = out
 
 
-_COMBINE = {"max": (arith.MaximumFOp, arith.MaxSIOp), "min": (arith.MinimumFOp, arith.MinSIOp),
+# max/min follow IEEE maxNum/minNum (a NaN operand yields the other one): one v_max/v_min, where
+# NaN-propagating maximum costs a compare and a select more per element on these archs.
+_COMBINE = {"max": (arith.MaxNumFOp, arith.MaxSIOp), "min": (arith.MinNumFOp, arith.MinSIOp),
             "sum": (arith.AddFOp, arith.AddIOp)}
 
 
@@ -486,12 +489,12 @@ RULES = {
     "tile.dot": rule_dot, "tile.reduce": rule_reduce,
     "tile.local_store": rule_local_store, "tile.local_load": rule_local_load, "tile.barrier": rule_barrier,
     "math.exp2": rule_exp2, "math.log2": rule_log2, "math.sqrt": rule_sqrt, "math.absf": rule_absf,
-    "math.absi": rule_abs_i,
+    "math.absi": rule_abs_i, "tile.rcp": rule_rcp,
     "scf.for": rule_for, "scf.if": rule_if, "scf.yield": rule_yield, "func.return": rule_return,
 }
 for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi", "muli", "floordivsi",
               "remsi", "andi", "ori", "xori", "shli", "shrsi", "shrui", "cmpf", "cmpi", "select",
-              "maximumf", "minimumf", "maxsi", "minsi", "extf", "truncf", "sitofp", "fptosi", "uitofp",
+              "maximumf", "minimumf", "maxnumf", "minnumf", "maxsi", "minsi", "extf", "truncf", "sitofp", "fptosi", "uitofp",
               "extui", "ceildivsi", "divsi"):
     RULES[f"arith.{_name}"] = rule_clone
 

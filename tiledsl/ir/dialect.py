@@ -28,6 +28,7 @@ TILE_OPS: dict[str, tuple[tuple[str, ...], int]] = {
     "local_store": (("value",), 0),  # {offset, row_stride}: write a tile into the LDS arena
     "local_load": ((), 1),          # {offset, row_stride}: read a tile (any layout) from the arena
     "barrier": ((), 0),             # workgroup barrier around LDS reuse
+    "rcp": (("value",), 1),         # elementwise hardware reciprocal (1 ulp), scalar or tile
 }
 
 

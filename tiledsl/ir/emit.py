@@ -364,10 +364,10 @@ class _Emitter:
         return (float_op if _dtype(e.type) in A.FLOAT_DTYPES else int_op)(lhs, rhs).result
 
     def call_maximum(self, e: A.Call) -> ir.Value:
-        return self._binary(e, arith.MaximumFOp, arith.MaxSIOp)
+        return self._binary(e, arith.MaxNumFOp, arith.MaxSIOp)
 
     def call_minimum(self, e: A.Call) -> ir.Value:
-        return self._binary(e, arith.MinimumFOp, arith.MinSIOp)
+        return self._binary(e, arith.MinNumFOp, arith.MinSIOp)
 
     def _unary(self, e: A.Call, op: type) -> ir.Value:
         return op(self.to_type(self.expr(e.args[0]), e.type)).result
@@ -388,8 +388,7 @@ class _Emitter:
 
     def call_rcp(self, e: A.Call) -> ir.Value:
         x = self.to_type(self.expr(e.args[0]), e.type)
-        one = self.to_type(self.constant(1.0, "f32"), e.type)
-        return arith.DivFOp(one, x).result
+        return tile_op("rcp", [x], [x.type]).result
 
     def call_cast(self, e: A.Call) -> ir.Value:
         x = self.expr(e.args[0])
