@@ -494,8 +494,8 @@ RULES = {
 }
 for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi", "muli", "floordivsi",
               "remsi", "andi", "ori", "xori", "shli", "shrsi", "shrui", "cmpf", "cmpi", "select",
-              "maximumf", "minimumf", "maxnumf", "minnumf", "maxsi", "minsi", "extf", "truncf", "sitofp", "fptosi", "uitofp",
-              "extui", "ceildivsi", "divsi"):
+              "maximumf", "minimumf", "maxnumf", "minnumf", "maxsi", "minsi", "extf", "truncf", "sitofp",
+              "fptosi", "uitofp", "extui", "ceildivsi", "divsi"):
     RULES[f"arith.{_name}"] = rule_clone
 
 
