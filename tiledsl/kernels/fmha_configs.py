@@ -1,21 +1,23 @@
 """Per-arch tile configurations of the FMHA forward kernel (`fmha_fwd.tile`).
 
-One row per (arch, padded head dim). Chosen by compiling candidates with the heaviest feature set
-(causal + group mode + LSE + sink + soft-cap + head-dim padding, bf16) and keeping the largest
-tile that neither spills registers nor exceeds the arch's LDS; `tests/test_fmha_compile.py`
-re-checks the rows for hdim <= 128. Why the rows look the way they do, with today's compiler:
+One row per (arch, padded head dim). Chosen by compiling candidates under every feature mix
+(mask kinds, group mode, LSE, sink, soft-cap, padded head dims; f16 and bf16) and keeping the
+largest tile that spills nothing (neither VGPRs nor SGPRs) and fits the arch's LDS;
+`tests/test_fmha_compile.py` re-checks the rows for hdim 64 and 128. Why the rows look the way
+they do, with today's compiler:
 
-* Each wave holds whole dot operands in registers (K as [BLOCK_N, HDIM] B operand, V as
-  [BLOCK_N, HDIM_V]), so registers grow with BLOCK_N * HDIM per wave. With WAVES above
-  BLOCK_M / instruction-M the extra waves split the key axis (wave grid WM x WN, WN = 2), which
-  halves K/V/accumulator registers per wave at the price of cross-wave row reductions in LDS.
-* CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): BLOCK_M = 32 rows per wave.
-* RDNA (wave32, 256 VGPRs, 16x16 WMMA, gfx11 replicates A/B in both lane halves): 16 rows per
-  wave; hdim 128 needs WN = 2 to stay under 256 VGPRs.
-* LDS: every layout change stages one tile; the largest is Q [BLOCK_M, HDIM] (rows padded), so
-  BLOCK_M * HDIM <= 16K elements on 64 KiB archs (gfx950 has 160 KiB).
-* hdim 256 spills on every arch but gfx942/gfx950 with these block sizes (the table gives the
-  least-spilling row found); see the figures in the report of the FMHA groundwork issue.
+* Each wave holds whole dot operands in registers (K as a [BLOCK_N, HDIM] B operand, V as
+  [BLOCK_N, HDIM_V]), so registers grow with BLOCK_N * HDIM per wave.
+* CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): 32 query rows per wave, 4 waves. 8 waves
+  (512 threads) would halve the registers per lane to 256 and spill at hdim 128.
+* RDNA (wave32, 256 VGPRs, 16x16 WMMA; gfx11 replicates A/B in both lane halves): 16 rows per
+  wave, 8 waves = a 4 x 2 wave grid whose second axis splits the keys, which halves the K/V/
+  accumulator registers per wave at the price of cross-wave row reductions through LDS.
+  gfx1100 at hdim 128 still peaks at 256 VGPRs (no spill) in some feature mixes.
+* LDS: every layout change stages one tile through LDS; the largest is Q [BLOCK_M, HDIM] (rows
+  padded), so BLOCK_M * HDIM <= 16K elements on 64 KiB archs (gfx950 has 160 KiB).
+* hdim 256 spills on RDNA at every block size tried (whole operands in registers), and a few
+  SGPRs on CDNA in some feature mixes; the rows give the least-spilling choice found.
 """
 
 from __future__ import annotations

@@ -1,0 +1,53 @@
+"""Variants of the FMHA forward kernel shared by its compile and emulator tests.
+
+Both test modules compile the same variants through one cache, so a process that runs both
+compiles each variant once (the compile budget of the suite is ~40 compiles for FMHA).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import tiledsl
+from tiledsl.driver import CompiledKernel, compile_source
+from tiledsl.kernels.fmha_configs import fmha_defines
+from tiledsl.options import CompileOptions
+from tiledsl.reference import fmha_mask_params
+
+KERNEL = Path(tiledsl.__file__).resolve().parent / "kernels" / "fmha_fwd.tile"
+
+# Each (dtype, causal) variant also switches on a share of the optional features, so every feature
+# is compiled on every arch at both head dims without more compiles.
+FEATURES: dict[tuple[str, bool], dict[str, Any]] = {
+    ("f16", False): dict(softcap=30.0, sink=True, pad=True),
+    ("bf16", False): dict(window=(256, 32), varlen=True, lse=True),
+    ("f16", True): dict(causal="bottom_right", lse=True, sink=True),
+    ("bf16", True): dict(causal="top_left", varlen=True, softcap=30.0, pad=True),
+}
+
+
+def actual_hdim(hdim: int, dtype: str, causal: bool) -> int:
+    """The run-time head dim of a variant: 3/4 of the tile width (48, 96) when it pads."""
+    return hdim * 3 // 4 if FEATURES[(dtype, causal)].get("pad") else hdim
+
+
+def variant(arch: str, dtype: str, hdim: int, causal: bool) -> dict[str, str]:
+    f = FEATURES[(dtype, causal)]
+    mask = fmha_mask_params(f.get("causal", False), f.get("window", (-1, -1)))
+    return fmha_defines(arch, dtype=dtype, hdim_q=actual_hdim(hdim, dtype, causal), mask=mask,
+                        varlen=f.get("varlen", False), lse=f.get("lse", False), sink=f.get("sink", False),
+                        softcap=f.get("softcap", 0.0))
+
+
+@functools.cache
+def _compiled(arch: str, defines: tuple[tuple[str, str], ...]) -> CompiledKernel:
+    d = dict(defines)
+    # Spills are asserted by the tests with the figures in the message rather than raised here.
+    opts = CompileOptions.make(arch, d, allow_spills=True)
+    return compile_source(KERNEL.read_text(), str(KERNEL), arch, d, opts, cache=None)
+
+
+def compiled(arch: str, defines: dict[str, str]) -> CompiledKernel:
+    return _compiled(arch, tuple(sorted(defines.items())))

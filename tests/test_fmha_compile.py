@@ -1,0 +1,99 @@
+"""Compile the FMHA forward kernel (tiledsl/kernels/fmha_fwd.tile) per arch, check it statically.
+
+Every arch x dtype x hdim (64, 128) x causal-or-not compiles with the tile config of
+fmha_configs.py; each of those 40 variants also switches on a share of the optional features, so
+every feature is compiled on every arch at both head dims without more compiles (~3 s each;
+the variants are in _fmha_util.py, shared with test_fmha_emulated.py):
+
+    f16,  not causal: no mask, soft-cap, sink, padded head dim (48 -> 64, 96 -> 128)
+    bf16, not causal: sliding window, group mode (varlen), LSE
+    f16,  causal:     bottom-right causal, LSE, sink
+    bf16, causal:     top-left causal, group mode, soft-cap, padded head dim
+"""
+
+from __future__ import annotations
+
+import pytest
+from _fmha_util import compiled, variant
+
+from tiledsl.backends.rocm import elf
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.errors import TileError
+from tiledsl.isa_stats import isa_stats
+from tiledsl.kernels.fmha_configs import CONFIGS, HDIMS, fmha_config, fmha_defines, padded_hdim
+from tiledsl.manifest import check_manifest
+from tiledsl.reference import fmha_mask_params
+
+CASES = [(arch, dt, h, c) for arch in ARCH_NAMES for dt in ("f16", "bf16") for h in (64, 128)
+         for c in (False, True)]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch,dtype,hdim,causal", CASES,
+                         ids=[f"{a}-{d}-d{h}-{'causal' if c else 'nocausal'}" for a, d, h, c in CASES])
+def test_fmha_compiles(arch: str, dtype: str, hdim: int, causal: bool) -> None:
+    defines = variant(arch, dtype, hdim, causal)
+    assert defines["HDIM"] == str(hdim)
+    k = compiled(arch, defines)
+    co = elf.read_code_object(k.hsaco)
+    assert co.e_machine == elf.EM_AMDGPU and co.arch == arch
+    assert "fmha_fwd.kd" in co.symbols
+    row = get_arch(arch)
+    stats = isa_stats(k.asm, k.manifest)
+    assert (stats.mfma if row.is_cdna else stats.wmma) > 0, f"no matrix instruction on {arch}"
+    names = {op.isa_name for op in row.matrix_ops_for(dtype)}
+    assert any(n in k.asm for n in names), f"none of {names} in the {dtype} kernel on {arch}"
+    m = k.manifest
+    figures = (f"{arch} {defines}: {m['vgpr_count']} VGPRs ({m['agpr_count']} AGPRs), {m['sgpr_count']} SGPRs, "
+               f"spills {m['vgpr_spill_count']} VGPR / {m['sgpr_spill_count']} SGPR, scratch "
+               f"{m['private_segment_size']} B")
+    assert m["vgpr_spill_count"] == 0 and m["sgpr_spill_count"] == 0, "spills: " + figures
+    assert m["private_segment_size"] == 0, "scratch memory: " + figures
+    assert 0 < m["lds_bytes"] <= row.lds_bytes, f"LDS {m['lds_bytes']} B over the {row.lds_bytes} B of {arch}"
+    assert m["waves"] == int(defines["WAVES"])
+    check_manifest(m, k.hsaco)
+
+
+@pytest.mark.compile
+def test_fmha_unequal_head_dims_compile() -> None:
+    """192/128 (DeepSeek-style) runs as HDIM 256, HDIM_V 128; hdim > 128 may spill today."""
+    defines = fmha_defines("gfx942", dtype="bf16", hdim_q=192, hdim_v=128, mask=fmha_mask_params(True))
+    assert (defines["HDIM"], defines["HDIM_V"], defines["PAD_D"]) == ("256", "128", "true")
+    k = compiled("gfx942", defines)
+    assert isa_stats(k.asm, k.manifest).mfma > 0
+    assert k.manifest["lds_bytes"] <= get_arch("gfx942").lds_bytes
+
+
+@pytest.mark.compile
+def test_fmha_manifest_abi() -> None:
+    defines = variant("gfx942", "f16", 128, True)
+    m = compiled("gfx942", defines).manifest
+    names = [a["name"] for a in m["kernargs"]]
+    assert names[:5] == ["q", "q.stride0", "q.stride1", "q.stride2", "q.stride3"]
+    tensors = [t["name"] for t in m["tensors"]]
+    assert tensors == ["q", "k", "v", "o", "lse", "sink", "cu_seqlens_q", "cu_seqlens_k"]
+    assert [s["name"] for s in m["scalars"]] == ["scale", "softcap", "window_left", "window_right", "batch",
+                                                 "max_seqlen_q"]
+    assert m["grid"] == [f"cdiv(max_seqlen_q, {defines['BLOCK_M']})", "HQ", "batch"]
+
+
+def test_config_table_covers_every_arch_and_hdim() -> None:
+    assert set(CONFIGS) == set(ARCH_NAMES)
+    for rows in CONFIGS.values():
+        assert set(rows) == set(HDIMS)
+        for cfg in rows.values():
+            assert cfg.waves in (1, 2, 4, 8, 16) and cfg.stages >= 1
+            assert cfg.block_m % 16 == 0 and cfg.block_n % 16 == 0  # powers of two, >= the dot minimum
+
+
+def test_config_lookup_and_defines() -> None:
+    assert [padded_hdim(d) for d in (16, 32, 64, 80, 96, 128, 192, 256)] == [32, 32, 64, 128, 128, 128, 256, 256]
+    with pytest.raises(TileError):
+        padded_hdim(320)
+    assert fmha_config("gfx1100", 192, 128) == CONFIGS["gfx1100"][256]
+    d = fmha_defines("gfx950", dtype="bf16", hdim_q=80, mask=fmha_mask_params(True, (128, -1)), softcap=0.0)
+    assert (d["HDIM"], d["HDIM_V"], d["PAD_D"], d["MASK"], d["SOFTCAP"]) == ("128", "128", "true",
+                                                                             "causal_bottom_right", "false")
+    assert fmha_defines("gfx90a", hdim_q=64)["PAD_D"] == "false"
+    with pytest.raises(TileError):
+        fmha_defines("gfx942", dtype="f32")
