@@ -41,7 +41,7 @@ def ours(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict:
     row = {"compile": seconds, "instr": st.instructions, "mma": st.mfma + st.wmma, "vgpr": st.vgprs,
            "agpr": st.agprs, "lds": st.lds_bytes, "spills": st.vgpr_spills, "occ": st.occupancy, "emu": None}
     if emulate:
-        cfg = fmha_config(arch, hdim)
+        cfg = fmha_config(arch, hdim, masked=causal)
         rng = np.random.default_rng(0)
         dt = np.float16 if dtype == "f16" else __import__("ml_dtypes").bfloat16
         q = rng.standard_normal((1, cfg.block_m, 1, hdim)).astype(dt)

@@ -16,12 +16,14 @@ from tiledsl.errors import CompileError, TileError
 from tiledsl.ir.dialect import new_context
 from tiledsl.options import CompileOptions
 from tiledsl.passes.assign_layouts import assign_layouts
+from tiledsl.passes.hoist_conversions import hoist_conversions
 from tiledsl.passes.lower_to_gpu import lower_to_gpu
 from tiledsl.passes.pipeline_loops import pipeline_loops
 from tiledsl.passes.stage_lds import stage_lds
 
 PASSES: list[tuple[str, Callable]] = [
     ("assign-layouts", lambda m, arch, opts, src: assign_layouts(m, arch, src)),
+    ("hoist-conversions", lambda m, arch, opts, src: hoist_conversions(m, arch)),
     ("pipeline-loops", lambda m, arch, opts, src: pipeline_loops(m, arch, src)),
     ("stage-lds", lambda m, arch, opts, src: stage_lds(m, arch, opts, src)),
 ]

@@ -65,11 +65,21 @@ def padded_hdim(d: int) -> int:
     return max(32, 1 << (d - 1).bit_length())
 
 
-def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None) -> FmhaConfig:
+# Rows for masked variants (causal / window) where they differ: the mask arithmetic changes which
+# values LLVM keeps live, and gfx1100 at hdim 128 sits at its 256-VGPR limit either way.
+MASKED: dict[str, dict[int, FmhaConfig]] = {
+    "gfx1100": {128: _c(64, 32, 8, 2)},
+}
+
+
+def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool = False) -> FmhaConfig:
     """The tile config for `arch` and the head dims (actual sizes, padded here)."""
     name = get_arch(arch).name
     hdim_v = hdim_q if hdim_v is None else hdim_v
-    return CONFIGS[name][max(padded_hdim(hdim_q), padded_hdim(hdim_v))]
+    hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
+    if masked and hdim in MASKED.get(name, {}):
+        return MASKED[name][hdim]
+    return CONFIGS[name][hdim]
 
 
 def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
@@ -81,7 +91,7 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         raise TileError(f"fmha_fwd supports f16 and bf16, got {dtype}")
     hdim_v = hdim_q if hdim_v is None else hdim_v
     dq, dv = padded_hdim(hdim_q), padded_hdim(hdim_v)
-    cfg = config or fmha_config(arch, hdim_q, hdim_v)
+    cfg = config or fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none")
 
     def flag(b: bool) -> str:
         return "true" if b else "false"

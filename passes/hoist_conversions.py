@@ -1,0 +1,61 @@
+"""Hoist loop-invariant layout conversions out of `scf.for` bodies.
+
+Layout assignment puts each `tile.convert_layout` right before the op that needs it, so a tile
+loaded before a loop and used inside it (the Q tile of attention) would be re-staged through LDS
+on every iteration. A conversion whose operand is defined outside the loop computes the same
+value every time: it moves in front of the loop (repeatedly, out of nested loops) -- unless the
+converted tile takes more registers per lane than its source (e.g. a gfx11 WMMA operand, which
+holds every value twice): then keeping it live across the loop trades LDS traffic for register
+pressure that can spill, and the conversion stays where it is.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from tiledsl.backends.rocm.arch import Arch
+from tiledsl.ir.dialect import int_attr, layout_of
+from tiledsl.passes import layouts as L
+from tiledsl.passes.common import kernel_funcs, ops_in, tile_shape, walk_blocks
+
+
+def _op(x: object) -> ir.Operation | None:
+    return x.operation if hasattr(x, "operation") else x  # OpView -> Operation
+
+
+def _defined_inside(value: ir.Value, loop: ir.Operation) -> bool:
+    owner = value.owner
+    block = owner if isinstance(owner, ir.Block) else _op(owner).block
+    while True:
+        parent = _op(block.owner)
+        if parent is None or parent.name in ("func.func", "builtin.module"):
+            return False
+        if parent == loop:
+            return True
+        block = parent.block
+
+
+def _grows(op: ir.Operation, threads: L.Threads) -> bool:
+    src, dst = op.operands[0], op.result
+    shape = tile_shape(src.type)
+    return L.num_regs(layout_of(dst.type), shape, threads) > L.num_regs(layout_of(src.type), shape, threads)
+
+
+def hoist_conversions(module: ir.Module, arch: Arch) -> int:
+    moved = 0
+    changed = True
+    while changed:  # a hoisted conversion may now be invariant in an enclosing loop too
+        changed = False
+        for fn in kernel_funcs(module):
+            threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
+            for block in list(walk_blocks(fn)):
+                loop = _op(block.owner)
+                if loop is None or loop.name != "scf.for":
+                    continue
+                for op in ops_in(block):
+                    if op.name == "tile.convert_layout" and not _defined_inside(op.operands[0], loop) \
+                            and not _grows(op, threads):
+                        op.move_before(loop)
+                        moved += 1
+                        changed = True
+    return moved
