@@ -1,0 +1,93 @@
+"""tiledsl.ops.fmha_fwd: argument validation (before any launch) and end-to-end runs on the
+emulator through the public API, against the numpy reference."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.ops import fmha_fwd
+from tiledsl.reference import fmha_fwd_reference
+
+pytestmark = pytest.mark.emulator
+
+
+def qkv(b=1, sq=20, sk=24, hq=2, hk=1, d=64, dv=None, dtype=np.float16, seed=0):
+    rng = np.random.default_rng(seed)
+    dv = d if dv is None else dv
+    return (rng.standard_normal((b, sq, hq, d)).astype(dtype),
+            rng.standard_normal((b, sk, hk, d)).astype(dtype),
+            rng.standard_normal((b, sk, hk, dv)).astype(dtype))
+
+
+BAD = [
+    (lambda q, k, v: dict(q=q.astype(np.float32)), "q: expected dtype float16 or bfloat16, got float32"),
+    (lambda q, k, v: dict(k=k.astype(ml_dtypes.bfloat16)),
+     r"k: expected dtype float16 \(the dtype of q\), got bfloat16"),
+    (lambda q, k, v: dict(q=q[0]), r"q: expected 4 dims \[B, S, H, D\], got shape"),
+    (lambda q, k, v: dict(k=np.zeros((1, 24, 1, 32), np.float16)), "k: head dim 32 differs from q's head dim 64"),
+    (lambda q, k, v: dict(q=np.zeros((1, 20, 3, 64), np.float16), k=np.zeros((1, 24, 2, 64), np.float16),
+                          v=np.zeros((1, 24, 2, 64), np.float16)),
+     r"k: the number of query heads \(3\) must be a multiple of key/value heads, got 2"),
+    (lambda q, k, v: dict(q=np.zeros((1, 4, 2, 300), np.float16), k=np.zeros((1, 4, 1, 300), np.float16),
+                          v=np.zeros((1, 4, 1, 300), np.float16)), "q: head dim 300 is not supported"),
+    (lambda q, k, v: dict(v=np.zeros((1, 23, 1, 64), np.float16)), "v: expected the batch, sequence and head"),
+    (lambda q, k, v: dict(window=(-2, 0)), "window: window sizes must be >= -1"),
+    (lambda q, k, v: dict(window=(1.5, 0)), "window: expected a pair of ints"),
+    (lambda q, k, v: dict(causal="diagonal"), "causal: causal must be a bool"),
+    (lambda q, k, v: dict(softcap=-1.0), "softcap: expected a finite number >= 0"),
+    (lambda q, k, v: dict(scale=float("nan")), "scale: expected a finite number"),
+    (lambda q, k, v: dict(sink=np.zeros(3, np.float32)), r"sink: expected a float array of shape \(2,\)"),
+    (lambda q, k, v: dict(layout="sbhd"), "layout: expected 'bshd' or 'bhsd'"),
+    (lambda q, k, v: dict(arch=None), "arch: expected one of"),
+    (lambda q, k, v: dict(q=q[0], k=k[0], v=v[0], cu_seqlens_q=np.array([0, 5, 3], np.int32),
+                          cu_seqlens_k=np.array([0, 5, 9], np.int32)), r"cu_seqlens_q: must be non-decreasing"),
+    (lambda q, k, v: dict(q=q[0], k=k[0], v=v[0], cu_seqlens_q=np.array([0, 5, 30], np.int32),
+                          cu_seqlens_k=np.array([0, 5, 9], np.int32)), "cu_seqlens_q: the last offset 30 is past"),
+    (lambda q, k, v: dict(q=q[0], k=k[0], v=v[0], cu_seqlens_q=np.array([1, 5], np.int32),
+                          cu_seqlens_k=np.array([0, 5], np.int32)), "cu_seqlens_q: must start at 0"),
+    (lambda q, k, v: dict(q=q[0], k=k[0], v=v[0], cu_seqlens_q=np.array([0, 5], np.int32)),
+     "group mode needs both"),
+    (lambda q, k, v: dict(q=q[0], k=k[0], v=v[0], cu_seqlens_q=np.array([0, 5, 9], np.int32),
+                          cu_seqlens_k=np.array([0, 5, 9], np.int32), max_seqlen_q=2),
+     "max_seqlen_q: expected an int >="),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD)])
+def test_bad_arguments_are_value_errors(change, message: str) -> None:
+    q, k, v = qkv()
+    kwargs = dict(q=q, k=k, v=v, arch="gfx942")
+    kwargs.update(change(q, k, v))
+    with pytest.raises(ValueError, match=message):
+        fmha_fwd(kwargs.pop("q"), kwargs.pop("k"), kwargs.pop("v"), **kwargs)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_api_bhsd_gqa_lse(arch: str) -> None:
+    """bhsd views, GQA, LSE, a sink and a bottom-right causal mask with seqlen_q != seqlen_k."""
+    q, k, v = qkv(sq=20, sk=37, hq=4, hk=2, d=64, dtype=np.float16, seed=1)
+    qb, kb, vb = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # [B, H, S, D] views
+    sink = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
+    out, lse = fmha_fwd(qb, kb, vb, causal=True, sink=sink, return_lse=True, layout="bhsd",
+                        device=EmulatorDevice(arch))
+    ref, ref_lse = fmha_fwd_reference(qb, kb, vb, causal=True, sink=sink, return_lse=True, layout="bhsd")
+    assert out.shape == ref.shape and out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float64), ref, atol=2e-3, rtol=2e-3)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx1201"])
+def test_api_varlen_window_softcap_bf16(arch: str) -> None:
+    rng = np.random.default_rng(2)
+    cu_q, cu_k = np.array([0, 7, 7, 30], np.int32), np.array([0, 12, 20, 41], np.int32)
+    q = rng.standard_normal((30, 2, 80)).astype(ml_dtypes.bfloat16)  # head dim 80 runs padded at 128
+    k = rng.standard_normal((41, 1, 80)).astype(ml_dtypes.bfloat16)
+    v = rng.standard_normal((41, 1, 80)).astype(ml_dtypes.bfloat16)
+    out = fmha_fwd(q, k, v, window=(5, 3), softcap=20.0, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                   device=EmulatorDevice(arch))
+    ref = fmha_fwd_reference(q, k, v, window=(5, 3), softcap=20.0, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    np.testing.assert_allclose(out.astype(np.float64), ref, atol=2e-2, rtol=2e-2)
