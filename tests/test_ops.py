@@ -91,3 +91,19 @@ def test_api_varlen_window_softcap_bf16(arch: str) -> None:
                    device=EmulatorDevice(arch))
     ref = fmha_fwd_reference(q, k, v, window=(5, 3), softcap=20.0, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     np.testing.assert_allclose(out.astype(np.float64), ref, atol=2e-2, rtol=2e-2)
+
+
+def test_api_device_arrays() -> None:
+    """Inputs already on the device are used in place and the outputs stay there."""
+    from tiledsl.device_array import DeviceArray
+
+    dev = EmulatorDevice("gfx942")
+    q, k, v = qkv(sq=33, sk=40, hq=2, hk=2, d=64, seed=3)
+    dq, dk, dv = (DeviceArray.from_numpy(dev, x) for x in (q, k, v))
+    out, lse = fmha_fwd(dq, dk, dv, return_lse=True)
+    assert isinstance(out, DeviceArray) and isinstance(lse, DeviceArray)
+    ref, ref_lse = fmha_fwd_reference(q, k, v, return_lse=True)
+    np.testing.assert_allclose(out.numpy().astype(np.float64), ref, atol=2e-3, rtol=2e-3)
+    np.testing.assert_allclose(lse.numpy(), ref_lse, atol=1e-4, rtol=1e-5)
+    with pytest.raises(ValueError, match="k: expected a DeviceArray like q, got ndarray"):
+        fmha_fwd(dq, k, dv)

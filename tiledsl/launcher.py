@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tiledsl.device_array import DeviceArray
 from tiledsl.grid import eval_grid
 
 I32_MAX = 2**31 - 1
@@ -41,9 +42,9 @@ class _Tensor:
 
 def _check_tensor(spec: dict, value: Any, symbols: dict[str, tuple[int, str]]) -> _Tensor:
     name, dtype, dims = spec["name"], spec["dtype"], spec["dims"]
-    if not isinstance(value, np.ndarray):
-        raise ValueError(f"argument '{name}': expected a numpy array of {dtype} with {len(dims)} dims, "
-                         f"got {type(value).__name__}")
+    if not isinstance(value, np.ndarray | DeviceArray):
+        raise ValueError(f"argument '{name}': expected a numpy array or DeviceArray of {dtype} with {len(dims)} "
+                         f"dims, got {type(value).__name__}")
     want = numpy_dtype(dtype)
     if value.dtype != want:
         raise ValueError(f"argument '{name}': expected dtype {dtype} ({want}), got {value.dtype}")
@@ -61,16 +62,21 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, tuple[int, str]]) -
             symbols[dim] = (size, f"{name}.shape[{axis}]")
         if size > I32_MAX:
             raise ValueError(f"argument '{name}': dim {axis} = {size} does not fit in i32")
+    itemsize = value.dtype.itemsize
+    byte_strides = value.strides if isinstance(value, np.ndarray) else [s * itemsize for s in value.strides]
     strides = []
-    for axis, s in enumerate(value.strides):
-        if s < 0 or s % value.itemsize:
+    for axis, s in enumerate(byte_strides):
+        if s < 0 or s % itemsize:
             raise ValueError(f"argument '{name}': stride {s} bytes on dim {axis} is not a non-negative multiple "
-                             f"of the element size {value.itemsize}; pass np.ascontiguousarray({name})")
-        strides.append(s // value.itemsize)
+                             f"of the element size {itemsize}; pass np.ascontiguousarray({name})")
+        strides.append(s // itemsize)
     last = sum((n - 1) * s for n, s in zip(value.shape, strides, strict=True)) if value.size else 0
     if last > I32_MAX:
         raise ValueError(f"argument '{name}': spans {last + 1} elements; offsets must fit in i32")
-    span = (last + 1) * value.itemsize if value.size else 0
+    span = (last + 1) * itemsize if value.size else 0
+    if isinstance(value, DeviceArray) and value.offset * itemsize + span > value.buffer.size:
+        raise ValueError(f"argument '{name}': the view ends at byte {value.offset * itemsize + span} of a "
+                         f"{value.buffer.size}-byte buffer")
     return _Tensor(name, value, span, strides)
 
 
@@ -170,18 +176,25 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
     if 0 in prep.grid:
         return prep
     fn = _kernel_on(device, kernel.hsaco, manifest["symbol"])
-    buffers = {}
+    buffers = {}  # numpy arguments get a device copy of the memory their view spans
+    addresses = {}
     try:
         for t in prep.tensors:
+            if isinstance(t.array, DeviceArray):
+                if t.array.device is not device:
+                    raise ValueError(f"argument '{t.name}': a DeviceArray of another device")
+                addresses[t.name] = t.array.address
+                continue
             buf = device.alloc(max(t.span, 16), name=t.name)  # never 0 bytes: masked lanes read element 0
             if t.span:
                 device.copy_in(buf, _raw(t.array, t.span))
             buffers[t.name] = buf
-        kernargs = prep.kernargs(manifest, {n: b.addr for n, b in buffers.items()})
+            addresses[t.name] = buf.addr
+        kernargs = prep.kernargs(manifest, addresses)
         device.launch(fn, prep.grid, prep.block, kernargs, dynamic_lds=0)
         device.synchronize()
         for t in prep.tensors:
-            if t.span and t.array.flags.writeable:
+            if t.name in buffers and t.span and t.array.flags.writeable:
                 data = device.copy_out(buffers[t.name], t.span)
                 ctypes.memmove(t.array.ctypes.data, data, t.span)
     finally:

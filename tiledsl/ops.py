@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from tiledsl.device_array import DeviceArray
 from tiledsl.launcher import launch, numpy_dtype
 from tiledsl.reference import CausalArg, fmha_mask_params
 
@@ -28,18 +29,18 @@ def _dtype_name(a: np.ndarray) -> str | None:
     return None
 
 
-def _check_array(name: str, x: Any, rank: int, what: str) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise ValueError(f"{name}: expected a numpy array {what}, got {type(x).__name__}")
+def _check_array(name: str, x: Any, rank: int, what: str) -> np.ndarray | DeviceArray:
+    if not isinstance(x, np.ndarray | DeviceArray):
+        raise ValueError(f"{name}: expected a numpy array or DeviceArray {what}, got {type(x).__name__}")
     if x.ndim != rank:
         raise ValueError(f"{name}: expected {rank} dims {what}, got shape {x.shape}")
     return x
 
 
-def _to_bshd(x: np.ndarray, layout: str, varlen: bool) -> np.ndarray:
+def _to_bshd(x: Any, layout: str, varlen: bool) -> Any:
     """A [B, S, H, D] view of x (no copy): the kernel takes any strides."""
     if varlen:
-        x = x[None]
+        x = x.expand() if isinstance(x, DeviceArray) else x[None]
     return x.transpose(0, 2, 1, 3) if layout == "bhsd" else x
 
 
@@ -77,7 +78,9 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     right), -1 = unlimited. softcap > 0 caps logits with tanh; sink: f32 [Hq] logits joining the
     denominator. A row whose keys are all masked gives output 0 and LSE -inf.
     Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
-    LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]).
+    LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]). q, k, v may be numpy arrays (copied to the
+    device and back) or `tiledsl.device_array.DeviceArray`s (used in place; the outputs are then
+    DeviceArrays on the same device).
     """
     from tiledsl.backends.rocm.arch import get_arch
     from tiledsl.backends.rocm.runtime import default_device
@@ -93,6 +96,11 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     what = ("[total, H, D]" if layout == "bshd" else "[H, total, D]") if varlen else \
         ("[B, S, H, D]" if layout == "bshd" else "[B, H, S, D]")
     q, k, v = (_check_array(n, x, rank, what) for n, x in (("q", q), ("k", k), ("v", v)))
+    on_device = isinstance(q, DeviceArray)
+    for name, x in (("k", k), ("v", v)):
+        if isinstance(x, DeviceArray) != on_device:
+            raise ValueError(f"{name}: expected a {'DeviceArray' if on_device else 'numpy array'} like q, "
+                             f"got {type(x).__name__}")
     dt = _dtype_name(q)
     if dt is None:
         raise ValueError(f"q: expected dtype float16 or bfloat16, got {q.dtype}")
@@ -148,6 +156,8 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
             raise ValueError(f"{name}: expected an int >= the longest sequence ({longest}), got {given!r}")
     max_q = longest_q if max_seqlen_q is None else max_seqlen_q
 
+    if device is None and on_device:
+        device = q.device
     if device is None:
         if arch is None:
             raise ValueError("arch: expected one of gfx90a, gfx942, gfx950, gfx1100, gfx1201 "
@@ -158,13 +168,19 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
         raise ValueError(f"arch: {arch} does not match the device's arch {dev_arch}")
     arch = dev_arch or arch
 
-    out4 = np.zeros(q4.shape[:3] + (dv,), dtype=q.dtype)
-    out = out4[0] if varlen else out4
-    if layout == "bhsd":
-        out4 = np.zeros((b, hq, sq, dv), dtype=q.dtype).transpose(0, 2, 1, 3)
-        out = out4.transpose(0, 2, 1, 3)[0] if varlen else out4.transpose(0, 2, 1, 3)
-    lse = np.full((b, hq, sq), -np.inf, np.float32) if return_lse else \
-        np.broadcast_to(np.zeros(1, np.float32), (b, hq, sq))  # never written: zero strides, no memory
+    # The output in the caller's layout, and its [B, S, H, Dv] view for the kernel.
+    out_shape = (b, sq, hq, dv) if layout == "bshd" else (b, hq, sq, dv)
+    if on_device:
+        out = DeviceArray.empty(device, out_shape[1:] if varlen else out_shape, q.dtype, "out")
+    else:
+        out = np.zeros(out_shape[1:] if varlen else out_shape, dtype=q.dtype)
+    out4 = _to_bshd(out, layout, varlen)
+    if not return_lse:  # never written: a zero-stride numpy view takes no memory
+        lse = np.broadcast_to(np.zeros(1, np.float32), (b, hq, sq))
+    elif on_device:
+        lse = DeviceArray.from_numpy(device, np.full((b, hq, sq), -np.inf, np.float32), "lse")
+    else:
+        lse = np.full((b, hq, sq), -np.inf, np.float32)
     sink_arg = sink32 if sink32 is not None else np.broadcast_to(np.zeros(1, np.float32), (hq,))
 
     if batch and sq and max_q:
@@ -179,4 +195,4 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
                mask.left, mask.right, batch, max_q, device=device)
     if not return_lse:
         return out
-    return out, (lse[0] if varlen else lse)
+    return out, ((lse.squeeze0() if on_device else lse[0]) if varlen else lse)

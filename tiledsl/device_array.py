@@ -1,0 +1,75 @@
+"""Tensors that live in device memory, for callers that keep data on the GPU between launches.
+
+A `DeviceArray` is a runtime `Buffer` plus a numpy-style view: shape, dtype and strides (in
+elements) from an element offset. The launcher passes its address as it is -- no copies -- after
+the same checks as for numpy arrays, plus one more: the view must lie inside its buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    buffer: Any  # tiledsl.backends.rocm.runtime.Buffer
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    strides: tuple[int, ...]  # elements
+    offset: int = 0  # elements from the start of the buffer
+
+    @property
+    def device(self) -> Any:
+        return self.buffer.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def address(self) -> int:
+        return self.buffer.addr + self.offset * self.dtype.itemsize
+
+    @staticmethod
+    def empty(device: Any, shape: tuple[int, ...], dtype: Any, name: str = "array") -> DeviceArray:
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape))
+        strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+        return DeviceArray(device.alloc(max(n * dt.itemsize, 16), name), tuple(shape), dt, strides)
+
+    @staticmethod
+    def from_numpy(device: Any, array: np.ndarray, name: str = "array") -> DeviceArray:
+        out = DeviceArray.empty(device, array.shape, array.dtype, name)
+        if array.size:
+            device.copy_in(out.buffer, np.ascontiguousarray(array).tobytes())
+        return out
+
+    def numpy(self) -> np.ndarray:
+        """Copy the view back to a new (contiguous) numpy array."""
+        if not self.size:
+            return np.zeros(self.shape, self.dtype)
+        last = sum((n - 1) * s for n, s in zip(self.shape, self.strides, strict=True))
+        raw = self.device.copy_out(self.buffer, (last + 1) * self.dtype.itemsize, self.offset * self.dtype.itemsize)
+        flat = np.frombuffer(raw, dtype=self.dtype)
+        view = np.lib.stride_tricks.as_strided(flat, self.shape, [s * self.dtype.itemsize for s in self.strides])
+        return view.copy()
+
+    def transpose(self, *axes: int) -> DeviceArray:
+        return DeviceArray(self.buffer, tuple(self.shape[a] for a in axes), self.dtype,
+                           tuple(self.strides[a] for a in axes), self.offset)
+
+    def expand(self) -> DeviceArray:
+        """A leading axis of size 1 (x[None])."""
+        return DeviceArray(self.buffer, (1,) + self.shape, self.dtype, (0,) + self.strides, self.offset)
+
+    def squeeze0(self) -> DeviceArray:
+        """Drop a leading axis of size 1 (x[0])."""
+        assert self.shape[0] == 1
+        return DeviceArray(self.buffer, self.shape[1:], self.dtype, self.strides[1:], self.offset)
