@@ -3,7 +3,7 @@
 It lets the driver's own logic (stage loop, dumps, errors, cache, manifest, CLI) be tested apart
 from the real front-end, while the backend stages stay real: the fake tile passes return a small
 gpu-dialect kernel whose arguments follow the kernarg ABI of the fake bound kernel
-(`x: tensor[f32](N)` -> pointer, x.stride0, N), so `check_manifest` holds for real code objects.
+(`x: tensor[f32](N)` -> pointer, N: the last dim's stride is the constant 1), so `check_manifest` holds for real code objects.
 
 Control words in the fake source steer it: "FAIL_PASSES" makes the tile passes raise,
 "BAD_GPU" makes them return IR the upstream conversion rejects, "CRASH_EMIT" makes emit hit a bug.
@@ -24,15 +24,14 @@ FAKE_MODULES = ("tiledsl.lang.parser", "tiledsl.lang.checker", "tiledsl.ir.emit"
 
 
 def gpu_mlir(name: str, block: int) -> str:
-    """A real gpu-dialect kernel `name`(x: ptr<1>, x.stride0: i32, N: i32) storing float(N)."""
+    """A real gpu-dialect kernel `name`(x: ptr<1>, N: i32) storing float(N)."""
     return f"""module attributes {{gpu.container_module}} {{
   gpu.module @{name}_module {{
-    gpu.func @{name}(%x: !llvm.ptr<1>, %s0: i32, %n: i32) kernel
+    gpu.func @{name}(%x: !llvm.ptr<1>, %n: i32) kernel
         attributes {{known_block_size = array<i32: {block}, 1, 1>}} {{
       %tid = gpu.thread_id x
       %t = arith.index_cast %tid : index to i32
-      %off = arith.muli %t, %s0 : i32
-      %p = llvm.getelementptr %x[%off] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, f32
+      %p = llvm.getelementptr %x[%t] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, f32
       %v = arith.sitofp %n : i32 to f32
       llvm.store %v, %p : f32, !llvm.ptr<1>
       gpu.return

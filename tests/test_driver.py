@@ -125,13 +125,13 @@ def test_manifest_matches_code_object(fake, arch):
     m = k.manifest
     assert (k.name, k.arch, m["kernel"], m["symbol"]) == ("fake_copy", arch, "fake_copy", "fake_copy")
     assert [(a["name"], a["offset"], a["size"]) for a in m["kernargs"]] == [
-        ("x", 0, 8), ("x.stride0", 8, 4), ("N", 12, 4)]
-    assert m["kernarg_size"] == 16
+        ("x", 0, 8), ("N", 8, 4)]
+    assert m["kernarg_size"] == 12
     assert m["workgroup_size"] == [get_arch(arch).wave_size, 1, 1]
     assert m["grid"] == ["cdiv(N, 64)", "1", "1"]
     assert eval_grid(m["grid"], {"N": 1000}) == (16, 1, 1)
     assert m["constexprs"] == {"BLOCK": 64} and m["shape_symbols"] == ["N"]
-    assert m["tensors"] == [{"name": "x", "dtype": "f32", "dims": ["N"]}]
+    assert m["tensors"] == [{"name": "x", "dtype": "f32", "dims": ["N"], "unit_last_stride": True}]
     assert m["vgpr_count"] > 0 and m["vgpr_spill_count"] == 0
     check_manifest(m, k.hsaco)
     json.dumps(m)  # the manifest must be plain JSON
@@ -140,7 +140,7 @@ def test_manifest_matches_code_object(fake, arch):
 def test_check_manifest_catches_mismatches(fake):
     k = _compile()
     bad = json.loads(json.dumps(k.manifest))
-    bad["kernargs"][2]["offset"] = 16
+    bad["kernargs"][1]["offset"] = 16
     bad["lds_bytes"] = 1024
     bad["vgpr_count"] += 1
     with pytest.raises(TileError) as info:

@@ -14,6 +14,7 @@ from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.driver import compile_source
 from tiledsl.launcher import launch
+from tiledsl.options import CompileOptions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -23,9 +24,10 @@ pytestmark = pytest.mark.emulator
 
 
 @functools.cache
-def kernel(name: str, arch: str, dtype: str):
+def kernel(name: str, arch: str, dtype: str, strided: bool = False):
     path = EXAMPLES / f"{name}.tile"
-    return compile_source(path.read_text(), str(path), arch, {"DT": dtype})
+    options = CompileOptions.make(arch, {"DT": dtype}, unit_last_stride=not strided)
+    return compile_source(path.read_text(), str(path), arch, {"DT": dtype}, options)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -59,8 +61,9 @@ def test_launcher_rejects_bad_arguments() -> None:
 
 
 def test_launcher_honours_strides() -> None:
-    """A transposed view and a sliced view are passed with their own strides, not copied."""
-    k = kernel("gemm", "gfx942", "f16")
+    """With the strided variant, a transposed view and a sliced view are passed with their own
+    strides; the default variant (contiguous last dims) rejects them before launching."""
+    k = kernel("gemm", "gfx942", "f16", strided=True)
     rng = np.random.default_rng(2)
     a = rng.standard_normal((1, 40, 33)).astype(np.float16)
     bt = rng.standard_normal((1, 40, 48)).astype(np.float16)  # b = bt^T: [1, 48, 40] with strides
@@ -70,3 +73,6 @@ def test_launcher_honours_strides() -> None:
     ref = np.einsum("bkm,bkn->bmn", a.astype(np.float64), bt.astype(np.float64))
     assert np.abs(c.astype(np.float64) - ref).max() < 2e-2 * np.abs(ref).max()
     assert not big[:, :, 1::2].any(), "columns between the strided ones are untouched"
+    with pytest.raises(ValueError, match="argument 'a': the kernel was compiled for a contiguous last dim"):
+        launch(kernel("gemm", "gfx942", "f16"), a.transpose(0, 2, 1), bt.transpose(0, 2, 1), c, 1.0,
+               device=EmulatorDevice("gfx942"))

@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--outdir", required=True, help="output directory")
     c.add_argument("--dump-ir", metavar="DIR", help="write every stage's artifact to DIR")
     c.add_argument("--no-cache", action="store_true", help="neither read nor write the compile cache")
+    c.add_argument("--strided", action="store_true",
+                   help="accept any stride on every tensor dim (default: the last dim is contiguous, which "
+                        "allows vector memory access)")
     c.add_argument("--allow-spills", action="store_true",
                    help="accept a kernel that spills registers to scratch memory (normally an error)")
     c.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
@@ -128,7 +131,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     archs = _parse_archs(args.arch)
     defines = _parse_defines(args.defines)
     cache = None if args.no_cache else Cache.from_env()
-    options = CompileOptions.make(archs[0], defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills)
+    options = CompileOptions.make(archs[0], defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills,
+                                  unit_last_stride=not args.strided)
 
     def report(kernel: CompiledKernel, files: list[Path]) -> None:
         if not args.quiet:

@@ -70,6 +70,10 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, tuple[int, str]]) -
             raise ValueError(f"argument '{name}': stride {s} bytes on dim {axis} is not a non-negative multiple "
                              f"of the element size {itemsize}; pass np.ascontiguousarray({name})")
         strides.append(s // itemsize)
+    if spec.get("unit_last_stride") and value.ndim and value.shape[-1] > 1 and strides[-1] != 1:
+        raise ValueError(f"argument '{name}': the kernel was compiled for a contiguous last dim (stride 1, "
+                         f"the default), got stride {strides[-1]}; pass np.ascontiguousarray({name}) or "
+                         "compile with --strided (CompileOptions.unit_last_stride=False)")
     last = sum((n - 1) * s for n, s in zip(value.shape, strides, strict=True)) if value.size else 0
     if last > I32_MAX:
         raise ValueError(f"argument '{name}': spans {last + 1} elements; offsets must fit in i32")
@@ -108,7 +112,7 @@ class PreparedLaunch:
             if kind == "pointer":
                 struct.pack_into("<Q", buf, off, addresses[f["name"]])
             elif kind == "stride":
-                struct.pack_into("<i", buf, off, strides[f["tensor"]][f["dim"]])
+                struct.pack_into("<i", buf, off, strides[f["tensor"]][f["dim"]])  # only those passed
             elif kind == "shape":
                 struct.pack_into("<i", buf, off, self.symbols[f["name"]])
             else:

@@ -58,18 +58,19 @@ def _code_object_fields(md: dict) -> dict[str, Any]:
 
 
 def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
-                   defines: dict[str, str] | None = None) -> dict[str, Any]:
+                   defines: dict[str, str] | None = None, unit_last_stride: bool = True) -> dict[str, Any]:
     """The manifest of one variant compiled for `arch`, from its bound kernel and code object."""
     kernel = bound.kernel
     try:
         _co, md = kernel_metadata(hsaco, kernel.name)
     except TileError as exc:
         raise CompileError("manifest", str(exc)) from None
-    layout = kernarg_layout(bound)
+    layout = kernarg_layout(bound, unit_last_stride)
     tensors, scalars = [], []
     for arg in kernel.args:
         if isinstance(arg.type, TensorType):
-            tensors.append({"name": arg.name, "dtype": arg.type.dtype, "dims": list(arg.type.dims)})
+            tensors.append({"name": arg.name, "dtype": arg.type.dtype, "dims": list(arg.type.dims),
+                            "unit_last_stride": unit_last_stride})
         elif isinstance(arg.type, ScalarType):
             scalars.append({"name": arg.name, "dtype": arg.type.dtype})
     manifest: dict[str, Any] = {

@@ -175,22 +175,27 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     else:
         out = np.zeros(out_shape[1:] if varlen else out_shape, dtype=q.dtype)
     out4 = _to_bshd(out, layout, varlen)
-    if not return_lse:  # never written: a zero-stride numpy view takes no memory
-        lse = np.broadcast_to(np.zeros(1, np.float32), (b, hq, sq))
+    if not return_lse:  # never written: one row broadcast over batch and heads
+        lse = np.broadcast_to(np.zeros(max(sq, 1), np.float32)[:sq], (b, hq, sq))
     elif on_device:
         lse = DeviceArray.from_numpy(device, np.full((b, hq, sq), -np.inf, np.float32), "lse")
     else:
         lse = np.full((b, hq, sq), -np.inf, np.float32)
-    sink_arg = sink32 if sink32 is not None else np.broadcast_to(np.zeros(1, np.float32), (hq,))
+    sink_arg = sink32 if sink32 is not None else np.zeros(hq, np.float32)
 
     if batch and sq and max_q:
         from tiledsl.cache import Cache
         from tiledsl.driver import compile_source
+        from tiledsl.options import CompileOptions
 
         defines = fmha_defines(arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
                                sink=sink32 is not None, softcap=float(softcap))
         source = KERNELS / "fmha_fwd.tile"
-        kernel = compile_source(source.read_text(), str(source), arch, defines, cache=Cache.from_env())
+        # Vector memory access needs contiguous head dims; other strides get the general variant.
+        contiguous = all(x.shape[-1] == 1 or x.strides[-1] == (x.dtype.itemsize if isinstance(x, np.ndarray) else 1)
+                         for x in (q4, k4, v4))
+        options = CompileOptions.make(arch, defines, unit_last_stride=contiguous)
+        kernel = compile_source(source.read_text(), str(source), arch, defines, options, cache=Cache.from_env())
         launch(kernel, q4, k4, v4, out4, lse, sink_arg, cuq, cuk, float(scale), float(softcap) or 1.0,
                mask.left, mask.right, batch, max_q, device=device)
     if not return_lse:

@@ -18,6 +18,9 @@ class CompileOptions:
     dump_ir_dir: str | None = field(default=None, compare=False)  # not part of the key
     lds_padding: bool = True  # pad LDS rows to avoid bank conflicts in layout conversions
     allow_spills: bool = False  # accept a kernel that spills registers to scratch (normally an error)
+    # Every tensor's last dim has stride 1 (a compile-time constant, checked by the launcher): the
+    # condition for vector loads and stores. False passes that stride at run time like the others.
+    unit_last_stride: bool = True
 
     def cache_key(self) -> str:
         data = {k: v for k, v in asdict(self).items() if k != "dump_ir_dir"}

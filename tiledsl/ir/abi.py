@@ -27,7 +27,8 @@ class KernArg:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def kernarg_layout(bound: BoundKernel) -> list[KernArg]:
+def kernarg_layout(bound: BoundKernel, unit_last_stride: bool = True) -> list[KernArg]:
+    """With unit_last_stride, each tensor's last-dim stride is the constant 1 and not passed."""
     fields: list[KernArg] = []
     offset = 0
 
@@ -40,7 +41,7 @@ def kernarg_layout(bound: BoundKernel) -> list[KernArg]:
     for arg in bound.kernel.args:
         if isinstance(arg.type, TensorType):
             add(arg.name, "pointer", arg.type.dtype, 8, tensor=arg.name)
-            for d in range(len(arg.type.dims)):
+            for d in range(len(arg.type.dims) - (1 if unit_last_stride else 0)):
                 add(f"{arg.name}.stride{d}", "stride", "i32", 4, tensor=arg.name, dim=d)
         else:
             assert isinstance(arg.type, ScalarType)
@@ -51,5 +52,5 @@ def kernarg_layout(bound: BoundKernel) -> list[KernArg]:
 
 
 def kernarg_size(layout: list[KernArg]) -> int:
-    end = max((f.offset + f.size for f in layout), default=0)
-    return (end + 7) // 8 * 8
+    """Bytes of the explicit arguments (LLVM reports the same, before any hidden arguments)."""
+    return max((f.offset + f.size for f in layout), default=0)

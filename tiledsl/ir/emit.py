@@ -35,13 +35,14 @@ def emit_tile_mlir(bound: A.BoundKernel, arch: Arch, options: CompileOptions) ->
     with ctx, ir.Location.unknown():
         module = ir.Module.create()
         module.operation.attributes["tile.arch"] = ir.StringAttr.get(arch.name)
-        _Emitter(bound, arch, module).emit()
+        _Emitter(bound, arch, module, options).emit()
         module.operation.verify()
         return module.operation.get_asm(enable_debug_info=True)
 
 
 class _Emitter:
-    def __init__(self, bound: A.BoundKernel, arch: Arch, module: ir.Module):
+    def __init__(self, bound: A.BoundKernel, arch: Arch, module: ir.Module, options: CompileOptions):
+        self.options = options
         self.bound = bound
         self.kernel = bound.kernel
         self.arch = arch
@@ -70,7 +71,8 @@ class _Emitter:
 
     # -- kernel -------------------------------------------------------------------------------
     def emit(self) -> None:
-        layout = kernarg_layout(self.bound)
+        self.unit_last_stride = self.options.unit_last_stride
+        layout = kernarg_layout(self.bound, self.unit_last_stride)
         types = []
         for f in layout:
             types.append(ir.Type.parse("!llvm.ptr<1>") if f.kind == "pointer" else element_type(f.dtype))
@@ -82,7 +84,8 @@ class _Emitter:
         args = dict(zip([f.name for f in layout], entry.arguments, strict=True))
         for a in self.kernel.args:
             if isinstance(a.type, A.TensorType):
-                strides = [args[f"{a.name}.stride{d}"] for d in range(len(a.type.dims))]
+                # None: the compile-time unit stride of the last dim (no multiply, contiguous runs)
+                strides = [args.get(f"{a.name}.stride{d}") for d in range(len(a.type.dims))]
                 self.define(a.name, (args[a.name], strides, a.type))
             else:
                 self.define(a.name, args[a.name])
@@ -249,7 +252,7 @@ class _Emitter:
             for idx, stride in zip(e.indices, strides, strict=True):
                 shape_t = A.TileType(e.type.shape, "i32") if e.type.shape else A.ScalarType("i32")
                 i = self.to_type(self.expr(idx), shape_t)
-                term = arith.MulIOp(i, self.to_type(stride, shape_t)).result
+                term = i if stride is None else arith.MulIOp(i, self.to_type(stride, shape_t)).result
                 offsets = term if offsets is None else arith.AddIOp(offsets, term).result
             assert offsets is not None
             return Access(ptr, offsets, e.type.shape, ttype.dtype)
