@@ -3,7 +3,8 @@
 It lets the driver's own logic (stage loop, dumps, errors, cache, manifest, CLI) be tested apart
 from the real front-end, while the backend stages stay real: the fake tile passes return a small
 gpu-dialect kernel whose arguments follow the kernarg ABI of the fake bound kernel
-(`x: tensor[f32](N)` -> pointer, N: the last dim's stride is the constant 1), so `check_manifest` holds for real code objects.
+(`x: tensor[f32](N)` -> pointer, N; the last dim's stride is the constant 1), so `check_manifest`
+holds for real code objects.
 
 Control words in the fake source steer it: "FAIL_PASSES" makes the tile passes raise,
 "BAD_GPU" makes them return IR the upstream conversion rejects, "CRASH_EMIT" makes emit hit a bug.
