@@ -26,6 +26,7 @@ from tiledsl.driver import compile_source
 from tiledsl.isa_stats import count_instructions, isa_stats
 from tiledsl.kernels.fmha_configs import fmha_config, fmha_defines
 from tiledsl.ops import KERNELS, fmha_fwd
+from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,7 +36,9 @@ def ours(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict:
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim, mask=fmha_mask_params(causal))
     src = KERNELS / "fmha_fwd.tile"
     t0 = time.perf_counter()
-    k = compile_source(src.read_text(), str(src), arch, defines, cache=None)
+    # What fmha_fwd compiles for contiguous bshd inputs: strides in units of 16 bytes.
+    options = CompileOptions.make(arch, defines, stride_units=tuple((t, 8) for t in ("k", "o", "q", "v")))
+    k = compile_source(src.read_text(), str(src), arch, defines, options, cache=None)
     seconds = time.perf_counter() - t0
     st = isa_stats(k.asm, k.manifest)
     row = {"compile": seconds, "instr": st.instructions, "mma": st.mfma + st.wmma, "vgpr": st.vgprs,

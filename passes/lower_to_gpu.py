@@ -14,6 +14,7 @@ from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, element_type, int_attr, str_attr
 from tiledsl.passes import layouts as L
+from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
 
 LDS_SYMBOL = "__tile_lds"
@@ -36,6 +37,7 @@ class _Lowering:
         self.threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         self.vmap: dict[ir.Value, ir.Value] = {}
         self.bases: dict[str, list[ir.Value]] = {}
+        self.axis = AxisAnalysis()
 
     # -- types -----------------------------------------------------------------------------------
     def regs(self, t: ir.Type) -> int:
@@ -235,19 +237,56 @@ def _masked_value(lw: _Lowering, mask: ir.Value) -> list[ir.Value] | None:
     return lw.elems(m) if isinstance(m.type, ir.VectorType) else [m]
 
 
+def _vector_runs(lw: _Lowering, op: ir.Operation, tile: ir.Value, mask: ir.Value | None) -> list[tuple[int, int]]:
+    """Split the lane's registers into (first, width) accesses: `width` consecutive registers
+    become one vector access when the layout holds them at consecutive last-axis positions, the
+    offsets are consecutive there (axis_info.contig), the mask is uniform over them (const) and
+    the first address is aligned to the whole vector (div, and the layout's column bases).
+    Tensor base pointers are 16-byte aligned (the launcher's buffers are)."""
+    offsets = op.operands[1]
+    if not is_tile(tile):
+        return [(0, 1)]
+    nregs = lw.regs(tile.type)
+    lin = lw.lin(tile)
+    eb = DTYPE_BYTES_BY_NAME[tile_dtype(tile.type)]
+    info = lw.axis.info(offsets)
+    limit = min(info.contig, info.div, max(1, 16 // eb))
+    if mask is not None:
+        limit = min(limit, lw.axis.info(mask).const)
+    for b in np.concatenate([lin.lane_bases[:, -1], lin.wave_bases[:, -1]]):
+        if b:
+            limit = min(limit, int(b) & -int(b))
+    runs, i = [], 0
+    while i < nregs:
+        width = 1
+        col = int(lin.regs[i, -1])
+        align = (col & -col) if col else 1 << 30
+        while width * 2 <= min(limit, align) and i + width * 2 <= nregs and all(
+                (lin.regs[i + j, :-1] == lin.regs[i, :-1]).all() and lin.regs[i + j, -1] == col + j
+                for j in range(width, width * 2)):
+            width *= 2
+        runs.append((i, width))
+        i += width
+    return runs
+
+
 def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     ptr, offsets, mask, other = (lw.v(op.operands[0]), lw.v(op.operands[1]), op.operands[2], lw.v(op.operands[3]))
     elt = element_type(tile_dtype(op.result.type))
     masks = _masked_value(lw, mask)
     offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
-    out = []
-    for i, off in enumerate(offs):
-        if masks is None:
-            out.append(llvm.load(elt, _gep(ptr, off, elt)))
-            continue
-        safe = arith.SelectOp(masks[i], off, c32(0)).result  # masked lanes read element 0, then drop it
-        loaded = llvm.load(elt, _gep(ptr, safe, elt))
-        out.append(arith.SelectOp(masks[i], loaded, other).result)
+    eb = DTYPE_BYTES_BY_NAME[tile_dtype(op.result.type)]
+    out: list[ir.Value] = []
+    for first, width in _vector_runs(lw, op, op.result, None if masks is None else mask):
+        vt = ir.VectorType.get([width], elt) if width > 1 else elt
+        off = offs[first]
+        if masks is not None:  # masked-off lanes read element 0 (valid and aligned), then drop it
+            off = arith.SelectOp(masks[first], off, c32(0)).result
+        loaded = llvm.load(vt, _gep(ptr, off, elt), alignment=width * eb)
+        if masks is not None:
+            fill = other if width == 1 else vector.BroadcastOp(vt, other).result
+            loaded = arith.SelectOp(masks[first], loaded, fill).result
+        out.extend(lw.elems(loaded) if width > 1 else [loaded])
     lw.vmap[op.result] = lw.pack(out, elt) if is_tile(op.result) else out[0]
 
 
@@ -262,24 +301,29 @@ def _rule_write(kind: str):
         if not is_tile(op.operands[2]):  # a scalar write: one lane does it
             owner = arith.CmpIOp(arith.CmpIPredicate.eq, arith.AddIOp(lw.lane, lw.wave).result, c32(0)).result
         elt = vals[0].type
-        for i, (off, val) in enumerate(zip(offs, vals, strict=True)):
-            cond = masks[i] if masks is not None else None
+        # Atomics stay per element: there is no vector float atomic add on every target.
+        runs = _vector_runs(lw, op, op.operands[2], None if masks is None else mask) if kind == "store" \
+            else [(i, 1) for i in range(len(vals))]
+        eb = DTYPE_BYTES_BY_NAME[tile_dtype(op.operands[2].type)]
+        for first, width in runs:
+            val = vals[first] if width == 1 else lw.pack(vals[first:first + width], elt)
+            cond = masks[first] if masks is not None else None
             if owner is not None:
                 cond = owner if cond is None else arith.AndIOp(cond, owner).result
             if cond is None:
-                _write(kind, ptr, off, val, elt)
+                _write(kind, ptr, offs[first], val, elt, width * eb)
                 continue
             branch = scf.IfOp(cond)
             with ir.InsertionPoint(branch.then_block):
-                _write(kind, ptr, off, val, elt)
+                _write(kind, ptr, offs[first], val, elt, width * eb)
                 scf.YieldOp([])
     return rule
 
 
-def _write(kind: str, ptr: ir.Value, off: ir.Value, val: ir.Value, elt: ir.Type) -> None:
+def _write(kind: str, ptr: ir.Value, off: ir.Value, val: ir.Value, elt: ir.Type, align: int) -> None:
     addr = _gep(ptr, off, elt)
     if kind == "store":
-        llvm.store(val, addr)
+        llvm.store(val, addr, alignment=align)
     else:
         llvm.atomicrmw(llvm.AtomicBinOp.fadd, addr, val, llvm.AtomicOrdering.monotonic,
                        syncscope="agent")

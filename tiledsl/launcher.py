@@ -38,6 +38,7 @@ class _Tensor:
     array: np.ndarray
     span: int  # bytes from the array's first element to one past its last
     strides: list[int]  # in elements
+    unit: int = 1  # the kernel takes passed strides in units of this many elements
 
 
 def _check_tensor(spec: dict, value: Any, symbols: dict[str, tuple[int, str]]) -> _Tensor:
@@ -74,6 +75,12 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, tuple[int, str]]) -
         raise ValueError(f"argument '{name}': the kernel was compiled for a contiguous last dim (stride 1, "
                          f"the default), got stride {strides[-1]}; pass np.ascontiguousarray({name}) or "
                          "compile with --strided (CompileOptions.unit_last_stride=False)")
+    unit = spec.get("stride_unit", 1)
+    passed = range(value.ndim - 1 if spec.get("unit_last_stride") else value.ndim)
+    for axis in passed:
+        if value.shape[axis] > 1 and strides[axis] % unit:
+            raise ValueError(f"argument '{name}': stride {strides[axis]} on dim {axis} is not a multiple of {unit} "
+                             f"elements, which this kernel variant assumes (compile it with stride_unit=1)")
     last = sum((n - 1) * s for n, s in zip(value.shape, strides, strict=True)) if value.size else 0
     if last > I32_MAX:
         raise ValueError(f"argument '{name}': spans {last + 1} elements; offsets must fit in i32")
@@ -81,7 +88,7 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, tuple[int, str]]) -
     if isinstance(value, DeviceArray) and value.offset * itemsize + span > value.buffer.size:
         raise ValueError(f"argument '{name}': the view ends at byte {value.offset * itemsize + span} of a "
                          f"{value.buffer.size}-byte buffer")
-    return _Tensor(name, value, span, strides)
+    return _Tensor(name, value, span, strides, unit)
 
 
 def _pack_scalar(dtype: str, value: Any, name: str) -> bytes:
@@ -106,7 +113,7 @@ class PreparedLaunch:
 
     def kernargs(self, manifest: dict, addresses: Mapping[str, int]) -> bytes:
         buf = bytearray(manifest["kernarg_size"])
-        strides = {t.name: t.strides for t in self.tensors}
+        strides = {t.name: [s // t.unit for s in t.strides] for t in self.tensors}
         for f in manifest["kernargs"]:
             kind, off = f["kind"], f["offset"]
             if kind == "pointer":

@@ -58,7 +58,8 @@ def _code_object_fields(md: dict) -> dict[str, Any]:
 
 
 def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
-                   defines: dict[str, str] | None = None, unit_last_stride: bool = True) -> dict[str, Any]:
+                   defines: dict[str, str] | None = None, unit_last_stride: bool = True,
+                   stride_units: dict[str, int] | None = None) -> dict[str, Any]:
     """The manifest of one variant compiled for `arch`, from its bound kernel and code object."""
     kernel = bound.kernel
     try:
@@ -70,7 +71,8 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
     for arg in kernel.args:
         if isinstance(arg.type, TensorType):
             tensors.append({"name": arg.name, "dtype": arg.type.dtype, "dims": list(arg.type.dims),
-                            "unit_last_stride": unit_last_stride})
+                            "unit_last_stride": unit_last_stride,
+                            "stride_unit": (stride_units or {}).get(arg.name, 1)})
         elif isinstance(arg.type, ScalarType):
             scalars.append({"name": arg.name, "dtype": arg.type.dtype})
     manifest: dict[str, Any] = {

@@ -44,6 +44,10 @@ def _to_bshd(x: Any, layout: str, varlen: bool) -> Any:
     return x.transpose(0, 2, 1, 3) if layout == "bhsd" else x
 
 
+def _elem_strides(x: Any) -> tuple[int, ...]:
+    return tuple(s // x.dtype.itemsize for s in x.strides) if isinstance(x, np.ndarray) else x.strides
+
+
 def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
     if not isinstance(cu, np.ndarray) or cu.ndim != 1 or not np.issubdtype(cu.dtype, np.integer):
         raise ValueError(f"{name}: expected a 1-D integer numpy array of length batch + 1, got "
@@ -194,7 +198,12 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
         # Vector memory access needs contiguous head dims; other strides get the general variant.
         contiguous = all(x.shape[-1] == 1 or x.strides[-1] == (x.dtype.itemsize if isinstance(x, np.ndarray) else 1)
                          for x in (q4, k4, v4))
-        options = CompileOptions.make(arch, defines, unit_last_stride=contiguous)
+        # Strides that are multiples of 16 bytes make row starts provably aligned (vector access).
+        vec = 16 // q.dtype.itemsize
+        aligned = {name: vec for name, x in (("q", q4), ("k", k4), ("v", v4), ("o", out4))
+                   if all(n == 1 or s % vec == 0 for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True))}
+        options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
+                                      stride_units=tuple(sorted(aligned.items())))
         kernel = compile_source(source.read_text(), str(source), arch, defines, options, cache=Cache.from_env())
         launch(kernel, q4, k4, v4, out4, lse, sink_arg, cuq, cuk, float(scale), float(softcap) or 1.0,
                mask.left, mask.right, batch, max_q, device=device)

@@ -21,6 +21,12 @@ class CompileOptions:
     # Every tensor's last dim has stride 1 (a compile-time constant, checked by the launcher): the
     # condition for vector loads and stores. False passes that stride at run time like the others.
     unit_last_stride: bool = True
+    # (tensor, unit): that tensor's passed strides are multiples of `unit` elements (checked by the
+    # launcher, which passes stride / unit), so its row starts are provably aligned for vectors.
+    stride_units: tuple[tuple[str, int], ...] = ()
+
+    def stride_unit(self, tensor: str) -> int:
+        return dict(self.stride_units).get(tensor, 1)
 
     def cache_key(self) -> str:
         data = {k: v for k, v in asdict(self).items() if k != "dump_ir_dir"}

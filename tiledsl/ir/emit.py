@@ -84,8 +84,10 @@ class _Emitter:
         args = dict(zip([f.name for f in layout], entry.arguments, strict=True))
         for a in self.kernel.args:
             if isinstance(a.type, A.TensorType):
-                # None: the compile-time unit stride of the last dim (no multiply, contiguous runs)
-                strides = [args.get(f"{a.name}.stride{d}") for d in range(len(a.type.dims))]
+                # None: the compile-time unit stride of the last dim (no multiply, contiguous runs).
+                # Passed strides are in units of options.stride_unit elements (alignment facts).
+                unit = self.options.stride_unit(a.name)
+                strides = [self.scaled_stride(args.get(f"{a.name}.stride{d}"), unit) for d in range(len(a.type.dims))]
                 self.define(a.name, (args[a.name], strides, a.type))
             else:
                 self.define(a.name, args[a.name])
@@ -94,6 +96,12 @@ class _Emitter:
         with ir.InsertionPoint(entry):
             self.block(self.kernel.body)
             func.ReturnOp([], loc=self.loc(self.kernel))
+
+    def scaled_stride(self, arg: ir.Value | None, unit: int) -> ir.Value | None:
+        if arg is None or unit == 1:
+            return arg
+        with ir.InsertionPoint.at_block_begin(arg.owner), self.loc(self.kernel):
+            return arith.MulIOp(arg, self.const_i32(unit)).result
 
     # -- statements ---------------------------------------------------------------------------
     def block(self, stmts: list[A.Stmt]) -> None:
