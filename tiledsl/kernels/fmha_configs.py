@@ -49,9 +49,9 @@ def _c(block_m: int, block_n: int, waves: int, stages: int) -> FmhaConfig:
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
     "gfx1100": {32: _c(64, 64, 8, 2), 64: _c(64, 64, 8, 1), 128: _c(64, 32, 8, 1), 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(64, 64, 8, 2), 64: _c(64, 64, 8, 2), 128: _c(64, 32, 8, 2), 256: _c(64, 32, 8, 1)},
 }
@@ -68,6 +68,9 @@ def padded_hdim(d: int) -> int:
 # Rows for masked variants (causal / window) where they differ: the mask arithmetic changes which
 # values LLVM keeps live, and gfx1100 at hdim 128 sits at its 256-VGPR limit either way.
 MASKED: dict[str, dict[int, FmhaConfig]] = {
+    "gfx90a": {128: _c(128, 32, 4, 2)},
+    "gfx942": {128: _c(128, 32, 4, 2)},
+    "gfx950": {128: _c(128, 32, 4, 2)},
     "gfx1100": {128: _c(64, 32, 8, 2)},
 }
 
