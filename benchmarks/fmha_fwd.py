@@ -12,6 +12,7 @@ Usage: python benchmarks/fmha_fwd.py [--arch A ...] [--hdim 64 128] [--dtype f16
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -96,7 +97,9 @@ def main() -> int:
     ap.add_argument("--dtype", nargs="+", default=["f16", "bf16"])
     ap.add_argument("--no-emulate", action="store_true", help="skip the emulated instruction counts")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory():
+    with tempfile.TemporaryDirectory() as tmp:
+        # Cold compiles for Triton too: its own cache would otherwise answer repeated variants.
+        os.environ["TRITON_CACHE_DIR"] = tmp
         print(f"{'':24} {'who':7} {'cold s':>7} {'instr':>6} {'MMA':>5} {'instr/MMA':>8} {'VGPR':>5} "
               f"{'AGPR':>5} {'LDS':>6} {'spills':>6} {'occ':>4} {'emu instr/tile':>10}")
         for arch in args.arch:
