@@ -58,8 +58,8 @@ class Ctx:
 
 
 class Wave:
-    __slots__ = ("s", "v", "vf", "vi", "h", "hf", "scc", "exec", "mask", "full", "W", "fullmask", "lds",
-                 "heap", "scratch", "wg", "index", "pc", "ctx", "mode", "lane_ids", "count", "dppvalid")
+    __slots__ = ("s", "v", "vf", "vi", "h", "hf", "scc", "exec", "mask", "lanes", "full", "W", "fullmask", "lds",
+                 "ldswin", "heap", "scratch", "wg", "index", "pc", "ctx", "mode", "lane_ids", "count", "dppvalid")
 
     def __init__(self, W: int, nv: int, heap: Heap, lds: np.ndarray, ctx: Ctx) -> None:
         self.s = [0] * 128
@@ -73,9 +73,11 @@ class Wave:
         self.fullmask = (1 << W) - 1
         self.exec = 0
         self.mask = np.zeros(W, dtype=bool)
+        self.lanes = np.zeros(0, dtype=np.int64)  # indices of the active lanes (EXEC), cached per value
         self.full = False
         self.heap = heap
         self.lds = lds
+        self.ldswin: dict = {}  # byte-window views of `lds` (memory.windows), shared by the workgroup
         self.scratch: np.ndarray | None = None
         self.ctx = ctx
         self.lane_ids = np.arange(W)
@@ -88,7 +90,7 @@ class Wave:
         self.s[126] = value & M32
         self.s[127] = value >> 32
         self.full = value == self.fullmask
-        self.mask = _mask_cache(value, self.W)
+        self.mask, self.lanes = _exec_cache(value, self.W)
 
     def vcc(self) -> int:
         return self.s[106] | (self.s[107] << 32 if self.W == 64 else 0)
@@ -116,6 +118,23 @@ def _mask_cache(value: int, W: int) -> np.ndarray:
             _MASKS.clear()
         _MASKS[key] = m
     return m
+
+
+_EXECS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _exec_cache(value: int, W: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bool lane mask, active lane indices) of an EXEC value; np.flatnonzero costs ~2 us per access."""
+    key = (value, W)
+    e = _EXECS.get(key)
+    if e is None:
+        m = _mask_cache(value, W)
+        lanes = np.flatnonzero(m)
+        lanes.setflags(write=False)
+        if len(_EXECS) > 4096:
+            _EXECS.clear()
+        e = _EXECS[key] = (m, lanes)
+    return e
 
 
 # -------------------------------------------------------------------------------------------
@@ -219,6 +238,7 @@ def _run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: 
     lds_size = img.lds_bytes + dynamic_lds
     lds = np.zeros(max(lds_size, 4), dtype=np.uint8)
     lds_view = lds[:lds_size] if lds_size else lds[:0]
+    ldswin: dict = {}
     waves = []
     tid = np.arange(nwaves * W)
     tx, ty, tz = tid % block[0], (tid // block[0]) % block[1], tid // (block[0] * block[1])
@@ -226,6 +246,7 @@ def _run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: 
     for i in range(nwaves):
         w = Wave(W, bk.nvgpr, heap, lds_view, bk.ctx)
         w.wg, w.index = wg, i
+        w.ldswin = ldswin
         _abi_setup(w, bk, wg, kernarg_addr, dispatch_addr)
         w.v[0] = packed[i * W:(i + 1) * W]
         active = min(W, nthreads - i * W)

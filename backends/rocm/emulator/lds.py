@@ -9,9 +9,12 @@ import re
 import numpy as np
 
 from tiledsl.backends.rocm.emulator.executor import builder
-from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction, window
 from tiledsl.backends.rocm.emulator.operands import M32
-from tiledsl.backends.rocm.emulator.vmem import _deliver, _gather_data, _lds_access
+from tiledsl.backends.rocm.emulator.vmem import _deliver, _gather_data, _lds_access, getter, putter
+
+# ndarray.min/max go through a Python wrapper; the bare reductions cost a microsecond less.
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
 
 _KIND = {"b8": (1, False), "u8": (1, False), "i8": (1, True), "b16": (2, False), "u16": (2, False),
          "i16": (2, True), "b32": (4, False), "b64": (8, False), "b96": (12, False), "b128": (16, False)}
@@ -42,10 +45,7 @@ def _build_ds(inst, ctx):
         else:
             offs = (off,)
 
-        def h(w):
-            lanes = np.flatnonzero(w.mask)
-            if lanes.size == 0:
-                return nxt
+        def slow(w, lanes):  # per-lane checks: raises the fault naming the first bad lane
             base = w.v[addr_r, lanes].astype(np.int64)
             for k, o in enumerate(offs):
                 idx = _lds_access(w, base + o, nbytes, "load" if op == "read" else "store")
@@ -53,6 +53,32 @@ def _build_ds(inst, ctx):
                     _deliver(w, vd + k * (nbytes // 4), w.lds[idx], lanes, nbytes, signed, d16, hi)
                 else:
                     w.lds[idx] = _gather_data(w, d0 if k == 0 else d1, lanes, nbytes, d16, hi)
+
+        # One gather/scatter per address through a byte window of the LDS (see memory.window).
+        if op == "read":
+            moves = [(o, putter(vd + k * (nbytes // 4), nbytes, signed, d16, hi)) for k, o in enumerate(offs)]
+        else:
+            moves = [(o, getter(d0 if k == 0 else d1, nbytes, d16, hi)) for k, o in enumerate(offs)]
+        span = max(offs) + nbytes
+
+        def h(w):
+            lanes = w.lanes
+            if lanes.size == 0:
+                return nxt
+            sel = slice(None) if w.full else lanes
+            base = w.v[addr_r][sel]
+            if int(_MAX(base)) + span > w.lds.size:  # offsets are unsigned: only the top can overflow
+                slow(w, lanes)
+                return nxt
+            base = base.astype(np.int64)
+            win = w.ldswin.get(nbytes)
+            if win is None:
+                win = window(w.lds, nbytes, w.ldswin)
+            for o, mv in moves:
+                if op == "read":
+                    mv(w, sel, win[base + o if o else base])
+                else:
+                    win[base + o if o else base] = mv(w, sel)
             return nxt
         return h
     if name in ("ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32"):
@@ -83,13 +109,18 @@ def _build_permute(name, inst, ctx, addr_r, d0, vd, off):
     back = name == "ds_bpermute_b32"
 
     def h_perm(w):
-        sel = ((w.v[addr_r].astype(np.int64) + off) >> 2) % W
+        # ((addr + off) >> 2) % W in uint32: the wrap-around of addr + off only drops multiples of
+        # 2**30 after the shift, which W divides.
+        sel = ((w.v[addr_r] + off if off else w.v[addr_r]) >> 2) & (W - 1)
+        if back and w.full:  # each lane reads from lane sel, all of them active
+            w.v[vd] = w.v[d0][sel]
+            return nxt
         if back:  # each lane reads from lane sel
             val = np.where(w.mask[sel], w.v[d0][sel], 0)
             np.copyto(w.v[vd], val.astype(np.uint32), where=w.mask)
         else:  # each active lane writes its data to lane sel
             out = np.zeros(W, dtype=np.uint32)
-            act = np.flatnonzero(w.mask)
+            act = w.lanes
             out[sel[act]] = w.v[d0][act]
             np.copyto(w.v[vd], out, where=w.mask)
         return nxt
@@ -108,7 +139,7 @@ def _build_lds_atomic(op, rtn, t, inst, ctx, addr_r, d0, d1, vd, off):
         return raw.view(dt)
 
     def h(w):
-        lanes = np.flatnonzero(w.mask)
+        lanes = w.lanes
         if lanes.size == 0:
             return nxt
         offs = w.v[addr_r, lanes].astype(np.int64) + off

@@ -143,6 +143,10 @@ def _b_mfma(inst, ctx):
     acc_cd = f["acc_cd"]
     s0, s1, s2, vd = f["src0"], f["src1"], f["src2"], f["vdst"] + (256 if acc_cd else 0)
     intmode = out_t == "i32"
+    fast = _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, nb, nd, acc_a, acc_b, acc_cd, a_lane, a_elem,
+                        d_lane, d_elem, 64, nxt)
+    if fast is not None:
+        return fast
 
     def h(w):
         A = _elements(_read_regs(w, s0, na, acc_a, ctx, ta), ta, flavour)[a_lane, a_elem]
@@ -164,6 +168,71 @@ def _b_mfma(inst, ctx):
         else:
             bits = out.astype(np.float32).view(np.uint32)
         w.v[vd:vd + nd] = bits.T
+        return nxt
+    return h
+
+
+def _operand_gather(enc, acc, n, typ, idx):
+    """Closure w -> float64 operand matrix, gathered from n registers with the flat element index
+    `idx` (one fancy index instead of transposing, converting and indexing all lanes), or None."""
+    if enc < 256:
+        return None
+    r = enc - 256 + (256 if acc else 0)
+    if typ == "f16":
+        return lambda w: w.hf[r:r + n].reshape(-1)[idx].astype(np.float64)
+    if typ == "bf16":
+        return lambda w: (w.h[r:r + n].reshape(-1)[idx].astype(np.uint32) << np.uint32(16)).view(np.float32) \
+            .astype(np.float64)
+    if typ == "f32":
+        return lambda w: w.vf[r:r + n].reshape(-1)[idx].astype(np.float64)
+    return None
+
+
+def _flat_index(lane, elem, bits, W):
+    """Index of (lane, element) in the flattened registers of an operand: 16-bit elements pack
+    two per VGPR (low half first), 32-bit elements take one VGPR each."""
+    if bits == 16:
+        return (elem // 2) * 2 * W + 2 * lane + elem % 2
+    return elem * W + lane
+
+
+def _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, nb, nd, acc_a, acc_b, acc_cd, a_lane, a_elem, d_lane, d_elem,
+                 W, nxt, neg=0, check_rep=None):
+    """MFMA/WMMA with float (f16/bf16/f32) A/B in registers and an f32 accumulator: the same
+    float64 `A @ B.T + C` as the generic path (so the same rounding), with every operand moved
+    by one precomputed fancy index. None when the form is not covered."""
+    if out_t != "f32" or ta not in ("f16", "bf16", "f32") or tb not in ("f16", "bf16", "f32"):
+        return None
+    ia, ib = _flat_index(a_lane, a_elem, _ELEM_BITS[ta], W), _flat_index(a_lane, a_elem, _ELEM_BITS[tb], W)
+    rd_a, rd_b = _operand_gather(s0, acc_a, na, ta, ia), _operand_gather(s1, acc_b, nb, tb, ib)
+    if rd_a is None or rd_b is None:
+        return None
+    ic = _flat_index(d_lane, d_elem, 32, W)
+    if s2 >= 256:
+        c0 = s2 - 256 + (256 if acc_cd else 0)
+
+        def rd_c(w):
+            return w.vf[c0:c0 + nd].reshape(-1)[ic]  # float32: exact in the float64 sum below
+    else:
+        bits = inline_bits(s2, "f32")
+        if bits is None:
+            return None
+        cval = np.float64(np.uint32(bits).view(np.float32))
+
+        def rd_c(w):
+            return cval
+    d0 = vd
+
+    def h(w):
+        if check_rep is not None:
+            check_rep(w)
+        A, B = rd_a(w), rd_b(w)
+        if neg & 1:
+            A = -A
+        if neg & 2:
+            B = -B
+        D = A @ B.T + rd_c(w)
+        w.vf[d0:d0 + nd].reshape(-1)[ic] = D  # every (lane, element) of D once; rounds like astype
         return nxt
     return h
 
@@ -208,6 +277,14 @@ def _b_wmma(inst, ctx):
     signed_a, signed_b = bool(neg & 1), bool(neg & 2)
     opsel_hi = bool(f["opsel"] & 4) if gen == "gfx11" else False
     intmode = out_t == "i32"
+    fast = None
+    if not d16 and not intmode and ta in ("f16", "bf16"):
+        check = _replication_check(inst, s0, s1, na, ta, tb) if gen == "gfx11" else None
+        if check is not None or gen != "gfx11":
+            fast = _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, na, nd, False, False, False, a_lane, a_elem,
+                                d_lane, d_elem, 32, nxt, neg, check)
+    if fast is not None:
+        return fast
 
     def operand(w, enc, typ, signed):
         vals = _elements(_read_regs(w, enc, na, False, ctx, typ), typ, flavour, signed)
@@ -233,6 +310,25 @@ def _b_wmma(inst, ctx):
         w.v[vd:vd + nd] = _pack_d(out, out_t, gen, opsel_hi, w.v[vd:vd + nd])
         return nxt
     return h
+
+
+def _replication_check(inst, s0, s1, na, ta, tb):
+    """gfx11 WMMA reads A/B from lanes 0-15 and needs lanes 16-31 to hold the same values. Equal
+    register bits pass at once; otherwise the values are compared as the generic path does (so
+    -0 still matches +0)."""
+    if s0 < 256 or s1 < 256:
+        return None
+    ops = ((s0 - 256, ta), (s1 - 256, tb))
+
+    def check(w):
+        for r, typ in ops:
+            regs = w.v[r:r + na]
+            if regs[:, :16].tobytes() != regs[:, 16:].tobytes():  # cheaper than np.array_equal
+                vals = _elements(regs, typ, "ocp")
+                if not np.array_equal(vals[:16], vals[16:]):
+                    raise EmulatorError(f"{inst.raw_name}: gfx11 WMMA needs its A/B operand replicated in lanes "
+                                        "0-15 and 16-31, and the two halves differ")
+    return check
 
 
 def _unpack_d(raw, out_t, gen, hi):

@@ -47,6 +47,8 @@ class Heap:
         self._starts: list[int] = []  # sorted allocation start addresses
         self._allocs: dict[int, Allocation] = {}
         self._free: list[tuple[int, int]] = []  # (offset, size) holes reusable by alloc
+        self.windows: dict[int, np.ndarray] = {}  # byte windows of `data` (see `window`); reset on growth
+        self._last = (0, 0)  # heap offsets [lo, end) of the allocation that `span` last matched
 
     # -- allocation -------------------------------------------------------------------------
     def alloc(self, size: int, name: str = "buffer") -> int:
@@ -68,6 +70,7 @@ class Heap:
                 grown = np.zeros(max(self.top, self.data.size * 2), dtype=np.uint8)
                 grown[:self.data.size] = self.data
                 self.data = grown
+                self.windows = {}
         self.data[off:off + padded] = 0
         addr = HEAP_BASE + off
         bisect.insort(self._starts, addr)
@@ -79,6 +82,7 @@ class Heap:
         if a is None:
             raise EmulatorError(f"free of 0x{addr:x}, which is not a live allocation")
         self._starts.remove(addr)
+        self._last = (0, 0)
         padded = (a.size + ALIGN - 1) // ALIGN * ALIGN
         self._free.append((addr - HEAP_BASE, padded))
 
@@ -116,6 +120,19 @@ class Heap:
         return f" (nearest: '{a.name}' at 0x{a.addr:x}, {a.size} bytes; offset {addr - a.addr})"
 
     # -- lane-vectorised access --------------------------------------------------------------
+    def span(self, lo: int, end: int) -> bool:
+        """True when heap offsets [lo, end) lie inside one live allocation: the common case of a
+        lane-vector access, checked from the lanes' min and max (callers fall back to the per-lane
+        check, and its error messages, otherwise)."""
+        last = self._last
+        if last[0] <= lo and end <= last[1]:
+            return True
+        a = self.find(HEAP_BASE + lo)
+        if a is None or HEAP_BASE + end > a.addr + a.size:
+            return False
+        self._last = (a.addr - HEAP_BASE, a.addr - HEAP_BASE + a.size)
+        return True
+
     def bad_lanes(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:
         """Boolean mask of the lanes whose [addr, addr+nbytes) is not inside one allocation."""
         if addrs.size == 0:
@@ -153,3 +170,21 @@ class Heap:
             words[idx] = np.ascontiguousarray(raw).view(np.uint32).reshape(idx.shape)
         else:
             self.data[off[:, None] + np.arange(nbytes)] = raw
+
+
+def window(buf: np.ndarray, nbytes: int, cache: dict) -> np.ndarray:
+    """A view of the uint8 array `buf` whose element i is the `nbytes` bytes at byte offset i, at
+    any alignment, so a lane vector of loads or stores is a single fancy index at byte offsets
+    (highest lane last, so it wins overlapping stores). 1/2/4/8 bytes: uint8/16/32/64 elements;
+    other multiples of 4: rows of uint32. Cached in `cache` (owned by whoever owns `buf`)."""
+    win = cache.get(nbytes)
+    if win is None:
+        n = max(buf.size - nbytes + 1, 0)
+        if nbytes in (1, 2, 4, 8):
+            dt = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[nbytes]
+            win = np.ndarray((n,), dt, buffer=buf, strides=(1,)) if n else np.zeros(0, dt)
+        else:
+            k = nbytes // 4
+            win = np.ndarray((n, k), np.uint32, buffer=buf, strides=(1, 4)) if n else np.zeros((0, k), np.uint32)
+        cache[nbytes] = win
+    return win

@@ -16,6 +16,7 @@ from tiledsl.backends.rocm.emulator.operands import (
     vdst,
     vsrc,
 )
+from tiledsl.backends.rocm.emulator.valu_fast import FAST
 from tiledsl.backends.rocm.emulator.valu_ops import CARRY, FCMP, ICMP, OPS
 
 FLOATS = ("f32", "f16", "f64", "bf16")
@@ -208,6 +209,11 @@ def _post(inst, dt, fn):
 
 
 def build_alu(inst, ctx, spec):
+    special = FAST.get(inst.name)
+    if special is not None:
+        h = special(inst, ctx)
+        if h is not None:
+            return h
     dt, sts, fn = spec
     name, f, nxt = inst.name, inst.f, ctx.nxt
     encs = _srcs(inst)
@@ -225,8 +231,12 @@ def build_alu(inst, ctx, spec):
             readers.append(_mask_reader(inst, ctx, encs[2]))
         else:
             readers.append(_reader(inst, ctx, i, encs[i], typ))
+    ufunc = fn if fn in _OUT_UFUNCS and len(readers) < 3 else None
     fn = _post(inst, dt, fn)
     wr = _writer(inst, ctx, dt)
+    if ufunc is not None and fn is ufunc and dt in _ROWS and inst.dpp is None and inst.sdwa is None \
+            and name not in VOP3B:
+        return _build_out(inst, ctx, ufunc, readers, wr, _ROWS[dt])
     if inst.fam == "VOP3" and name in VOP3B:
         swr = scalar_writer(f["sdst"], ctx, ctx.wave_size == 64)
         base_wr = wr
@@ -256,6 +266,38 @@ def build_alu(inst, ctx, spec):
     return h3
 
 
+# Element-wise ufuncs whose result is the destination type: with full EXEC they write straight
+# into the destination register row (out=), saving the temporary and the copy. casting="unsafe"
+# matches the writers, which store with a C cast.
+_OUT_UFUNCS = {np.add, np.subtract, np.multiply, np.fmax, np.fmin, np.maximum, np.minimum, np.bitwise_and,
+               np.bitwise_or, np.bitwise_xor, np.floor, np.ceil, np.trunc}
+_ROWS = {"u32": lambda w, d: w.v[d], "b32": lambda w, d: w.v[d], "i32": lambda w, d: w.vi[d],
+         "f32": lambda w, d: w.vf[d]}
+
+
+def _build_out(inst, ctx, ufunc, readers, wr, row):
+    d, nxt = inst.f["vdst"], ctx.nxt
+    if len(readers) == 1:
+        r0 = readers[0]
+
+        def h1(w):
+            if w.full:
+                ufunc(r0(w), out=row(w, d), casting="unsafe")
+            else:
+                wr(w, ufunc(r0(w)))
+            return nxt
+        return h1
+    r0, r1 = readers
+
+    def h2(w):
+        if w.full:
+            ufunc(r0(w), r1(w), out=row(w, d), casting="unsafe")
+        else:
+            wr(w, ufunc(r0(w), r1(w)))
+        return nxt
+    return h2
+
+
 for _n in OPS:
     builder(_n)(lambda inst, ctx: build_alu(inst, ctx, OPS[inst.name]))
 
@@ -275,26 +317,82 @@ def _b_carry(inst, ctx):
         def cwr(w, v):
             w.set_vcc(v)
     clamp = inst.fam == "VOP3" and f.get("clamp", 0)
+    op = np.add if kind == "add" else np.subtract
+    d = f["vdst"]
+    no_co = inst.fam == "VOP3" and f["sdst"] == ctx.null_sgpr  # carry-out discarded (gfx11+ null)
+    aliased = d in {e - 256 for e in (e0, e1) if e is not None and e >= 256}
+
+    def h_nocin(w):
+        # uint32 arithmetic (straight into the destination row unless it is a source); the carry
+        # is the unsigned wrap-around: a sum below an addend, a subtrahend above the minuend.
+        x, y = a(w), b(w)
+        if kind == "subrev":
+            x, y = y, x
+        if not isinstance(x, np.ndarray) and not isinstance(y, np.ndarray):
+            return h(w)
+        if w.full and not aliased:
+            r = op(x, y, out=w.v[d], casting="unsafe")
+            co = None if no_co else (r < x if isinstance(x, np.ndarray) else r < y) if kind == "add" else x < y
+        else:  # the carry is taken before the write, which may overwrite a source
+            r = op(x, y, casting="unsafe", dtype=np.uint32)
+            co = None if no_co else (r < x if isinstance(x, np.ndarray) else r < y) if kind == "add" else x < y
+            if w.full:
+                w.v[d] = r
+            else:
+                np.copyto(w.v[d], r, where=w.mask)
+        if co is not None:
+            cwr(w, mask_to_int(co if w.full else co & w.mask))
+        return nxt
+
+    def h_cin_noco(w):
+        # Carry-out discarded (the high half of a 64-bit add on gfx11+): x + y + cin modulo 2**32,
+        # computed in place like any wrapping uint32 add.
+        x, y = a(w), b(w)
+        if kind == "subrev":
+            x, y = y, x
+        if w.full:
+            r = op(x, y, out=w.v[d], casting="unsafe", dtype=np.uint32)
+            op(r, c(w), out=r, casting="unsafe")
+        else:
+            r = op(x, y, casting="unsafe", dtype=np.uint32)
+            op(r, c(w), out=r, casting="unsafe")
+            np.copyto(w.v[d], r, where=w.mask)
+        return nxt
+
+    def h_cin(w):
+        x, y = a(w), b(w)
+        if kind == "subrev":
+            x, y = y, x
+        r = op(x, y, dtype=np.int64)
+        if r.shape != (W,):
+            return h(w)
+        op(r, c(w), out=r)
+        wr(w, r)  # the u32 writer keeps the low 32 bits
+        co = r > M32 if kind == "add" else r < 0
+        cwr(w, mask_to_int(co if w.full else co & w.mask))
+        return nxt
 
     def h(w):
-        x, y = np.asarray(a(w), dtype=np.int64), np.asarray(b(w), dtype=np.int64)
-        ci = c(w).astype(np.int64) if c else 0
-        if kind == "add":
-            r = x + y + ci
-            co = r > M32
-        elif kind == "sub":
-            r = x - y - ci
-            co = r < 0
-        else:
-            r = y - x - ci
-            co = r < 0
-        r = lanes(r, W)
+        x, y = a(w), b(w)
+        if kind == "subrev":
+            x, y = y, x
+        # One ufunc does the int64 widening of both operands (no wrap-around, so the carry is visible).
+        r = op(x, y, dtype=np.int64)
+        if c is not None:
+            r = op(r, c(w), dtype=np.int64)
+        co = r > M32 if kind == "add" else r < 0
+        if r.shape != (W,):
+            r, co = lanes(r, W), lanes(co, W)
         if clamp:
             r = np.clip(r, 0, M32)
-        wr(w, r & M32)
-        cwr(w, mask_to_int(lanes(co, W) & w.mask))
+        wr(w, r)  # the u32 writer keeps the low 32 bits
+        cwr(w, mask_to_int(co if w.full else co & w.mask))
         return nxt
-    return h
+    if clamp:
+        return h
+    if c is None:
+        return h_nocin
+    return h_cin_noco if no_co else h_cin
 
 
 # -- compares -----------------------------------------------------------------------------
@@ -339,9 +437,14 @@ def _b_cmp(inst, ctx):
     dm = crosslane.dpp_write_mask(inst, ctx) if inst.dpp is not None else None
 
     def h(w):
-        r = lanes(pred(a(w), b(w)), W)
-        m = w.mask if dm is None else dm(w)
-        bits = mask_to_int(r & m)
+        r = pred(a(w), b(w))
+        if r.shape != (W,):
+            r = lanes(r, W)
+        if dm is not None:
+            r = r & dm(w)
+        elif not w.full:
+            r = r & w.mask
+        bits = mask_to_int(r)
         if write_sdst:
             dst(w, bits)
         if x:
@@ -381,10 +484,12 @@ def _b_vopd(inst, ctx):
     nxt = ctx.nxt
 
     def h(w):
-        # Copies: a result may be a view of a register the other half overwrites.
-        vx = np.array(fx(*[r(w) for r in rx]))
-        vy = np.array(fy(*[r(w) for r in ry]))
-        wx(w, vx)
+        # Both halves read before either writes. X is written first, so only a Y result that is
+        # a view of a register (a move) needs a copy; computed results are fresh arrays.
+        vy = fy(*[r(w) for r in ry])
+        if isinstance(vy, np.ndarray) and vy.base is not None:
+            vy = vy.copy()
+        wx(w, fx(*[r(w) for r in rx]))
         wy(w, vy)
         return nxt
     return h

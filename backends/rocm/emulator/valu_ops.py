@@ -94,6 +94,9 @@ def _fmed3(a, b, c):
 
 
 def _bfe_u(a, off, w):
+    if not isinstance(off, np.ndarray) and not isinstance(w, np.ndarray):  # the usual constant field
+        o, n = int(off) & 31, int(w) & 31
+        return (a >> o) & ((1 << n) - 1)
     o, n = _i(off) & 31, _i(w) & 31
     return np.where(n == 0, 0, (_i(_u(a)) >> o) & ((np.int64(1) << n) - 1))
 
@@ -172,6 +175,8 @@ def _bcnt(a, b):
 
 
 def _mul24(a, b, signed):
+    if not signed:
+        return np.multiply(a & 0xFFFFFF, b & 0xFFFFFF, dtype=np.int64)
     def ext(x):
         x = _i(_u(x)) & 0xFFFFFF
         return (x ^ 0x800000) - 0x800000 if signed else x
@@ -324,13 +329,14 @@ OPS: dict[str, tuple[str, tuple[str, ...], object]] = {
     "v_lshl_add_u64": ("u64", ("u64", "u32", "u64"),
                        lambda a, s, c: (np.asarray(a, dtype=np.uint64) << (_i(s) & 7).astype(np.uint64))
                        + np.asarray(c, dtype=np.uint64)),
-    "v_and_or_b32": ("u32", ("u32", "u32", "u32"), lambda a, b, c: (_i(a) & _i(b)) | _i(c)),
-    "v_or3_b32": ("u32", ("u32", "u32", "u32"), lambda a, b, c: _i(a) | _i(b) | _i(c)),
-    "v_xor3_b32": ("u32", ("u32", "u32", "u32"), lambda a, b, c: _i(a) ^ _i(b) ^ _i(c)),
+    # Bitwise ops on u32 operands (uint32 arrays or ints below 2**32) stay in range: no int64 detour.
+    "v_and_or_b32": ("u32", ("u32", "u32", "u32"), lambda a, b, c: (a & b) | c),
+    "v_or3_b32": ("u32", ("u32", "u32", "u32"), lambda a, b, c: a | b | c),
+    "v_xor3_b32": ("u32", ("u32", "u32", "u32"), lambda a, b, c: a ^ b ^ c),
     "v_xad_u32": ("u32", ("u32", "u32", "u32"), lambda a, b, c: (_i(a) ^ _i(b)) + _i(c)),
-    "v_and_b32": ("u32", ("u32", "u32"), lambda a, b: _i(a) & _i(b)),
-    "v_or_b32": ("u32", ("u32", "u32"), lambda a, b: _i(a) | _i(b)),
-    "v_xor_b32": ("u32", ("u32", "u32"), lambda a, b: _i(a) ^ _i(b)),
+    "v_and_b32": ("u32", ("u32", "u32"), np.bitwise_and),
+    "v_or_b32": ("u32", ("u32", "u32"), np.bitwise_or),
+    "v_xor_b32": ("u32", ("u32", "u32"), np.bitwise_xor),
     "v_xnor_b32": ("u32", ("u32", "u32"), lambda a, b: ~(_i(a) ^ _i(b))),
     "v_not_b32": ("u32", ("u32",), lambda a: ~_i(a)), "v_bfrev_b32": ("u32", ("u32",), lambda a: _brev32(a)),
     "v_bfe_u32": ("u32", ("u32", "u32", "u32"), _bfe_u), "v_bfe_i32": ("i32", ("u32", "u32", "u32"), _bfe_i),

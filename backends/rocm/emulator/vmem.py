@@ -12,9 +12,12 @@ import re
 import numpy as np
 
 from tiledsl.backends.rocm.emulator.executor import SCRATCH_TAG, builder, lds_fault
-from tiledsl.backends.rocm.emulator.memory import HEAP_BASE, MemoryFault, UnsupportedInstruction
-from tiledsl.backends.rocm.emulator.operands import M32, PRIVATE_APERTURE, SHARED_APERTURE, scalar_writer
+from tiledsl.backends.rocm.emulator.memory import HEAP_BASE, MemoryFault, UnsupportedInstruction, window
+from tiledsl.backends.rocm.emulator.operands import M32, PRIVATE_APERTURE, SHARED_APERTURE, _s64, scalar_writer
 from tiledsl.backends.rocm.emulator.operands import scalar_reader as sread
+
+# ndarray.min/max go through a Python wrapper; the bare reductions cost a microsecond less.
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
 
 _SIZE = {"ubyte": (1, False), "sbyte": (1, True), "ushort": (2, False), "sshort": (2, True), "dword": (4, False),
          "dwordx2": (8, False), "dwordx3": (12, False), "dwordx4": (16, False), "u8": (1, False), "i8": (1, True),
@@ -255,13 +258,14 @@ def _build_vmem(inst, ctx):
         d, s = f["vdata"] + acc, f["vdata"] + acc
         space = "buffer"
     else:
-        addr_fn = _address_fn(inst, ctx)
         d, s = f["vdst"] + acc, f["data"] + acc
         space = inst.fam.lower()
-    flat = space == "flat"
+        if space in ("global", "flat"):
+            return _build_global(inst, ctx, op, nbytes, signed, d16, hi, d, s, space == "flat")
+        addr_fn = _address_fn(inst, ctx)
 
     def h(w):
-        lanes = np.flatnonzero(w.mask)
+        lanes = w.lanes
         if lanes.size == 0:
             return nxt
         if space == "buffer":
@@ -277,7 +281,7 @@ def _build_vmem(inst, ctx):
                 if ok.any():
                     raw[ok] = _global_rw(w, lanes[ok], addrs[ok], nbytes, False)
             else:
-                raw = _global_rw(w, lanes, addrs, nbytes, False, flat=flat)
+                raw = _global_rw(w, lanes, addrs, nbytes, False)
             _deliver(w, d, raw, lanes, nbytes, signed, d16, hi)
         else:
             data = _gather_data(w, s, lanes, nbytes, d16, hi)
@@ -288,7 +292,114 @@ def _build_vmem(inst, ctx):
                 if ok.any():
                     _global_rw(w, lanes[ok], addrs[ok], nbytes, True, data[ok])
             else:
-                _global_rw(w, lanes, addrs, nbytes, True, data, flat=flat)
+                _global_rw(w, lanes, addrs, nbytes, True, data)
+        return nxt
+    return h
+
+
+def _heap_offsets(inst, ctx):
+    """Closure w -> int64 heap offsets (address - HEAP_BASE, wrapping like the 64-bit address) of
+    all W lanes of a global/flat access; inactive lanes hold garbage the caller drops."""
+    f = inst.f
+    k0 = f["offset"] - HEAP_BASE
+    saddr, va, W = f["saddr"], f["addr"], ctx.wave_size
+    if saddr != f["null"] and not (ctx.gen == "gfx9" and saddr == 0x7F):
+        sr = sread(saddr, ctx, None, "b64")
+        return lambda w: w.v[va].astype(np.int64) + _s64(sr(w) + k0)  # 32-bit unsigned VGPR offset
+    # One strided copy turns the VGPR pair into per-lane 64-bit values (cheaper than shifting
+    # halves); the buffer is reused by every execution of this instruction.
+    buf = np.empty(W, np.int64)
+    rows = buf.view(np.uint32).reshape(W, 2).T
+
+    def gv(w):
+        rows[...] = w.v[va:va + 2]
+        return np.add(buf, k0, out=buf)
+    return gv
+
+
+def putter(d, nbytes, signed, d16, hi):
+    """`put(w, sel, g)`: deliver gathered window elements `g` (one per lane of `sel`, a slice for
+    full EXEC or the active lane indices) to VGPR d.. with zero/sign extension or into a d16 half."""
+    half, k = int(hi), nbytes // 4
+    if d16:
+        sx = np.int8 if signed and nbytes == 1 else None
+
+        def put(w, sel, g):
+            w.h[d, half::2][sel] = g if sx is None else g.view(sx).astype(np.int16).view(np.uint16)
+    elif nbytes < 4:
+        sx = {1: np.int8, 2: np.int16}[nbytes] if signed else None
+
+        def put(w, sel, g):
+            if sx is None:
+                w.v[d, sel] = g
+            else:
+                w.vi[d, sel] = g.view(sx)
+    elif nbytes == 4:
+        def put(w, sel, g):
+            w.v[d, sel] = g
+    else:
+        def put(w, sel, g):
+            w.v[d:d + k, sel] = (g.view(np.uint32).reshape(g.shape[0], 2) if k == 2 else g).T
+    return put
+
+
+def getter(s, nbytes, d16, hi):
+    """`data(w, sel)`: the values to store from VGPR s.. as window elements (truncated on store)."""
+    half, k = int(hi), nbytes // 4
+    if nbytes < 4:
+        def data(w, sel):
+            return (w.h[s, half::2] if d16 or nbytes == 2 else w.v[s])[sel]
+    elif nbytes == 4:
+        def data(w, sel):
+            return w.v[s][sel]
+    elif nbytes == 8:
+        buf = np.empty(64, np.uint64)  # reused: the caller stores it before the next call
+        rows = buf.view(np.uint32).reshape(64, 2).T
+
+        def data(w, sel):
+            W = w.W
+            rows[:, :W] = w.v[s:s + 2]
+            return buf[:W][sel]
+    else:
+        def data(w, sel):
+            return w.v[s:s + k].T[sel]
+    return data
+
+
+def _build_global(inst, ctx, op, nbytes, signed, d16, hi, d, s, flat):
+    """Global/flat access as one gather or scatter through a byte window of the heap, once the
+    lanes' min and max show the access lies inside one allocation; otherwise (a fault, or flat
+    addresses in LDS/scratch) the per-lane path with its error messages."""
+    nxt, offsets = ctx.nxt, _heap_offsets(inst, ctx)
+    put, data = putter(d, nbytes, signed, d16, hi), getter(s, nbytes, d16, hi)
+
+    def slow(w, lanes, off):
+        addrs = off.view(np.uint64) + np.uint64(HEAP_BASE)
+        if op == "load":
+            raw = _global_rw(w, lanes, addrs, nbytes, False, flat=flat)
+            _deliver(w, d, raw, lanes, nbytes, signed, d16, hi)
+        else:
+            _global_rw(w, lanes, addrs, nbytes, True, _gather_data(w, s, lanes, nbytes, d16, hi), flat=flat)
+
+    def h(w):
+        lanes = w.lanes
+        if lanes.size == 0:
+            return nxt
+        off = offsets(w)
+        sel = slice(None) if w.full else lanes
+        if sel is lanes:
+            off = off[lanes]
+        heap = w.heap
+        if not heap.span(int(_MIN(off)), int(_MAX(off)) + nbytes):
+            slow(w, lanes, off)
+            return nxt
+        win = heap.windows.get(nbytes)
+        if win is None:
+            win = window(heap.data, nbytes, heap.windows)
+        if op == "load":
+            put(w, sel, win[off])
+        else:
+            win[off] = data(w, sel)
         return nxt
     return h
 
@@ -367,7 +478,7 @@ def _build_atomic(inst, ctx):
     mask = (1 << (8 * nb)) - 1
 
     def h(w):
-        lanes = np.flatnonzero(w.mask)
+        lanes = w.lanes
         if lanes.size == 0:
             return nxt
         if afn is not None:

@@ -5,6 +5,8 @@ op_sel_hi the half for the high result; neg / neg_hi negate them (floats)."""
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from tiledsl.backends.rocm.emulator.executor import builder
@@ -117,6 +119,15 @@ def _b_pk32(inst, ctx):
     d = f["vdst"]
     wlo, whi = vdst(d, "u32", ctx), vdst(d + 1, "u32", ctx)
     isf = fn is not None
+    # Float sources as typed float32 values: register rows viewed as f32, scalars as np.float32.
+    frds = []
+    for i, (rl, rh, nl, nh) in enumerate(rds):
+        enc = f[f"src{i}"]
+        sl, sh = _halves(inst, i)[:2]
+        if enc >= 256:
+            frds.append((_f32_row(enc - 256 + sl), _f32_row(enc - 256 + sh), nl, nh))
+        else:
+            frds.append((_f32_scalar(rl, True), _f32_scalar(rh, True), nl, nh))
 
     def h(w):
         if not isf:
@@ -127,15 +138,17 @@ def _b_pk32(inst, ctx):
             whi(w, hi1)
             return nxt
         lo, hi = [], []
-        for rl, rh, nl, nh in rds:
-            a = np.asarray(rl(w), dtype=np.uint32).view(np.float32)
-            b = np.asarray(rh(w), dtype=np.uint32).view(np.float32)
+        for rl, rh, nl, nh in frds:
+            a, b = rl(w), rh(w)
             lo.append(-a if nl else a)
             hi.append(-b if nh else b)
-        rl = np.asarray(fn(*lo), dtype=np.float32).view(np.uint32)
-        rh = np.asarray(fn(*hi), dtype=np.float32).view(np.uint32)
-        wlo(w, rl)
-        whi(w, rh)
+        rl, rh = fn(*lo), fn(*hi)  # fresh arrays: both computed before either half is written
+        if w.full:  # the assignment rounds to f32 like astype (v_pk_fma computes in f64)
+            w.vf[d] = rl
+            w.vf[d + 1] = rh
+        else:
+            np.copyto(w.vf[d], rl, where=w.mask, casting="unsafe")
+            np.copyto(w.vf[d + 1], rh, where=w.mask, casting="unsafe")
         return nxt
     return h
 
@@ -194,23 +207,66 @@ def _b_mix(inst, ctx):
         rds.append((_raw32(f[f"src{i}"], ctx, inst.lit, "f16" if sh else "f32"), sh, sl, nl, f["neg_hi"] >> i & 1))
     d = f["vdst"]
     mode = "f32" if name.endswith("f32") else "lo" if "mixlo" in name else "hi"
-    wr32 = vdst(d, "f32", ctx)
-    wr16 = vdst(d, "f16", ctx, hi=mode == "hi")
+    half = 1 if mode == "hi" else 0
+    clamp = f["clamp"]
+    # Typed sources without conversions: f16 halves and f32 rows are views; the products and the
+    # sum are taken in float64 inside the ufuncs (dtype=), exactly as converting first would.
+    typed = []
+    for i, (raw, is16, sel, neg, absm) in enumerate(rds):
+        enc = f[f"src{i}"]
+        if enc >= 256:
+            rd = _f16_half(enc - 256, int(sel)) if is16 else _f32_row(enc - 256)
+        elif is16:
+            rd = _f16_scalar(raw, 16 if sel else 0)
+        else:
+            rd = _f32_scalar(raw)
+        typed.append((rd, neg, absm))
+    (ra, na_, aa), (rb, nb_, ab), (rc, nc_, ac) = typed
+
+    def val(rd, neg, absm, w):
+        v = rd(w)
+        if absm:
+            v = np.abs(v)
+        return -v if neg else v
 
     def h(w):
-        vals = []
-        for rd, is16, sel, neg, absm in rds:
-            x = np.asarray(rd(w), dtype=np.uint32)
-            v = _half(x, sel, "f16").astype(np.float64) if is16 else x.view(np.float32).astype(np.float64)
-            if absm:
-                v = np.abs(v)
-            vals.append(-v if neg else v)
-        r = vals[0] * vals[1] + vals[2]
-        if f["clamp"]:
+        r = np.multiply(val(ra, na_, aa, w), val(rb, nb_, ab, w), dtype=np.float64)
+        r = np.add(r, val(rc, nc_, ac, w), dtype=np.float64)
+        if clamp:
             r = np.clip(r, 0, 1)
         if mode == "f32":
-            wr32(w, r.astype(np.float32))
+            row = w.vf[d]
         else:
-            wr16(w, r.astype(np.float32).astype(np.float16))
+            r = np.asarray(r, dtype=np.float32)  # f64 -> f32 -> f16, as the generic path rounds
+            row = w.hf[d, half::2]
+        if w.full:
+            row[...] = r
+        else:
+            np.copyto(row, r, where=w.mask, casting="unsafe")
         return nxt
     return h
+
+
+def _f32_row(r):
+    return lambda w: w.vf[r]
+
+
+def _f16_half(r, sel):
+    return lambda w: w.hf[r, sel::2]
+
+
+# Scalar sources go through struct (exact, and ~1 us cheaper than building a numpy scalar and
+# viewing it); mix sources stay Python floats, packed-f32 sources become np.float32 (astype is used).
+def _f32_scalar(raw, np_scalar=False):
+    if np_scalar:
+        return lambda w: np.float32(_S32.unpack(_U32.pack(raw(w) & 0xFFFFFFFF))[0])
+    return lambda w: _S32.unpack(_U32.pack(raw(w) & 0xFFFFFFFF))[0]
+
+
+def _f16_scalar(raw, shift):
+    # A table, not struct: Python's f16 unpacking drops NaN payloads, numpy's conversion keeps them.
+    return lambda w: _F16_AS_F64[(raw(w) >> shift) & 0xFFFF]
+
+
+_S32, _U32 = struct.Struct("<f"), struct.Struct("<I")
+_F16_AS_F64 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)

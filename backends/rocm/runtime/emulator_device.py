@@ -95,7 +95,9 @@ class EmulatorDevice(Device):
         if reqd and tuple(reqd) != b:
             raise DeviceError(f"kernel '{kernel.name}' was compiled for block {tuple(reqd)}, launched with {b}")
         args = complete_kernargs(kernel.meta, kernargs, g, b, dynamic_lds)
-        karg = self.heap.alloc(max(len(args), 8), f"kernargs of {kernel.name}")
+        # The kernarg segment is 16-byte aligned and LLVM widens scalar loads within those 16-byte
+        # granules (s_load_dwordx4 at offset 24 of a 36-byte segment): pad the allocation to match.
+        karg = self.heap.alloc(max(-(-len(args) // 16) * 16, 16), f"kernargs of {kernel.name}")
         self.heap.write(karg, args)
         packet = self.heap.alloc(64, "dispatch packet")
         self.heap.write(packet, struct.pack("<HHHHHHIIIIIQQQQ", 0, len([d for d in g if d > 1]) or 1,
