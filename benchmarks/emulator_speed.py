@@ -1,7 +1,7 @@
 """Emulator speed: wave-instructions per second per arch on the GEMM and softmax examples.
 
 Each example is compiled by our pipeline (f16), run once through the launcher to warm up, then
-timed; the emulator counts the wave-instructions it executed. One core, one process.
+timed (best of 5 launches); the emulator counts the wave-instructions it executed. One core, one process.
 Target: >= 200,000 wave-instructions/s.
 Usage: python benchmarks/emulator_speed.py [arch ...]
 """
@@ -20,6 +20,7 @@ from tiledsl.driver import compile_source
 from tiledsl.launcher import launch
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+REPEATS = 5
 sys.path.insert(0, str(EXAMPLES))
 from cases import CASES  # noqa: E402
 
@@ -30,10 +31,12 @@ def measure(name: str, arch: str) -> tuple[int, float]:
     dev = EmulatorDevice(arch)
     args, kwargs, _ = CASES[name]("f16", np.random.default_rng(0))
     launch(kernel, *args, device=dev, **kwargs)  # warm-up: decoding and handler binding
-    t0 = time.perf_counter()
-    launch(kernel, *args, device=dev, **kwargs)
-    dt = time.perf_counter() - t0
-    return dev.last_stats["wave_instructions"], dev.last_stats["seconds"] or dt
+    best = float("inf")
+    for _ in range(REPEATS):  # best of several: a single ~50 ms launch is at the mercy of the machine
+        t0 = time.perf_counter()
+        launch(kernel, *args, device=dev, **kwargs)
+        best = min(best, dev.last_stats["seconds"] or time.perf_counter() - t0)
+    return dev.last_stats["wave_instructions"], best
 
 
 def main() -> None:
