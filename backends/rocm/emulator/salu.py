@@ -12,18 +12,17 @@ import numpy as np  # noqa: E402  (after the emulator imports on purpose: numpy 
 
 from tiledsl.backends.rocm.emulator.executor import BARRIER, END, builder
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
-from tiledsl.backends.rocm.emulator.operands import M32, M64, f2u, h2u, scalar_reader, scalar_writer, u2f
-
-
-def _s32(x: int) -> int:
-    x &= M32
-    return x - (1 << 32) if x >> 31 else x
-
-
-def _s64(x: int) -> int:
-    x &= M64
-    return x - (1 << 64) if x >> 63 else x
-
+from tiledsl.backends.rocm.emulator.operands import (
+    M32,
+    M64,
+    _s32,
+    _s64,
+    f2u,
+    h2u,
+    scalar_reader,
+    scalar_writer,
+    u2f,
+)
 
 # name -> (wide, fn(a, b) -> (result, scc or None)); scc None leaves SCC unchanged.
 _SOP2 = {
