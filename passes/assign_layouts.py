@@ -15,7 +15,8 @@ import numpy as np
 from mlir import ir
 
 from tiledsl.backends.rocm.arch import Arch, MatrixOp
-from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, int_attr, tensor_type, tile_op
+from tiledsl.ir.dialect import int_attr, tensor_type, tile_op
+from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.passes import layouts as L
 from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
 
@@ -163,7 +164,7 @@ class _Assigner:
                 self.layout[r] = self.layout[a]
 
     def blocked(self, v: ir.Value) -> str:
-        return L.blocked_for(tile_shape(v.type), DTYPE_BYTES_BY_NAME[tile_dtype(v.type)])
+        return L.blocked_for(DTYPE_BYTES[tile_dtype(v.type)])
 
     # -- what each op needs from its tile operands, given its own result layout ---------------
     def needs(self, op: ir.Operation) -> list[str | None]:
@@ -253,7 +254,7 @@ class _Assigner:
         with ir.InsertionPoint(user), user.location:
             return tile_op("convert_layout", [v], [_with_layout(v.type, need)]).result
 
-    def remat(self, v: ir.Value, need: str, memo: dict | None = None) -> ir.Value:
+    def remat(self, v: ir.Value, need: str) -> ir.Value:
         key = (v, need)
         if key in self.memo:
             return self.memo[key]
@@ -291,7 +292,7 @@ class _Assigner:
                 if lay is None:
                     continue
                 dwords = -(-L.num_regs(lay, tile_shape(r.type), self.threads)
-                           * DTYPE_BYTES_BY_NAME[tile_dtype(r.type)] // 4)
+                           * DTYPE_BYTES[tile_dtype(r.type)] // 4)
                 if dwords > budget:
                     raise op_error(op, f"this {'x'.join(map(str, tile_shape(r.type)))} {tile_dtype(r.type)} tile "
                                        f"needs {dwords} registers per lane with {self.threads.waves} waves, more "

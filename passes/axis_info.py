@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from tiledsl.passes.common import is_tile, tile_shape
+from tiledsl.passes.common import constant_int, defining_op, is_tile, tile_shape
 
 BIG = 1 << 30  # "divisible by anything we care about" (the constant 0)
 
@@ -31,19 +31,6 @@ def _pow2(x: int) -> int:
     return BIG if x == 0 else min(abs(x) & -abs(x), BIG)
 
 
-def _const_int(v: ir.Value) -> int | None:
-    owner = v.owner
-    op = owner.operation if hasattr(owner, "operation") else None
-    if op is None or op.name != "arith.constant":
-        return None
-    attr = op.attributes["value"]
-    if isinstance(attr, ir.IntegerAttr):
-        return attr.value
-    if isinstance(attr, ir.DenseIntElementsAttr) and attr.is_splat:
-        return ir.IntegerAttr(attr.get_splat_value()).value
-    return None
-
-
 class AxisAnalysis:
     def __init__(self) -> None:
         self.memo: dict[ir.Value, AxisInfo] = {}
@@ -54,13 +41,12 @@ class AxisAnalysis:
         return self.memo[v]
 
     def _compute(self, v: ir.Value) -> AxisInfo:
-        owner = v.owner
-        if isinstance(owner, ir.Block) or not hasattr(owner, "operation"):
+        op = defining_op(v)
+        if op is None:
             return AxisInfo()  # block arguments (loop variables, kernel arguments)
-        op = owner.operation
         n = tile_shape(v.type)[-1] if is_tile(v) and tile_shape(v.type) else 1
         name = op.name
-        c = _const_int(v)
+        c = constant_int(v)
         if c is not None:
             return AxisInfo(1, n, _pow2(c))
         if name == "tile.arange":
@@ -85,7 +71,7 @@ class AxisAnalysis:
             return AxisInfo(contig, min(a.const, b.const), min(a.div, b.div))
         if name == "arith.muli":
             a, b = self.info(op.operands[0]), self.info(op.operands[1])
-            ca, cb = _const_int(op.operands[0]), _const_int(op.operands[1])
+            ca, cb = constant_int(op.operands[0]), constant_int(op.operands[1])
             if cb == 1:
                 return a
             if ca == 1:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from mlir import ir
 
 from tiledsl.errors import CompileError, SourceError, SourceLocation
-from tiledsl.ir.dialect import dtype_of, layout_of
+from tiledsl.ir.dialect import dtype_of
 
 
 def ops_in(block: ir.Block) -> list[ir.Operation]:
@@ -40,8 +40,27 @@ def is_tile(v: ir.Value) -> bool:
     return isinstance(v.type, ir.RankedTensorType)
 
 
-def layout(v: ir.Value) -> str | None:
-    return layout_of(v.type) if is_tile(v) else None
+def defining_op(v: ir.Value) -> ir.Operation | None:
+    """The op that defines v (None for block arguments); OpViews unwrapped."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def constant_int(v: ir.Value) -> int | None:
+    """v's value if it is an integer/bool constant or a splat of one (true is 1), else None."""
+    op = defining_op(v)
+    if op is None or op.name != "arith.constant":
+        return None
+    attr = op.attributes["value"]
+    if isinstance(attr, ir.DenseIntElementsAttr) and attr.is_splat:
+        attr = attr.get_splat_value()
+    if isinstance(attr, ir.BoolAttr):
+        return int(attr.value)
+    if isinstance(attr, ir.IntegerAttr):
+        return attr.value
+    return None
 
 
 def source_location(op: ir.Operation) -> SourceLocation | None:

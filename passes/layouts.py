@@ -210,7 +210,7 @@ def register_map(src: str, src_shape: tuple[int, ...], dst: str, dst_shape: tupl
     return out
 
 
-def blocked_for(shape: tuple[int, ...], elem_bytes: int) -> str:
+def blocked_for(elem_bytes: int) -> str:
     """The default blocked layout: 16-byte vectors along the last axis (4 f32 or 8 f16 values)."""
     return f"blocked({max(1, 16 // elem_bytes)})"
 

@@ -12,10 +12,20 @@ from mlir import ir
 from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
 
 from tiledsl.backends.rocm.arch import Arch
-from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, element_type, int_attr, str_attr
+from tiledsl.ir.dialect import element_type, int_attr, str_attr
+from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.passes import layouts as L
 from tiledsl.passes.axis_info import AxisAnalysis
-from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
+from tiledsl.passes.common import (
+    constant_int,
+    defining_op,
+    is_tile,
+    kernel_funcs,
+    op_error,
+    ops_in,
+    tile_dtype,
+    tile_shape,
+)
 
 LDS_SYMBOL = "__tile_lds"
 
@@ -62,7 +72,7 @@ class _Lowering:
             gfn = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(ftype.inputs, [])),
                                 sym_name=ir.StringAttr(fn.attributes["sym_name"]).value,
                                 kernel=True, known_block_size=[block, 1, 1])
-            entry = gfn.add_entry_block() if hasattr(gfn, "add_entry_block") else gfn.body.blocks.append(*ftype.inputs)
+            entry = gfn.add_entry_block()
         old_entry = fn.regions[0].blocks[0]
         for old, new in zip(old_entry.arguments, entry.arguments, strict=True):
             self.vmap[old] = new
@@ -225,14 +235,10 @@ def rule_permute(lw: _Lowering, op: ir.Operation) -> None:
 
 def _masked_value(lw: _Lowering, mask: ir.Value) -> list[ir.Value] | None:
     """The lanes' mask elements, or None when the mask is the constant `true`."""
-    owner = mask.owner
-    if isinstance(owner, ir.Operation) or hasattr(owner, "name"):
-        op = owner.operation if hasattr(owner, "operation") else owner
-        if op.name in ("tile.splat", "arith.constant"):
-            src = op.operands[0] if op.name == "tile.splat" else None
-            if src is not None and src.owner.name == "arith.constant" and \
-                    ir.IntegerAttr(src.owner.attributes["value"]).value == 1:
-                return None
+    op = defining_op(mask)
+    source = op.operands[0] if op is not None and op.name == "tile.splat" else mask
+    if constant_int(source) == 1:
+        return None
     m = lw.v(mask)
     return lw.elems(m) if isinstance(m.type, ir.VectorType) else [m]
 
@@ -248,7 +254,7 @@ def _vector_runs(lw: _Lowering, op: ir.Operation, tile: ir.Value, mask: ir.Value
         return [(0, 1)]
     nregs = lw.regs(tile.type)
     lin = lw.lin(tile)
-    eb = DTYPE_BYTES_BY_NAME[tile_dtype(tile.type)]
+    eb = DTYPE_BYTES[tile_dtype(tile.type)]
     info = lw.axis.info(offsets)
     limit = min(info.contig, info.div, max(1, 16 // eb))
     if mask is not None:
@@ -275,7 +281,7 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     elt = element_type(tile_dtype(op.result.type))
     masks = _masked_value(lw, mask)
     offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
-    eb = DTYPE_BYTES_BY_NAME[tile_dtype(op.result.type)]
+    eb = DTYPE_BYTES[tile_dtype(op.result.type)]
     out: list[ir.Value] = []
     for first, width in _vector_runs(lw, op, op.result, None if masks is None else mask):
         vt = ir.VectorType.get([width], elt) if width > 1 else elt
@@ -304,7 +310,7 @@ def _rule_write(kind: str):
         # Atomics stay per element: there is no vector float atomic add on every target.
         runs = _vector_runs(lw, op, op.operands[2], None if masks is None else mask) if kind == "store" \
             else [(i, 1) for i in range(len(vals))]
-        eb = DTYPE_BYTES_BY_NAME[tile_dtype(op.operands[2].type)]
+        eb = DTYPE_BYTES[tile_dtype(op.operands[2].type)]
         for first, width in runs:
             val = vals[first] if width == 1 else lw.pack(vals[first:first + width], elt)
             cond = masks[first] if masks is not None else None
@@ -476,7 +482,7 @@ def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt:
     consts = [int(c) for c in lin.regs @ weights]
     steps = [int(x) for x in np.concatenate([lin.lane_bases, lin.wave_bases]) @ weights] + [offset]
     thread_gcd = int(np.gcd.reduce([abs(x) for x in steps if x] or [0]))
-    nbytes = DTYPE_BYTES_BY_NAME[tile_dtype(v.type)]
+    nbytes = DTYPE_BYTES[tile_dtype(v.type)]
     i = 0
     while i < len(consts):
         n = 1

@@ -19,7 +19,7 @@ from mlir.dialects import arith, scf
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.ir.dialect import int_attr, tile_op
-from tiledsl.passes.common import is_tile, kernel_funcs, ops_in, walk_blocks
+from tiledsl.passes.common import defining_op, is_tile, kernel_funcs, ops_in, walk_blocks
 
 
 def pipeline_loops(module: ir.Module, arch: Arch, source: str | None = None) -> int:
@@ -43,11 +43,8 @@ def _slice(load: ir.Operation, body: ir.Block) -> list[ir.Operation] | None:
         for v in op.operands:
             if any(v == c for c in carried):
                 return None
-            owner = v.owner
-            if isinstance(owner, ir.Block):
-                continue
-            owner = owner.operation if hasattr(owner, "operation") else owner
-            if owner in inside and owner not in needed:
+            owner = defining_op(v)
+            if owner is not None and owner in inside and owner not in needed:
                 if len(owner.regions):
                     return None
                 needed.add(owner)

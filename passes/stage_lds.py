@@ -16,7 +16,8 @@ from __future__ import annotations
 from mlir import ir
 
 from tiledsl.backends.rocm.arch import Arch
-from tiledsl.ir.dialect import DTYPE_BYTES_BY_NAME, i32_attr, int_attr, layout_of, tile_op
+from tiledsl.ir.dialect import i32_attr, int_attr, layout_of, tile_op
+from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
 from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape, walk_blocks
@@ -53,7 +54,7 @@ def _stage_convert(op: ir.Operation, threads: L.Threads, options: CompileOptions
     shape = tile_shape(src.type)
     if L.register_map(layout_of(src.type), shape, layout_of(op.result.type), shape, threads) is not None:
         return 0  # same lanes: a register permutation, lowered without LDS
-    eb = DTYPE_BYTES_BY_NAME[tile_dtype(src.type)]
+    eb = DTYPE_BYTES[tile_dtype(src.type)]
     row = _padded_row(shape, eb, options.lds_padding)
     rows = shape[0] if len(shape) == 2 else 1
     size = rows * row * eb

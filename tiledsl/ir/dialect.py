@@ -119,5 +119,3 @@ def layout_of(t: ir.Type) -> str | None:
 def is_tile(t: ir.Type) -> bool:
     return isinstance(t, ir.RankedTensorType)
 
-
-DTYPE_BYTES_BY_NAME = {"i1": 1, "i32": 4, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1}

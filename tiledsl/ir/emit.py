@@ -425,9 +425,9 @@ def _cast(x: ir.Value, src: str, dst: str, rt: ir.Type) -> ir.Value:
         return x
     fl = A.FLOAT_DTYPES
     if src in fl and dst in fl:
-        wider = A.DTYPE_BYTES[dst] > A.DTYPE_BYTES[src] or (src == "bf16" and dst == "f16")
-        if src in ("f16", "bf16") and dst in ("f16", "bf16"):
+        if src in ("f16", "bf16") and dst in ("f16", "bf16"):  # same width: through f32
             return arith.TruncFOp(rt, arith.ExtFOp(_retype(rt, "f32"), x).result).result
+        wider = A.DTYPE_BYTES[dst] > A.DTYPE_BYTES[src]
         return (arith.ExtFOp if wider else arith.TruncFOp)(rt, x).result
     if src == "i32" and dst in fl:
         return arith.SIToFPOp(rt, x).result
