@@ -46,6 +46,7 @@ class _Assigner:
         self.threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         self.layout: dict[ir.Value, str | None] = {}  # None = free (rematerialisable)
         self.free_ops: list[ir.Operation] = []
+        self.kperm: dict[ir.Operation, list[int] | None] = {}  # dot -> contraction relabelling
 
     # -- analysis: decide each value's layout ------------------------------------------------
     def of(self, v: ir.Value) -> str | None:
@@ -85,7 +86,14 @@ class _Assigner:
                                          self.threads.waves)
             except ValueError as exc:
                 raise op_error(op, str(exc), self.source, "assign-layouts") from None
-            self.layout[res] = L.mma_layout("acc", mop, wm, wn)
+            kind = "acct" if mop.m == mop.n and not _reduced_along_columns(res) else "acc"
+            self.layout[res] = L.mma_layout(kind, mop, wm, wn)
+            # An A operand computed in registers (P = softmax(S) from an earlier dot) keeps its
+            # registers when relabelling the contraction index of both operands makes them agree.
+            src = ins[0]
+            if src is not None:
+                _, args = L.parse(self.layout[res])
+                self.kperm[op] = L.k_permutation(src, f"opa({','.join(args)})", a_shape, 1, self.threads)
         elif name == "tile.reduce":
             src = ins[0] or self.blocked(op.operands[0])
             axis, n = int_attr(op, "axis"), tile_shape(op.operands[0].type)[int_attr(op, "axis")]
@@ -176,9 +184,12 @@ class _Assigner:
                 out.append(None)
                 continue
             if name == "tile.dot":
-                _, args = L.parse(res_layout)  # type: ignore[arg-type]
-                kind = ("opa", "opbt" if _bool_attr(op, "trans_b") else "opb", "acc")[i]
-                out.append(f"{kind}({','.join(args)})")
+                res_kind, args = L.parse(res_layout)  # type: ignore[arg-type]
+                trans_b = _bool_attr(op, "trans_b")
+                kind = ("opa", "opbt" if trans_b else "opb", res_kind)[i]
+                k_axis = (1, 1 if trans_b else 0, None)[i]
+                need = f"{kind}({','.join(args)})"
+                out.append(need if k_axis is None else L.with_k_permutation(need, k_axis, self.kperm.get(op)))
             elif name in ("tile.store", "tile.atomic_add"):
                 out.append(self.write_layout(op))
             elif name == "tile.reduce":
@@ -311,12 +322,32 @@ class _Assigner:
                 op.erase()
 
 
+def _reduced_along_columns(v: ir.Value) -> bool:
+    """Is this dot result (or an elementwise function of it) reduced over axis 0? Then the plain
+    accumulator layout keeps that reduction inside the lane; otherwise the transposed one does
+    so for the far more common row reductions (softmax) and stores rows as vectors."""
+    seen, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        for use in x.uses:
+            user = use.owner
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.name == "tile.reduce" and int_attr(user, "axis") == 0:
+                return True
+            if user.name.startswith(ELEMENTWISE_PREFIXES) or user.name == "tile.convert_layout":
+                todo.extend(r for r in user.results if is_tile(r))
+    return False
+
+
 def _bool_attr(op: ir.Operation, name: str) -> bool:
     return bool(ir.BoolAttr(op.attributes[name]).value) if name in op.attributes else False
 
 
 def _priority(layout: str) -> int:
-    return {"acc": 4, "opa": 3, "opb": 3, "opbt": 3, "slice": 2, "expand": 2}.get(L.parse(layout)[0], 1)
+    ranks = {"acc": 4, "acct": 4, "permk": 3, "opa": 3, "opb": 3, "opbt": 3, "slice": 2, "expand": 2}
+    return ranks.get(L.parse(layout)[0], 1)
 
 
 def _with_layout(t: ir.Type, layout: str) -> ir.Type:

@@ -5,9 +5,17 @@ A layout is written as a short text, stored as the tensor encoding in the IR:
     blocked(V)              loads/stores: V contiguous elements per lane along the last axis,
                             lanes then waves fill the tile row by row (coalesced access)
     acc(KIND,m,n,k,kpl,WM,WN)  MFMA/WMMA accumulator of a [M, N] tile, WM x WN waves
+    acct(...)               the accumulator of the same dot computed transposed (C^T = B^T A^T,
+                            operands swapped): each lane holds part of one row instead of one
+                            column, so row reductions stay inside the lane and the result is
+                            already in the A-operand layout of a following dot (P @ V)
     opa(...) / opb(...) / opbt(...)  the A operand [M, K], B operand [K, N], or B given as [N, K]
     slice(D,SIZE,P)         P with axis D (of size SIZE) reduced away (results of reductions)
     expand(D,L)             L with a size-1 axis inserted at D (x[:, None])
+    permk(D,B0:B1:..,L)     L with the index along axis D relabelled bit by bit: bit i of the
+                            index becomes B_i (a permutation of the powers of two). A dot may
+                            relabel its contraction index in both operands alike and still
+                            compute the same sum; that lets P keep its registers (see k_permutation)
 
 `table()` turns a layout into explicit coordinates; every layout here is linear in the bits of
 the lane and wave ids: coord(lane, wave, reg) = lane_part(lane) + wave_part(wave) + reg_offset,
@@ -94,7 +102,7 @@ def _coords(layout: str, shape: tuple[int, ...], threads: Threads) -> np.ndarray
     lane, wave = t % threads.wave_size, t // threads.wave_size
     if kind == "blocked":
         return _blocked(int(args[0]), shape, threads)
-    if kind in ("acc", "opa", "opb", "opbt"):
+    if kind in ("acc", "acct", "opa", "opb", "opbt"):
         op = _op_from(args[:6])
         wm, wn = int(args[6]), int(args[7])
         return _mma(kind, op, wm, wn, shape, lane, wave, threads)
@@ -107,6 +115,12 @@ def _coords(layout: str, shape: tuple[int, ...], threads: Threads) -> np.ndarray
         _, first = np.unique(regs, axis=0, return_index=True)
         regs = regs[np.sort(first)]
         return _compose(Linear(lin.lane_bases[:, keep], lin.wave_bases[:, keep], regs), threads)
+    if kind == "permk":
+        d, images, inner = int(args[0]), [int(x) for x in args[1].split(":")], args[2]
+        c = _coords(inner, shape, threads).copy()
+        x = c[:, :, d]
+        c[:, :, d] = sum(((x >> i) & 1) * b for i, b in enumerate(images))
+        return c
     if kind == "expand":
         d, inner = int(args[0]), args[1]
         c = _coords(inner, shape[:d] + shape[d + 1:], threads)
@@ -138,12 +152,14 @@ def _mma(kind: str, op: MatrixOp, wm: int, wn: int, shape: tuple[int, ...], lane
     wave_m, wave_n = wave % wm, wave // wm
     lane = lane % 64 if threads.wave_size == 64 else lane
     out = []
-    if kind == "acc":
+    if kind in ("acc", "acct"):
         pm, pn = rows // wm, cols // wn
         for rm in range(pm // op.m):
             for rn in range(pn // op.n):
                 for j in range(fragments.c_elems(op, threads.wave_size)):
                     r, c = _vec(fragments.c_coord, op, lane, j)
+                    if kind == "acct":  # the instruction's rows are our columns (square ops only)
+                        r, c = c, r
                     out.append((wave_m * pm + rm * op.m + r, wave_n * pn + rn * op.n + c))
     elif kind == "opa":
         pm = rows // wm
@@ -208,6 +224,47 @@ def register_map(src: str, src_shape: tuple[int, ...], dst: str, dst_shape: tupl
             return None
         out.append(int(hit[0]))
     return out
+
+
+def k_permutation(src: str, dst: str, shape: tuple[int, ...], axis: int, threads: Threads) -> list[int] | None:
+    """Bit images B (see permk) such that permk(axis, B, dst) puts every element of a `shape`
+    tile in the same lane, wave and register as `src` does, or None when no relabelling of the
+    index along `axis` can (the other axes must already agree). Powers-of-two sizes only."""
+    n = shape[axis]
+    if n & (n - 1):
+        return None
+    try:
+        s, d = linear(src, shape, threads), linear(dst, shape, threads)
+    except (AssertionError, ValueError, IndexError):
+        return None
+    if s.num_regs != d.num_regs or s.num_regs & (s.num_regs - 1):
+        return None
+    # Both layouts are linear: match their bases (lane bits, wave bits, register-index bits).
+    reg_bits = s.num_regs.bit_length() - 1
+    sb = np.concatenate([s.lane_bases, s.wave_bases, [s.regs[1 << i] - s.regs[0] for i in range(reg_bits)]])
+    db = np.concatenate([d.lane_bases, d.wave_bases, [d.regs[1 << i] - d.regs[0] for i in range(reg_bits)]])
+    if s.regs[0].any() or d.regs[0].any():
+        return None
+    images = [0] * (n.bit_length() - 1)
+    for x, y in zip(db, sb, strict=True):
+        other = [a for a in range(len(shape)) if a != axis]
+        if (x[other] != y[other]).any():
+            return None
+        if x[axis] == 0 and y[axis] == 0:
+            continue
+        if x[axis] <= 0 or y[axis] <= 0 or x[axis] & (x[axis] - 1) or y[axis] & (y[axis] - 1):
+            return None
+        images[int(x[axis]).bit_length() - 1] = int(y[axis])
+    if sorted(images) != [1 << i for i in range(len(images))]:
+        return None
+    text = f"permk({axis},{':'.join(map(str, images))},{dst})"
+    return images if np.array_equal(_coords(text, tuple(shape), threads), _coords(src, tuple(shape), threads)) else None
+
+
+def with_k_permutation(layout: str, axis: int, images: list[int] | None) -> str:
+    if images is None or images == [1 << i for i in range(len(images))]:
+        return layout
+    return f"permk({axis},{':'.join(map(str, images))},{layout})"
 
 
 def blocked_for(elem_bytes: int) -> str:

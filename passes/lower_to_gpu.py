@@ -358,6 +358,8 @@ def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
                 av = part(a, (rm * nk + rk) * kpl, kpl)
                 bv = part(b, (rn * nk + rk) * kpl, kpl)
                 ct = ir.VectorType.get([ce], f32)
+                if kind == "acct":  # C^T = B^T A^T: each operand's registers serve the other role
+                    av, bv = bv, av
                 if mop.kind == "mfma":
                     c = amdgpu.mfma(mop.m, mop.n, mop.k, av, bv, c, blocks=1, results=[ct])
                 else:

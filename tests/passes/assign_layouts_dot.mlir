@@ -1,12 +1,13 @@
 // PASS: assign-layouts gfx942
 // Loads are coalesced (blocked), dot operands are converted to the MFMA operand layouts, the
-// result is in the accumulator layout and the store address computation is rematerialised in it.
+// result is in the transposed accumulator layout (rows in lanes) and the store address
+// computation is rematerialised in it.
 // CHECK-LABEL: func.func @dot
 // CHECK: "tile.load"{{.*}} -> tensor<64x32xf16, "blocked(8)">
 // CHECK: "tile.convert_layout"{{.*}} -> tensor<64x32xf16, "opa(mfma,32,32,8,4,f16,2,2)">
 // CHECK: "tile.convert_layout"{{.*}} -> tensor<64x32xf16, "opbt(mfma,32,32,8,4,f16,2,2)">
-// CHECK: "tile.dot"{{.*}} -> tensor<64x64xf32, "acc(mfma,32,32,8,4,f16,2,2)">
-// CHECK: "tile.store"{{.*}}tensor<64x64xi32, "acc(mfma,32,32,8,4,f16,2,2)">
+// CHECK: "tile.dot"{{.*}} -> tensor<64x64xf32, "acct(mfma,32,32,8,4,f16,2,2)">
+// CHECK: "tile.store"{{.*}}tensor<64x64xi32, "acct(mfma,32,32,8,4,f16,2,2)">
 module {
   func.func @dot(%a: !llvm.ptr<1>, %b: !llvm.ptr<1>, %c: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32} {
     %r = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32>

@@ -1,6 +1,6 @@
 // PASS: assign-layouts gfx1100
 // RDNA3: the dot uses the gfx11 WMMA layouts (16x16x16, 16 K values per lane).
-// CHECK: "tile.dot"{{.*}} -> tensor<64x64xf32, "acc(wmma_gfx11,16,16,16,16,f16,{{[0-9]+}},{{[0-9]+}})">
+// CHECK: "tile.dot"{{.*}} -> tensor<64x64xf32, "acct(wmma_gfx11,16,16,16,16,f16,{{[0-9]+}},{{[0-9]+}})">
 module {
   func.func @dot(%a: !llvm.ptr<1>, %b: !llvm.ptr<1>, %c: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32} {
     %r = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32>
