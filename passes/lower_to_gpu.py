@@ -470,14 +470,18 @@ def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt:
     most 16 bytes whose alignment is proven from the layout: yields (first, length, align, addr).
 
     Element index of register i: offset + row * row_stride + col = thread_base + consts[i], where
-    thread_base is a sum of lane/wave bit multiples, so its alignment is the gcd of those."""
+    thread_base is a sum of lane/wave bit multiples, so its alignment is the gcd of those. A
+    `transposed` staging stores columns instead: offset + col * row_stride + row."""
     offset, row_stride = int_attr(op, "offset"), int_attr(op, "row_stride")
     shape = tile_shape(v.type)
     lin = lw.lin(v)
     bases = lw.base(v)
-    weights = np.array([row_stride, 1]) if len(shape) == 2 else np.array([1])
+    weights = np.array([1])
     if len(shape) == 2:
-        b = arith.AddIOp(arith.MulIOp(bases[0], c32(row_stride)).result, bases[1]).result
+        major, minor = (1, 0) if "transposed" in op.attributes else (0, 1)
+        weights = np.zeros(2, dtype=np.int64)
+        weights[major], weights[minor] = row_stride, 1
+        b = arith.AddIOp(arith.MulIOp(bases[major], c32(row_stride)).result, bases[minor]).result
     else:
         b = bases[0]
     b = arith.AddIOp(b, c32(offset)).result

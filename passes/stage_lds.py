@@ -55,11 +55,19 @@ def _stage_convert(op: ir.Operation, threads: L.Threads, options: CompileOptions
     if L.register_map(layout_of(src.type), shape, layout_of(op.result.type), shape, threads) is not None:
         return 0  # same lanes: a register permutation, lowered without LDS
     eb = DTYPE_BYTES[tile_dtype(src.type)]
-    row = _padded_row(shape, eb, options.lds_padding)
-    rows = shape[0] if len(shape) == 2 else 1
+    # Store the tile column by column when the destination holds runs along axis 0 (a B operand
+    # [K, N] read from a row-major tile): its reads become vectors instead of one per element.
+    # Each wave reads its whole operand while the writes are shared, so the reads decide.
+    dst_lin = L.linear(layout_of(op.result.type), shape, threads)
+    transposed = len(shape) == 2 and _runs(dst_lin, 0) > _runs(dst_lin, 1)
+    stored = (shape[1], shape[0]) if transposed else shape
+    row = _padded_row(stored, eb, options.lds_padding)
+    rows = stored[0] if len(shape) == 2 else 1
     size = rows * row * eb
     _check(op, size, arch, source)
     attrs = {"offset": i32_attr(0), "row_stride": i32_attr(row)}
+    if transposed:
+        attrs["transposed"] = ir.UnitAttr.get()
     with ir.InsertionPoint(op), op.location:
         tile_op("barrier", [], [])
         tile_op("local_store", [src], [], attrs)
@@ -68,6 +76,14 @@ def _stage_convert(op: ir.Operation, threads: L.Threads, options: CompileOptions
     op.result.replace_all_uses_with(new.result)
     op.erase()
     return size
+
+
+def _runs(lin: L.Linear, axis: int) -> int:
+    """How many consecutive register pairs of a layout step by +1 along `axis` only."""
+    unit = [0] * lin.regs.shape[1]
+    unit[axis] = 1
+    steps = lin.regs[1:] - lin.regs[:-1]
+    return int((steps == unit).all(axis=1).sum())
 
 
 def _check(op: ir.Operation, size: int, arch: Arch, source: str | None) -> None:
