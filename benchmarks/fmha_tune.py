@@ -25,8 +25,8 @@ from tiledsl.options import CompileOptions
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 CDNA = [FmhaConfig(128, 128, 4, 2), FmhaConfig(128, 64, 4, 2), FmhaConfig(128, 64, 4, 1), FmhaConfig(128, 32, 4, 2)]
-RDNA = [FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 64, 4, 1), FmhaConfig(64, 32, 4, 2), FmhaConfig(64, 32, 4, 1),
-        FmhaConfig(128, 32, 8, 1), FmhaConfig(64, 64, 8, 1), FmhaConfig(64, 32, 8, 2)]
+RDNA = [FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 64, 4, 1), FmhaConfig(64, 32, 4, 1), FmhaConfig(128, 64, 8, 1),
+        FmhaConfig(128, 32, 8, 1), FmhaConfig(64, 64, 8, 2), FmhaConfig(64, 64, 8, 1), FmhaConfig(64, 32, 8, 1)]
 
 
 def one(arch: str, defines: dict[str, str], contiguous: bool) -> tuple[int, int, float]:

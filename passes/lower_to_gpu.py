@@ -46,6 +46,7 @@ class _Lowering:
         self.lds_bytes = lds_bytes
         self.threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         self.vmap: dict[ir.Value, ir.Value] = {}
+        self.lazy: dict[ir.Value, ir.Operation] = {}  # local_load results a dot reads fragment-wise
         self.bases: dict[str, list[ir.Value]] = {}
         self.axis = AxisAnalysis()
 
@@ -336,7 +337,7 @@ def _write(kind: str, ptr: ir.Value, off: ir.Value, val: ir.Value, elt: ir.Type,
 
 
 def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
-    a, b, acc = (lw.v(x) for x in op.operands)
+    acc = lw.v(op.operands[2])
     kind, args = L.parse(ir.StringAttr(ir.RankedTensorType(op.result.type).encoding).value)
     mop = L._op_from(args[:6])
     wm, wn = int(args[6]), int(args[7])
@@ -350,13 +351,26 @@ def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
     def part(vec: ir.Value, start: int, size: int) -> ir.Value:
         return vector.ShuffleOp(vec, vec, list(range(start, start + size))).result
 
+    def operand(x: ir.Value, reuses: int):
+        """Fragment fetcher: from x's registers, or LDS reads of a deferred local_load when each
+        fragment is used once (a reused one is read once, as a whole)."""
+        if x in lw.lazy:
+            load = lw.lazy.pop(x)
+            if reuses == 1:
+                return lambda start, size: _load_lds_registers(lw, load, start, start + size)
+            lw.vmap[x] = _load_lds_registers(lw, load, 0, lw.regs(x.type))
+        vec = lw.v(x)
+        return lambda start, size: part(vec, start, size)
+
+    a, b = operand(op.operands[0], nn), operand(op.operands[1], nm)
+
     tiles = []
     for rm in range(nm):
         for rn in range(nn):
             c = part(acc, (rm * nn + rn) * ce, ce)
             for rk in range(nk):
-                av = part(a, (rm * nk + rk) * kpl, kpl)
-                bv = part(b, (rn * nk + rk) * kpl, kpl)
+                av = a((rm * nk + rk) * kpl, kpl)
+                bv = b((rn * nk + rk) * kpl, kpl)
                 ct = ir.VectorType.get([ce], f32)
                 if kind == "acct":  # C^T = B^T A^T: each operand's registers serve the other role
                     av, bv = bv, av
@@ -454,18 +468,45 @@ def rule_local_store(lw: _Lowering, op: ir.Operation) -> None:
 
 
 def rule_local_load(lw: _Lowering, op: ir.Operation) -> None:
+    if _only_feeds_next_dot(op):
+        lw.lazy[op.result] = op  # loaded by the dot, fragment by fragment (see rule_dot)
+        return
+    lw.vmap[op.result] = _load_lds_registers(lw, op, 0, lw.regs(op.result.type))
+
+
+def _only_feeds_next_dot(op: ir.Operation) -> bool:
+    """Is this LDS read used only as an operand of a dot later in the same block, with nothing
+    between them that writes LDS or waits at a barrier? Then the dot can read each fragment just
+    before its matrix instruction, so a wave never holds a whole K or V operand in registers."""
+    uses = list(op.result.uses)
+    if len(uses) != 1 or uses[0].owner.name != "tile.dot" or uses[0].operand_number == 2:
+        return False
+    user = uses[0].owner.operation
+    ops = ops_in(op.operation.block)
+    start = next(i for i, o in enumerate(ops) if o == op.operation)
+    for o in ops[start + 1:]:
+        if o == user:
+            return True
+        if o.name in ("tile.barrier", "tile.local_store") or o.regions:
+            return False
+    return False
+
+
+def _load_lds_registers(lw: _Lowering, op: ir.Operation, lo: int, hi: int) -> ir.Value:
+    """Registers lo..hi-1 of a tile.local_load, as a vector."""
     base = _lds_base(lw)
     elt = ir.RankedTensorType(op.result.type).element_type
     vals: list[ir.Value] = []
-    for _, n, align, addr in _lds_runs(lw, op, op.result, base, elt):
+    for _, n, align, addr in _lds_runs(lw, op, op.result, base, elt, lo, hi):
         if n == 1:
             vals.append(llvm.load(elt, addr, alignment=align))
         else:
             vals.extend(lw.elems(llvm.load(ir.VectorType.get([n], elt), addr, alignment=align)))
-    lw.vmap[op.result] = lw.pack(vals, elt)
+    return lw.pack(vals, elt)
 
 
-def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt: ir.Type):
+def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt: ir.Type, lo: int = 0,
+              hi: int | None = None):
     """Group the registers into runs at consecutive LDS addresses, each one vector access of at
     most 16 bytes whose alignment is proven from the layout: yields (first, length, align, addr).
 
@@ -489,10 +530,10 @@ def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt:
     steps = [int(x) for x in np.concatenate([lin.lane_bases, lin.wave_bases]) @ weights] + [offset]
     thread_gcd = int(np.gcd.reduce([abs(x) for x in steps if x] or [0]))
     nbytes = DTYPE_BYTES[tile_dtype(v.type)]
-    i = 0
-    while i < len(consts):
+    i, hi = lo, len(consts) if hi is None else hi
+    while i < hi:
         n = 1
-        while (i + n < len(consts) and consts[i + n] == consts[i] + n and (n + 1) * nbytes <= 16):
+        while (i + n < hi and consts[i + n] == consts[i] + n and (n + 1) * nbytes <= 16):
             n += 1
         n = 1 << (n.bit_length() - 1)  # power-of-two vectors only
         start_gcd = int(np.gcd(thread_gcd, consts[i])) if thread_gcd else abs(consts[i]) or 1 << 30
