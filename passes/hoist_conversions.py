@@ -3,10 +3,11 @@
 Layout assignment puts each `tile.convert_layout` right before the op that needs it, so a tile
 loaded before a loop and used inside it (the Q tile of attention) would be re-staged through LDS
 on every iteration. A conversion whose operand is defined outside the loop computes the same
-value every time: it moves in front of the loop (repeatedly, out of nested loops) -- unless the
+value every time: it moves in front of the loop (repeatedly, out of nested loops). When the
 converted tile takes more registers per lane than its source (e.g. a gfx11 WMMA operand, which
-holds every value twice): then keeping it live across the loop trades LDS traffic for register
-pressure that can spill, and the conversion stays where it is.
+holds every value twice), holding it across the loop would cost registers that can spill: such a
+conversion is marked `tile.resident` instead, and stage-lds keeps the tile in its own LDS region,
+read inside the loop where it is used (a dot reads it fragment by fragment).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def hoist_conversions(module: ir.Module, arch: Arch) -> int:
                 if loop is None or loop.name != "scf.for":
                     continue
                 for op in ops_in(block):
-                    if op.name == "tile.convert_layout" and not _defined_inside(op.operands[0], loop) \
-                            and not _grows(op, threads):
+                    if op.name == "tile.convert_layout" and not _defined_inside(op.operands[0], loop):
+                        if _grows(op, threads):
+                            op.attributes["tile.resident"] = ir.UnitAttr.get()
                         op.move_before(loop)
                         moved += 1
                         changed = True

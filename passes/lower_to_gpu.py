@@ -44,6 +44,7 @@ class _Lowering:
         self.arch = arch
         self.source = source
         self.lds_bytes = lds_bytes
+        self.arena_bytes = 0  # LDS below this byte holds resident tiles (see stage_lds)
         self.threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         self.vmap: dict[ir.Value, ir.Value] = {}
         self.lazy: dict[ir.Value, ir.Operation] = {}  # local_load results a dot reads fragment-wise
@@ -430,8 +431,10 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
 def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[int], comb) -> list[ir.Value]:
     ws, nw, n = lw.threads.wave_size, lw.threads.waves, len(outs)
     base = _lds_base(lw)
-    slot = arith.MulIOp(arith.AddIOp(arith.MulIOp(lw.wave, c32(ws)).result, lw.lane).result, c32(n)).result
-    elt = outs[0].type
+    elt = outs[0].type  # 32-bit values, the arena starts 16-byte aligned
+    arena = lw.arena_bytes // 4
+    slot = arith.AddIOp(arith.MulIOp(arith.AddIOp(arith.MulIOp(lw.wave, c32(ws)).result, lw.lane).result,
+                                     c32(n)).result, c32(arena)).result
     gpu.barrier()
     for j, x in enumerate(outs):
         llvm.store(x, _gep(base, arith.AddIOp(slot, c32(j)).result, elt))
@@ -446,7 +449,7 @@ def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[in
                 continue
             w = arith.OrIOp(home, c32(combo)).result
             idx = arith.AddIOp(arith.MulIOp(arith.AddIOp(arith.MulIOp(w, c32(ws)).result, lw.lane).result,
-                                            c32(n)).result, c32(j)).result
+                                            c32(n)).result, c32(arena + j)).result
             val = llvm.load(elt, _gep(base, idx, elt))
             acc = val if acc is None else comb(acc, val)
         result.append(acc)
@@ -610,8 +613,13 @@ def lower_to_gpu(module: ir.Module, arch: Arch, source: str | None = None) -> ir
         if lds_bytes:
             llvm.mlir_global(ir.Type.parse(f"!llvm.array<{lds_bytes} x i8>"), LDS_SYMBOL,
                              ir.Attribute.parse("#llvm.linkage<internal>"), addr_space=3, alignment=16)
+    # Resident tiles (stage-lds) occupy the LDS below this byte; scratch space starts here.
+    arena = int(ir.IntegerAttr(module.operation.attributes["tile.lds_arena"]).value) \
+        if "tile.lds_arena" in module.operation.attributes else 0
     for fn in kernel_funcs(module):
-        _Lowering(fn, arch, source, lds_bytes).build(body)
+        lw = _Lowering(fn, arch, source, lds_bytes)
+        lw.arena_bytes = arena
+        lw.build(body)
     for op in ops_in(body):
         if op.name == "gpu.func":
             for blk in op.regions[0].blocks:

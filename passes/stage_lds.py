@@ -5,8 +5,10 @@ coalesced global tile into an MFMA/WMMA operand layout) becomes
 
     tile.barrier ; tile.local_store ; tile.barrier ; tile.local_load
 
-All stagings share one arena at offset 0 (the barriers make reuse safe), so the kernel's LDS is
-the largest single staging, or the cross-wave reduction scratch. Rows are padded to spread
+All stagings share one arena (the barriers make reuse safe), so the kernel's LDS is the largest
+single staging, or the cross-wave reduction scratch. A conversion marked `tile.resident` (a
+loop-invariant tile hoisted by hoist-conversions) gets its own region below the arena instead:
+it is stored once, before the loop, and read where it is used. Rows are padded to spread
 consecutive rows over the LDS banks. A tile that does not fit the arch's LDS is a user error at
 the DSL location of the operation.
 """
@@ -29,31 +31,38 @@ def _padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
 
 
 def stage_lds(module: ir.Module, arch: Arch, options: CompileOptions, source: str | None = None) -> int:
-    need = 0
+    resident = 0  # bytes of the resident regions, which come first; the arena follows them
+    for fn in kernel_funcs(module):
+        threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
+        for block in list(walk_blocks(fn)):
+            for op in ops_in(block):
+                if op.name == "tile.convert_layout" and "tile.resident" in op.attributes:
+                    resident += _stage_resident(op, resident, threads, options, arch, source)
+    module.operation.attributes["tile.lds_arena"] = i32_attr(resident)
+    need = resident
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         for block in list(walk_blocks(fn)):
             for op in ops_in(block):
                 if op.name == "tile.convert_layout":
-                    need = max(need, _stage_convert(op, threads, options, arch, source))
+                    need = max(need, resident + _stage_convert(op, resident, threads, options, arch, source))
                 elif op.name == "tile.reduce" and is_tile(op.operands[0]):
                     lin = L.linear(layout_of(op.operands[0].type), tile_shape(op.operands[0].type), threads)
                     axis = int_attr(op, "axis")
                     if any(b[axis] for b in lin.wave_bases):
                         outs = L.num_regs(layout_of(op.result.type), tile_shape(op.result.type), threads) \
                             if is_tile(op.result) else 1
-                        need = max(need, threads.count * outs * 4)
-                        _check(op, threads.count * outs * 4, arch, source)
+                        need = max(need, resident + threads.count * outs * 4)
+                        _check(op, resident + threads.count * outs * 4, arch, source)
     module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
     return need
 
 
-def _stage_convert(op: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch,
-                   source: str | None) -> int:
+def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
+             source: str | None) -> tuple[dict[str, ir.Attribute], int]:
+    """The local_store/local_load attributes of staging op's tile at byte `at`, and its size."""
     src = op.operands[0]
     shape = tile_shape(src.type)
-    if L.register_map(layout_of(src.type), shape, layout_of(op.result.type), shape, threads) is not None:
-        return 0  # same lanes: a register permutation, lowered without LDS
     eb = DTYPE_BYTES[tile_dtype(src.type)]
     # Store the tile column by column when the destination holds runs along axis 0 (a B operand
     # [K, N] read from a row-major tile): its reads become vectors instead of one per element.
@@ -64,10 +73,36 @@ def _stage_convert(op: ir.Operation, threads: L.Threads, options: CompileOptions
     row = _padded_row(stored, eb, options.lds_padding)
     rows = stored[0] if len(shape) == 2 else 1
     size = rows * row * eb
-    _check(op, size, arch, source)
-    attrs = {"offset": i32_attr(0), "row_stride": i32_attr(row)}
+    _check(op, at + size, arch, source)
+    attrs = {"offset": i32_attr(at // eb), "row_stride": i32_attr(row)}  # offsets count elements
     if transposed:
         attrs["transposed"] = ir.UnitAttr.get()
+    return attrs, size
+
+
+def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
+                    source: str | None) -> int:
+    """Store the tile once where the conversion stands; each user reads it back."""
+    attrs, size = _staging(op, at, threads, options, arch, source)
+    with ir.InsertionPoint(op), op.location:
+        tile_op("barrier", [], [])
+        tile_op("local_store", [op.operands[0]], [], attrs)
+        tile_op("barrier", [], [])
+    for use in list(op.result.uses):
+        user = use.owner.operation
+        with ir.InsertionPoint(user), op.location:
+            user.operands[use.operand_number] = tile_op("local_load", [], [op.result.type], attrs).result
+    op.erase()
+    return -(-size // 16) * 16  # the next region starts 16-byte aligned
+
+
+def _stage_convert(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
+                   source: str | None) -> int:
+    src = op.operands[0]
+    shape = tile_shape(src.type)
+    if L.register_map(layout_of(src.type), shape, layout_of(op.result.type), shape, threads) is not None:
+        return 0  # same lanes: a register permutation, lowered without LDS
+    attrs, size = _staging(op, at, threads, options, arch, source)
     with ir.InsertionPoint(op), op.location:
         tile_op("barrier", [], [])
         tile_op("local_store", [src], [], attrs)

@@ -1,7 +1,7 @@
 // PASS: stage-lds gfx942
 // A conversion that moves elements between lanes goes through LDS, fenced by barriers; rows of
 // the 64x32 f16 tile are padded to 36 elements; the arena size is recorded on the module.
-// CHECK: module attributes {tile.lds_bytes = 4608 : i32}
+// CHECK: module attributes {tile.lds_arena = 0 : i32, tile.lds_bytes = 4608 : i32}
 // CHECK: "tile.barrier"
 // CHECK-NEXT: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 36 : i32}
 // CHECK-NEXT: "tile.barrier"
