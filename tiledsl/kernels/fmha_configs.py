@@ -1,23 +1,24 @@
 """Per-arch tile configurations of the FMHA forward kernel (`fmha_fwd.tile`).
 
-One row per (arch, padded head dim). Chosen by compiling candidates under every feature mix
-(mask kinds, group mode, LSE, sink, soft-cap, padded head dims; f16 and bf16) and keeping the
-largest tile that spills nothing (neither VGPRs nor SGPRs) and fits the arch's LDS;
-`tests/test_fmha_compile.py` re-checks the rows for hdim 64 and 128. Why the rows look the way
-they do, with today's compiler:
+One row per (arch, padded head dim); masked variants (causal, window) have their own rows where
+they differ. Chosen with `benchmarks/fmha_tune.py`, which compiles candidates under every
+feature mix a row serves (tests/_fmha_util.py) plus the plain contiguous variant and keeps the
+one with the fewest instructions per MFMA/WMMA that spills nothing (neither VGPRs nor SGPRs) and
+fits the arch's LDS; `tests/test_fmha_compile.py` re-checks the rows for hdim 64 and 128. Why
+the rows look the way they do, with today's compiler:
 
-* Each wave holds whole dot operands in registers (K as a [BLOCK_N, HDIM] B operand, V as
-  [BLOCK_N, HDIM_V]), so registers grow with BLOCK_N * HDIM per wave.
-* CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): 32 query rows per wave, 4 waves. 8 waves
-  (512 threads) would halve the registers per lane to 256 and spill at hdim 128.
-* RDNA (wave32, 256 VGPRs, 16x16 WMMA; gfx11 replicates A/B in both lane halves): 16 rows per
-  wave, 8 waves = a 4 x 2 wave grid whose second axis splits the keys, which halves the K/V/
-  accumulator registers per wave at the price of cross-wave row reductions through LDS.
-  gfx1100 at hdim 128 still peaks at 256 VGPRs (no spill) in some feature mixes.
-* LDS: every layout change stages one tile through LDS; the largest is Q [BLOCK_M, HDIM] (rows
-  padded), so BLOCK_M * HDIM <= 16K elements on 64 KiB archs (gfx950 has 160 KiB).
-* hdim 256 spills on RDNA at every block size tried (whole operands in registers), and a few
-  SGPRs on CDNA in some feature mixes; the rows give the least-spilling choice found.
+* Scores use the transposed accumulator, so P stays in registers for P @ V on CDNA and gfx12,
+  and K/V fragments are read from LDS next to each matrix instruction: registers grow with
+  BLOCK_M * BLOCK_N (scores) and BLOCK_M * HDIM (accumulator) per wave.
+* CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): 32 query rows per wave, 4 waves; BLOCK_N
+  128 at hdim <= 64, 64 at hdim 128. Masked rows at hdim 128 take BLOCK_N 32 on gfx90a/gfx942:
+  with 64 the mask arithmetic spills a few SGPRs.
+* RDNA (wave32, 256 VGPRs, 16x16 WMMA): 16 query rows per wave, 8 waves; at BLOCK_M 64 the
+  second wave axis splits the keys (cross-wave row reductions through LDS). gfx11 holds WMMA
+  operands twice (both lane halves), so Q stays resident in LDS. Masked rows need smaller tiles:
+  the per-element mask arithmetic costs registers.
+* hdim 256 spills on RDNA at every block size tried, and a few SGPRs on CDNA in some feature
+  mixes; the rows give the least-spilling choice found.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ def _c(block_m: int, block_n: int, waves: int, stages: int) -> FmhaConfig:
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx1100": {32: _c(64, 64, 8, 2), 64: _c(64, 64, 8, 1), 128: _c(64, 32, 8, 1), 256: _c(64, 32, 8, 1)},
-    "gfx1201": {32: _c(64, 64, 8, 2), 64: _c(64, 64, 8, 2), 128: _c(64, 32, 8, 2), 256: _c(64, 32, 8, 1)},
+    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx1100": {32: _c(64, 64, 8, 2), 64: _c(128, 64, 8, 1), 128: _c(64, 64, 8, 1), 256: _c(64, 32, 8, 1)},
+    "gfx1201": {32: _c(64, 64, 8, 2), 64: _c(128, 64, 8, 1), 128: _c(64, 64, 8, 1), 256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
 
@@ -68,10 +69,11 @@ def padded_hdim(d: int) -> int:
 # Rows for masked variants (causal / window) where they differ: the mask arithmetic changes which
 # values LLVM keeps live, and gfx1100 at hdim 128 sits at its 256-VGPR limit either way.
 MASKED: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {128: _c(128, 32, 4, 2)},
-    "gfx942": {128: _c(128, 32, 4, 2)},
-    "gfx950": {128: _c(128, 32, 4, 2)},
-    "gfx1100": {128: _c(64, 32, 8, 1)},
+    "gfx90a": {64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2)},
+    "gfx942": {64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2)},
+    "gfx950": {64: _c(128, 64, 4, 2), 128: _c(128, 64, 4, 1)},
+    "gfx1100": {64: _c(64, 64, 8, 1), 128: _c(128, 32, 8, 1)},
+    "gfx1201": {64: _c(64, 64, 8, 1), 128: _c(64, 32, 8, 1)},
 }
 
 
