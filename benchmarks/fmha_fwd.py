@@ -23,7 +23,7 @@ import numpy as np
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
-from tiledsl.driver import compile_source
+from tiledsl.driver import CompiledKernel, compile_source
 from tiledsl.isa_stats import count_instructions, isa_stats
 from tiledsl.kernels.fmha_configs import fmha_config, fmha_defines
 from tiledsl.ops import KERNELS, fmha_fwd
@@ -33,13 +33,18 @@ from tiledsl.reference import fmha_mask_params
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def compile_contiguous(arch: str, defines: dict[str, str], allow_spills: bool = False) -> CompiledKernel:
+    """The variant fmha_fwd compiles for contiguous bshd inputs (strides in units of 16 bytes), uncached."""
+    src = KERNELS / "fmha_fwd.tile"
+    options = CompileOptions.make(arch, defines, allow_spills=allow_spills,
+                                  stride_units=tuple((t, 8) for t in ("k", "o", "q", "v")))
+    return compile_source(src.read_text(), str(src), arch, defines, options, cache=None)
+
+
 def ours(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict:
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim, mask=fmha_mask_params(causal))
-    src = KERNELS / "fmha_fwd.tile"
     t0 = time.perf_counter()
-    # What fmha_fwd compiles for contiguous bshd inputs: strides in units of 16 bytes.
-    options = CompileOptions.make(arch, defines, stride_units=tuple((t, 8) for t in ("k", "o", "q", "v")))
-    k = compile_source(src.read_text(), str(src), arch, defines, options, cache=None)
+    k = compile_contiguous(arch, defines)
     seconds = time.perf_counter() - t0
     st = isa_stats(k.asm, k.manifest)
     row = {"compile": seconds, "instr": st.instructions, "mma": st.mfma + st.wmma, "vgpr": st.vgprs,

@@ -1,10 +1,10 @@
 """Search FMHA forward tile configs: compile candidates under every feature mix, print a table.
 
 For each arch and padded head dim, every candidate (BLOCK_M, BLOCK_N, WAVES, STAGES) is compiled
-for the four feature mixes the tests use (tests/_fmha_util.py: masks, group mode, LSE, sink,
-soft-cap, padded head dims) that the row serves, plus the plain contiguous benchmark variant, and reported with its
-worst spills and its instructions per MFMA/WMMA. A row of fmha_configs.CONFIGS should be the
-candidate with no spills in any mix and the fewest instructions per matrix instruction.
+for the feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE, sink, soft-cap,
+padded head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
+reported with its worst spills and its instructions per MFMA/WMMA. A row of fmha_configs should
+be the candidate with no spills in any mix and the fewest instructions per matrix instruction.
 Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--jobs N]
 """
 
@@ -15,48 +15,36 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from fmha_fwd import compile_contiguous
+
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
-from tiledsl.driver import compile_source
+from tiledsl.driver import CompiledKernel
 from tiledsl.isa_stats import isa_stats
-from tiledsl.kernels.fmha_configs import FmhaConfig
-from tiledsl.ops import KERNELS
-from tiledsl.options import CompileOptions
+from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_defines
+from tiledsl.reference import fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _fmha_util import compiled, variant  # noqa: E402  (the tests' feature mixes)
 
 CDNA = [FmhaConfig(128, 128, 4, 2), FmhaConfig(128, 64, 4, 2), FmhaConfig(128, 64, 4, 1), FmhaConfig(128, 32, 4, 2)]
 RDNA = [FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 64, 4, 1), FmhaConfig(64, 32, 4, 1), FmhaConfig(128, 64, 8, 1),
         FmhaConfig(128, 32, 8, 1), FmhaConfig(64, 64, 8, 2), FmhaConfig(64, 64, 8, 1), FmhaConfig(64, 32, 8, 1)]
 
 
-def one(arch: str, defines: dict[str, str], contiguous: bool) -> tuple[int, int, float]:
-    """(VGPR spills, SGPR spills, instructions per MFMA/WMMA) of one variant."""
-    units = tuple((t, 8) for t in ("k", "o", "q", "v")) if contiguous else ()
-    opts = CompileOptions.make(arch, defines, allow_spills=True, stride_units=units)
-    src = KERNELS / "fmha_fwd.tile"
-    k = compile_source(src.read_text(), str(src), arch, defines, opts, cache=None)
-    st = isa_stats(k.asm, k.manifest)
-    m = k.manifest
-    return m["vgpr_spill_count"], m["sgpr_spill_count"], st.instructions / max(1, st.mfma + st.wmma)
+def spills(k: CompiledKernel) -> tuple[int, int]:
+    return k.manifest["vgpr_spill_count"], k.manifest["sgpr_spill_count"]
 
 
 def evaluate(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> str:
-    from _fmha_util import variant
-
-    from tiledsl.kernels.fmha_configs import fmha_defines
-    from tiledsl.reference import fmha_mask_params
-
     # The feature mixes this table row serves: masked rows (causal, window) or unmasked ones.
-    mixes = [d for dt in ("f16", "bf16") for c in (False, True)
+    mixes = [d | cfg.defines() for dt in ("f16", "bf16") for c in (False, True)
              if ((d := variant(arch, dt, hdim, c))["MASK"] != "none") == masked]
-    spills, per = [], None
-    for d in mixes:
-        d.update(cfg.defines())
-        spills.append(one(arch, d, False)[:2])
-    plain = fmha_defines(arch, hdim_q=hdim, mask=fmha_mask_params(masked), config=cfg)
-    vs, ss, per = one(arch, plain, True)
-    spills.append((vs, ss))
-    worst_v, worst_s = max(s[0] for s in spills), max(s[1] for s in spills)
+    plain = compile_contiguous(arch, fmha_defines(arch, hdim_q=hdim, mask=fmha_mask_params(masked), config=cfg),
+                               allow_spills=True)
+    found = [spills(compiled(arch, d)) for d in mixes] + [spills(plain)]
+    worst_v, worst_s = max(v for v, _ in found), max(s for _, s in found)
+    st = isa_stats(plain.asm, plain.manifest)
+    per = st.instructions / max(1, st.mfma + st.wmma)
     return (f"{arch:8} d{hdim:<4}{'causal' if masked else 'full':7}{cfg.block_m:>5}{cfg.block_n:>5}{cfg.waves:>4}"
             f"{cfg.stages:>4}{worst_v:>8}{worst_s:>8}{per:>10.1f}")
 

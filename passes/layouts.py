@@ -239,15 +239,15 @@ def k_permutation(src: str, dst: str, shape: tuple[int, ...], axis: int, threads
         return None
     if s.num_regs != d.num_regs or s.num_regs & (s.num_regs - 1):
         return None
-    # Both layouts are linear: match their bases (lane bits, wave bits, register-index bits).
-    reg_bits = s.num_regs.bit_length() - 1
-    sb = np.concatenate([s.lane_bases, s.wave_bases, [s.regs[1 << i] - s.regs[0] for i in range(reg_bits)]])
-    db = np.concatenate([d.lane_bases, d.wave_bases, [d.regs[1 << i] - d.regs[0] for i in range(reg_bits)]])
     if s.regs[0].any() or d.regs[0].any():
         return None
+    # Both layouts are linear: match their bases (lane bits, wave bits, register-index bits).
+    reg_bits = s.num_regs.bit_length() - 1
+    sb = np.concatenate([s.lane_bases, s.wave_bases, [s.regs[1 << i] for i in range(reg_bits)]])
+    db = np.concatenate([d.lane_bases, d.wave_bases, [d.regs[1 << i] for i in range(reg_bits)]])
+    other = [a for a in range(len(shape)) if a != axis]
     images = [0] * (n.bit_length() - 1)
     for x, y in zip(db, sb, strict=True):
-        other = [a for a in range(len(shape)) if a != axis]
         if (x[other] != y[other]).any():
             return None
         if x[axis] == 0 and y[axis] == 0:
@@ -257,11 +257,13 @@ def k_permutation(src: str, dst: str, shape: tuple[int, ...], axis: int, threads
         images[int(x[axis]).bit_length() - 1] = int(y[axis])
     if sorted(images) != [1 << i for i in range(len(images))]:
         return None
-    text = f"permk({axis},{':'.join(map(str, images))},{dst})"
-    return images if np.array_equal(_coords(text, tuple(shape), threads), _coords(src, tuple(shape), threads)) else None
+    permuted = with_k_permutation(dst, axis, images)
+    return images if np.array_equal(_coords(permuted, tuple(shape), threads), _coords(src, tuple(shape), threads)) \
+        else None
 
 
 def with_k_permutation(layout: str, axis: int, images: list[int] | None) -> str:
+    """permk(axis, images, layout), or the layout itself when there is nothing to relabel."""
     if images is None or images == [1 << i for i in range(len(images))]:
         return layout
     return f"permk({axis},{':'.join(map(str, images))},{layout})"

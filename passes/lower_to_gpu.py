@@ -39,12 +39,12 @@ def c32(v: int) -> ir.Value:
 
 
 class _Lowering:
-    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None, lds_bytes: int):
+    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None, lds_bytes: int, arena_bytes: int):
         self.fn = fn
         self.arch = arch
         self.source = source
         self.lds_bytes = lds_bytes
-        self.arena_bytes = 0  # LDS below this byte holds resident tiles (see stage_lds)
+        self.arena_bytes = arena_bytes  # LDS below this byte holds resident tiles (see stage_lds)
         self.threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         self.vmap: dict[ir.Value, ir.Value] = {}
         self.lazy: dict[ir.Value, ir.Operation] = {}  # local_load results a dot reads fragment-wise
@@ -432,12 +432,14 @@ def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[in
     ws, nw, n = lw.threads.wave_size, lw.threads.waves, len(outs)
     base = _lds_base(lw)
     elt = outs[0].type  # 32-bit values, the arena starts 16-byte aligned
-    arena = lw.arena_bytes // 4
-    slot = arith.AddIOp(arith.MulIOp(arith.AddIOp(arith.MulIOp(lw.wave, c32(ws)).result, lw.lane).result,
-                                     c32(n)).result, c32(arena)).result
+
+    def slot(wave: ir.Value, j: int) -> ir.Value:  # value j of this lane in `wave`, after the resident tiles
+        thread = arith.AddIOp(arith.MulIOp(wave, c32(ws)).result, lw.lane).result
+        return arith.AddIOp(arith.MulIOp(thread, c32(n)).result, c32(lw.arena_bytes // 4 + j)).result
+
     gpu.barrier()
     for j, x in enumerate(outs):
-        llvm.store(x, _gep(base, arith.AddIOp(slot, c32(j)).result, elt))
+        llvm.store(x, _gep(base, slot(lw.wave, j), elt))
     gpu.barrier()
     mask = sum(1 << k for k in wave_bits)
     home = arith.AndIOp(lw.wave, c32((nw - 1) & ~mask)).result
@@ -448,9 +450,7 @@ def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[in
             if combo & ~mask:
                 continue
             w = arith.OrIOp(home, c32(combo)).result
-            idx = arith.AddIOp(arith.MulIOp(arith.AddIOp(arith.MulIOp(w, c32(ws)).result, lw.lane).result,
-                                            c32(n)).result, c32(arena + j)).result
-            val = llvm.load(elt, _gep(base, idx, elt))
+            val = llvm.load(elt, _gep(base, slot(w, j), elt))
             acc = val if acc is None else comb(acc, val)
         result.append(acc)
     return result
@@ -601,8 +601,10 @@ for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi"
 
 def lower_to_gpu(module: ir.Module, arch: Arch, source: str | None = None) -> ir.Module:
     """Build the gpu-dialect module (container + one gpu.module) from the laid-out tile module."""
-    lds_bytes = int(ir.IntegerAttr(module.operation.attributes["tile.lds_bytes"]).value) \
-        if "tile.lds_bytes" in module.operation.attributes else 0
+    attrs = module.operation.attributes
+    lds_bytes = int(ir.IntegerAttr(attrs["tile.lds_bytes"]).value) if "tile.lds_bytes" in attrs else 0
+    # Resident tiles (stage-lds) occupy the LDS below this byte; scratch space starts there.
+    arena = int(ir.IntegerAttr(attrs["tile.lds_arena"]).value) if "tile.lds_arena" in attrs else 0
     out = ir.Module.create()
     out.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
     with ir.InsertionPoint(out.body):
@@ -613,13 +615,8 @@ def lower_to_gpu(module: ir.Module, arch: Arch, source: str | None = None) -> ir
         if lds_bytes:
             llvm.mlir_global(ir.Type.parse(f"!llvm.array<{lds_bytes} x i8>"), LDS_SYMBOL,
                              ir.Attribute.parse("#llvm.linkage<internal>"), addr_space=3, alignment=16)
-    # Resident tiles (stage-lds) occupy the LDS below this byte; scratch space starts here.
-    arena = int(ir.IntegerAttr(module.operation.attributes["tile.lds_arena"]).value) \
-        if "tile.lds_arena" in module.operation.attributes else 0
     for fn in kernel_funcs(module):
-        lw = _Lowering(fn, arch, source, lds_bytes)
-        lw.arena_bytes = arena
-        lw.build(body)
+        _Lowering(fn, arch, source, lds_bytes, arena).build(body)
     for op in ops_in(body):
         if op.name == "gpu.func":
             for blk in op.regions[0].blocks:

@@ -66,8 +66,8 @@ def padded_hdim(d: int) -> int:
     return max(32, 1 << (d - 1).bit_length())
 
 
-# Rows for masked variants (causal / window) where they differ: the mask arithmetic changes which
-# values LLVM keeps live, and gfx1100 at hdim 128 sits at its 256-VGPR limit either way.
+# Rows for masked variants (causal / window) where they differ: the per-element mask arithmetic
+# costs registers, so the largest unmasked tiles would spill.
 MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2)},
     "gfx942": {64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2)},
