@@ -278,6 +278,28 @@ def _vector_runs(lw: _Lowering, op: ir.Operation, tile: ir.Value, mask: ir.Value
     return runs
 
 
+def _run_addresses(lw: _Lowering, op: ir.Operation, tile: ir.Value, runs: list[tuple[int, int]],
+                   ptr: ir.Value, offs: list[ir.Value], elt: ir.Type) -> list[ir.Value]:
+    """The address of each (first, width) access. Registers in one aligned contiguous group of the
+    offsets (axis_info.contig along the last axis) share the address of the lane's first register
+    in that group plus a constant: LLVM folds the constant into the instruction's immediate
+    offset, so a lane computes one 64-bit address per group instead of one per access."""
+    if not is_tile(tile):
+        return [_gep(ptr, offs[0], elt)]
+    contig = lw.axis.info(op.operands[1]).contig
+    regs = lw.lin(tile).regs
+    group_base: dict[tuple[int, ...], tuple[int, ir.Value]] = {}
+    addrs = []
+    for first, _ in runs:
+        col = int(regs[first, -1])
+        key = (*map(int, regs[first, :-1]), col // contig)
+        if key not in group_base:
+            group_base[key] = (col, _gep(ptr, offs[first], elt))
+        col0, base = group_base[key]
+        addrs.append(base if col == col0 else llvm.getelementptr(base.type, base, [], [col - col0], elt, 0))
+    return addrs
+
+
 def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     ptr, offsets, mask, other = (lw.v(op.operands[0]), lw.v(op.operands[1]), op.operands[2], lw.v(op.operands[3]))
     elt = element_type(tile_dtype(op.result.type))
@@ -285,12 +307,13 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
     eb = DTYPE_BYTES[tile_dtype(op.result.type)]
     out: list[ir.Value] = []
-    for first, width in _vector_runs(lw, op, op.result, None if masks is None else mask):
+    runs = _vector_runs(lw, op, op.result, None if masks is None else mask)
+    # Masked-off lanes read element 0 (valid and aligned), then drop it: per-access addresses.
+    addrs = _run_addresses(lw, op, op.result, runs, ptr, offs, elt) if masks is None else \
+        [_gep(ptr, arith.SelectOp(masks[first], offs[first], c32(0)).result, elt) for first, _ in runs]
+    for (first, width), addr in zip(runs, addrs, strict=True):
         vt = ir.VectorType.get([width], elt) if width > 1 else elt
-        off = offs[first]
-        if masks is not None:  # masked-off lanes read element 0 (valid and aligned), then drop it
-            off = arith.SelectOp(masks[first], off, c32(0)).result
-        loaded = llvm.load(vt, _gep(ptr, off, elt), alignment=width * eb)
+        loaded = llvm.load(vt, addr, alignment=width * eb)
         if masks is not None:
             fill = other if width == 1 else vector.BroadcastOp(vt, other).result
             loaded = arith.SelectOp(masks[first], loaded, fill).result
@@ -313,23 +336,23 @@ def _rule_write(kind: str):
         runs = _vector_runs(lw, op, op.operands[2], None if masks is None else mask) if kind == "store" \
             else [(i, 1) for i in range(len(vals))]
         eb = DTYPE_BYTES[tile_dtype(op.operands[2].type)]
-        for first, width in runs:
+        addrs = _run_addresses(lw, op, op.operands[2], runs, ptr, offs, elt)
+        for (first, width), addr in zip(runs, addrs, strict=True):
             val = vals[first] if width == 1 else lw.pack(vals[first:first + width], elt)
             cond = masks[first] if masks is not None else None
             if owner is not None:
                 cond = owner if cond is None else arith.AndIOp(cond, owner).result
             if cond is None:
-                _write(kind, ptr, offs[first], val, elt, width * eb)
+                _write(kind, addr, val, width * eb)
                 continue
             branch = scf.IfOp(cond)
             with ir.InsertionPoint(branch.then_block):
-                _write(kind, ptr, offs[first], val, elt, width * eb)
+                _write(kind, addr, val, width * eb)
                 scf.YieldOp([])
     return rule
 
 
-def _write(kind: str, ptr: ir.Value, off: ir.Value, val: ir.Value, elt: ir.Type, align: int) -> None:
-    addr = _gep(ptr, off, elt)
+def _write(kind: str, addr: ir.Value, val: ir.Value, align: int) -> None:
     if kind == "store":
         llvm.store(val, addr, alignment=align)
     else:
