@@ -24,7 +24,7 @@ from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_defines
 from tiledsl.reference import fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _fmha_util import compiled, variant  # noqa: E402  (the tests' feature mixes)
+from _fmha_util import compiled, variant, variant_dim_units  # noqa: E402  (the tests' feature mixes)
 
 CDNA = [FmhaConfig(128, 128, 4, 2), FmhaConfig(128, 64, 4, 2), FmhaConfig(128, 64, 4, 1), FmhaConfig(128, 32, 4, 2)]
 RDNA = [FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 64, 4, 1), FmhaConfig(64, 32, 4, 1), FmhaConfig(128, 64, 8, 1),
@@ -37,11 +37,11 @@ def spills(k: CompiledKernel) -> tuple[int, int]:
 
 def evaluate(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> str:
     # The feature mixes this table row serves: masked rows (causal, window) or unmasked ones.
-    mixes = [d | cfg.defines() for dt in ("f16", "bf16") for c in (False, True)
+    mixes = [(d | cfg.defines(), variant_dim_units(dt, hdim, c)) for dt in ("f16", "bf16") for c in (False, True)
              if ((d := variant(arch, dt, hdim, c))["MASK"] != "none") == masked]
     plain = compile_contiguous(arch, fmha_defines(arch, hdim_q=hdim, mask=fmha_mask_params(masked), config=cfg),
                                allow_spills=True)
-    found = [spills(compiled(arch, d)) for d in mixes] + [spills(plain)]
+    found = [spills(compiled(arch, d, u)) for d, u in mixes] + [spills(plain)]
     worst_v, worst_s = max(v for v, _ in found), max(s for _, s in found)
     st = isa_stats(plain.asm, plain.manifest)
     per = st.instructions / max(1, st.mfma + st.wmma)

@@ -77,11 +77,27 @@ class AxisAnalysis:
             if ca == 1:
                 return b
             return AxisInfo(1, min(a.const, b.const), min(a.div * b.div, BIG))
+        if name == "arith.cmpi" and (g := self._uniform_compare(op)) > 1:
+            return AxisInfo(1, g, 1)
         if name in ("arith.andi", "arith.ori", "arith.xori", "arith.cmpi", "arith.cmpf", "arith.select",
                     "arith.minsi", "arith.maxsi"):
             infos = [self.info(x) for x in op.operands]
             return AxisInfo(1, min(i.const for i in infos), 1)
         return AxisInfo()
+
+    def _uniform_compare(self, op: ir.Operation) -> int:
+        """Groups over which `x < d` (or `x >= d`, `d > x`, `d <= x`) is uniform: x consecutive
+        from a multiple of g in each group of g, and d constant there and a multiple of g, so no
+        group straddles d (an index against a bound known to be a multiple of the vector)."""
+        pred = ir.IntegerAttr(op.attributes["predicate"]).value
+        # arith.cmpi predicates: slt 2, sle 3, sgt 4, sge 5, ult 6, ule 7, ugt 8, uge 9.
+        if pred in (2, 5, 6, 9):
+            x, d = self.info(op.operands[0]), self.info(op.operands[1])
+        elif pred in (3, 4, 7, 8):
+            d, x = self.info(op.operands[0]), self.info(op.operands[1])
+        else:
+            return 1
+        return min(x.contig, x.div, d.const, d.div)
 
     def _each(self, v: ir.Value) -> int:
         """A power of two dividing every element of v (not just each group's first)."""

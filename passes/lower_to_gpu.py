@@ -7,6 +7,8 @@ intrinsics (exp2, log, readfirstlane) -- never calls into ROCm device libraries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from mlir import ir
 from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
@@ -235,14 +237,30 @@ def rule_permute(lw: _Lowering, op: ir.Operation) -> None:
     lw.vmap[dst] = vector.ShuffleOp(x, x, mapping).result
 
 
-def _masked_value(lw: _Lowering, mask: ir.Value) -> list[ir.Value] | None:
-    """The lanes' mask elements, or None when the mask is the constant `true`."""
+def _masked_value(lw: _Lowering, mask: ir.Value) -> Callable[[int], ir.Value] | None:
+    """Register i's mask bit, computed where it is asked for; None when the mask is `true`."""
     op = defining_op(mask)
     source = op.operands[0] if op is not None and op.name == "tile.splat" else mask
     if constant_int(source) == 1:
         return None
     m = lw.v(mask)
-    return lw.elems(m) if isinstance(m.type, ir.VectorType) else [m]
+    return (lambda i: _element(m, i)) if isinstance(m.type, ir.VectorType) else (lambda i: m)
+
+
+def _element(v: ir.Value, i: int) -> ir.Value:
+    """Element i of a lowered vector. A compare is redone on the elements right here instead of
+    extracted from the whole-vector compare: every live i1 takes a scalar register (a pair on
+    wave64), and a vector compare makes them all live at once, before the first use."""
+    op = v.owner.operation if isinstance(v, ir.OpResult) else None
+    if op is not None and op.name == "arith.cmpi":
+        a, b = op.operands
+        return arith.CmpIOp(op.attributes["predicate"], _element(a, i), _element(b, i)).result
+    if op is not None and op.name == "vector.shuffle" and op.operands[0] == op.operands[1]:
+        src = op.operands[0]
+        return _element(src, ir.DenseI64ArrayAttr(op.attributes["mask"])[i] % ir.VectorType(src.type).shape[0])
+    if op is not None and op.name == "vector.broadcast" and not isinstance(op.operands[0].type, ir.VectorType):
+        return op.operands[0]
+    return vector.ExtractOp(v, [], [i]).result
 
 
 def _vector_runs(lw: _Lowering, op: ir.Operation, tile: ir.Value, mask: ir.Value | None) -> list[tuple[int, int]]:
@@ -278,26 +296,34 @@ def _vector_runs(lw: _Lowering, op: ir.Operation, tile: ir.Value, mask: ir.Value
     return runs
 
 
-def _run_addresses(lw: _Lowering, op: ir.Operation, tile: ir.Value, runs: list[tuple[int, int]],
-                   ptr: ir.Value, offs: list[ir.Value], elt: ir.Type) -> list[ir.Value]:
-    """The address of each (first, width) access. Registers in one aligned contiguous group of the
-    offsets (axis_info.contig along the last axis) share the address of the lane's first register
-    in that group plus a constant: LLVM folds the constant into the instruction's immediate
-    offset, so a lane computes one 64-bit address per group instead of one per access."""
+def _access_groups(lw: _Lowering, op: ir.Operation, tile: ir.Value, runs: list[tuple[int, int]],
+                   mask: ir.Value | None) -> list[list[tuple[int, int]]]:
+    """The (first, width) accesses grouped by the aligned group of last-axis elements they fall
+    in, where the offsets are consecutive (axis_info.contig) and the mask is uniform (const). A
+    group shares one address -- its first register's, plus constants that LLVM folds into the
+    instructions' immediate offsets -- and one mask test."""
     if not is_tile(tile):
-        return [_gep(ptr, offs[0], elt)]
-    contig = lw.axis.info(op.operands[1]).contig
+        return [runs]
+    g = lw.axis.info(op.operands[1]).contig
+    if mask is not None:
+        g = min(g, lw.axis.info(mask).const)
     regs = lw.lin(tile).regs
-    group_base: dict[tuple[int, ...], tuple[int, ir.Value]] = {}
-    addrs = []
-    for first, _ in runs:
-        col = int(regs[first, -1])
-        key = (*map(int, regs[first, :-1]), col // contig)
-        if key not in group_base:
-            group_base[key] = (col, _gep(ptr, offs[first], elt))
-        col0, base = group_base[key]
-        addrs.append(base if col == col0 else llvm.getelementptr(base.type, base, [], [col - col0], elt, 0))
-    return addrs
+    groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    for run in runs:
+        # Lane and register bits of a coordinate are disjoint, so registers share a key exactly
+        # when their elements share an aligned group in every lane.
+        groups.setdefault((*map(int, regs[run[0], :-1]), int(regs[run[0], -1]) // g), []).append(run)
+    return list(groups.values())
+
+
+def _group_addresses(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]], ptr: ir.Value,
+                     offs: list[ir.Value], elt: ir.Type) -> list[ir.Value]:
+    base = _gep(ptr, offs[group[0][0]], elt)
+    if not is_tile(tile):
+        return [base]
+    cols = lw.lin(tile).regs[:, -1]
+    deltas = [int(cols[first]) - int(cols[group[0][0]]) for first, _ in group]
+    return [base if d == 0 else llvm.getelementptr(base.type, base, [], [d], elt, 0) for d in deltas]
 
 
 def rule_load(lw: _Lowering, op: ir.Operation) -> None:
@@ -306,18 +332,26 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     masks = _masked_value(lw, mask)
     offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
     eb = DTYPE_BYTES[tile_dtype(op.result.type)]
-    out: list[ir.Value] = []
+    out: list[ir.Value] = [None] * len(offs)  # type: ignore[list-item]
     runs = _vector_runs(lw, op, op.result, None if masks is None else mask)
-    # Masked-off lanes read element 0 (valid and aligned), then drop it: per-access addresses.
-    addrs = _run_addresses(lw, op, op.result, runs, ptr, offs, elt) if masks is None else \
-        [_gep(ptr, arith.SelectOp(masks[first], offs[first], c32(0)).result, elt) for first, _ in runs]
-    for (first, width), addr in zip(runs, addrs, strict=True):
-        vt = ir.VectorType.get([width], elt) if width > 1 else elt
-        loaded = llvm.load(vt, addr, alignment=width * eb)
-        if masks is not None:
-            fill = other if width == 1 else vector.BroadcastOp(vt, other).result
-            loaded = arith.SelectOp(masks[first], loaded, fill).result
-        out.extend(lw.elems(loaded) if width > 1 else [loaded])
+    for group in _access_groups(lw, op, op.result, runs, None if masks is None else mask):
+        types = [ir.VectorType.get([width], elt) if width > 1 else elt for _, width in group]
+
+        def load_group(group=group, types=types) -> list[ir.Value]:
+            addrs = _group_addresses(lw, op.result, group, ptr, offs, elt)
+            return [llvm.load(t, a, alignment=w * eb) for t, a, (_, w) in zip(types, addrs, group, strict=True)]
+
+        if masks is None:
+            loaded = load_group()
+        else:  # one test per group: a masked-off group reads nothing and takes `other`
+            branch = scf.IfOp(masks(group[0][0]), types, has_else=True)
+            with ir.InsertionPoint(branch.then_block):
+                scf.YieldOp(load_group())
+            with ir.InsertionPoint(branch.else_block):
+                scf.YieldOp([other if t == elt else vector.BroadcastOp(t, other).result for t in types])
+            loaded = list(branch.results)
+        for (first, width), value in zip(group, loaded, strict=True):
+            out[first:first + width] = lw.elems(value) if width > 1 else [value]
     lw.vmap[op.result] = lw.pack(out, elt) if is_tile(op.result) else out[0]
 
 
@@ -336,19 +370,18 @@ def _rule_write(kind: str):
         runs = _vector_runs(lw, op, op.operands[2], None if masks is None else mask) if kind == "store" \
             else [(i, 1) for i in range(len(vals))]
         eb = DTYPE_BYTES[tile_dtype(op.operands[2].type)]
-        addrs = _run_addresses(lw, op, op.operands[2], runs, ptr, offs, elt)
-        for (first, width), addr in zip(runs, addrs, strict=True):
-            val = vals[first] if width == 1 else lw.pack(vals[first:first + width], elt)
-            cond = masks[first] if masks is not None else None
+        for group in _access_groups(lw, op, op.operands[2], runs, None if masks is None else mask):
+            cond = masks(group[0][0]) if masks is not None else None
             if owner is not None:
                 cond = owner if cond is None else arith.AndIOp(cond, owner).result
-            if cond is None:
-                _write(kind, addr, val, width * eb)
-                continue
-            branch = scf.IfOp(cond)
-            with ir.InsertionPoint(branch.then_block):
-                _write(kind, addr, val, width * eb)
-                scf.YieldOp([])
+            # One test per group (masked stores are branches: exec-masked, no value to keep).
+            with ir.InsertionPoint.current if cond is None else ir.InsertionPoint(scf.IfOp(cond).then_block):
+                addrs = _group_addresses(lw, op.operands[2], group, ptr, offs, elt)
+                for (first, width), addr in zip(group, addrs, strict=True):
+                    val = vals[first] if width == 1 else lw.pack(vals[first:first + width], elt)
+                    _write(kind, addr, val, width * eb)
+                if cond is not None:
+                    scf.YieldOp([])
     return rule
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import tiledsl
 from tiledsl.driver import CompiledKernel, compile_source
-from tiledsl.kernels.fmha_configs import fmha_defines
+from tiledsl.kernels.fmha_configs import fmha_defines, fmha_dim_units
 from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_mask_params
 
@@ -41,13 +41,20 @@ def variant(arch: str, dtype: str, hdim: int, causal: bool) -> dict[str, str]:
                         softcap=f.get("softcap", 0.0))
 
 
+def variant_dim_units(dtype: str, hdim: int, causal: bool) -> tuple[tuple[str, int], ...]:
+    """The dim_units fmha_fwd compiles a variant with (non-empty when it pads)."""
+    return fmha_dim_units(actual_hdim(hdim, dtype, causal))
+
+
 @functools.cache
-def _compiled(arch: str, defines: tuple[tuple[str, str], ...]) -> CompiledKernel:
+def _compiled(arch: str, defines: tuple[tuple[str, str], ...],
+              dim_units: tuple[tuple[str, int], ...]) -> CompiledKernel:
     d = dict(defines)
     # Spills are asserted by the tests with the figures in the message rather than raised here.
-    opts = CompileOptions.make(arch, d, allow_spills=True)
+    # Strides get no alignment facts: this is the general variant, the one with the most work.
+    opts = CompileOptions.make(arch, d, allow_spills=True, dim_units=dim_units)
     return compile_source(KERNEL.read_text(), str(KERNEL), arch, d, opts, cache=None)
 
 
-def compiled(arch: str, defines: dict[str, str]) -> CompiledKernel:
-    return _compiled(arch, tuple(sorted(defines.items())))
+def compiled(arch: str, defines: dict[str, str], dim_units: tuple[tuple[str, int], ...] = ()) -> CompiledKernel:
+    return _compiled(arch, tuple(sorted(defines.items())), dim_units)

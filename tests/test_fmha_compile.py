@@ -14,13 +14,13 @@ the variants are in _fmha_util.py, shared with test_fmha_emulated.py):
 from __future__ import annotations
 
 import pytest
-from _fmha_util import compiled, variant
+from _fmha_util import compiled, variant, variant_dim_units
 
 from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.errors import TileError
 from tiledsl.isa_stats import isa_stats
-from tiledsl.kernels.fmha_configs import CONFIGS, HDIMS, fmha_config, fmha_defines, padded_hdim
+from tiledsl.kernels.fmha_configs import CONFIGS, HDIMS, fmha_config, fmha_defines, fmha_dim_units, padded_hdim
 from tiledsl.manifest import check_manifest
 from tiledsl.reference import fmha_mask_params
 
@@ -34,7 +34,7 @@ CASES = [(arch, dt, h, c) for arch in ARCH_NAMES for dt in ("f16", "bf16") for h
 def test_fmha_compiles(arch: str, dtype: str, hdim: int, causal: bool) -> None:
     defines = variant(arch, dtype, hdim, causal)
     assert defines["HDIM"] == str(hdim)
-    k = compiled(arch, defines)
+    k = compiled(arch, defines, variant_dim_units(dtype, hdim, causal))
     co = elf.read_code_object(k.hsaco)
     assert co.e_machine == elf.EM_AMDGPU and co.arch == arch
     assert "fmha_fwd.kd" in co.symbols
@@ -59,7 +59,7 @@ def test_fmha_unequal_head_dims_compile() -> None:
     """192/128 (DeepSeek-style) runs as HDIM 256, HDIM_V 128; hdim > 128 may spill today."""
     defines = fmha_defines("gfx942", dtype="bf16", hdim_q=192, hdim_v=128, mask=fmha_mask_params(True))
     assert (defines["HDIM"], defines["HDIM_V"], defines["PAD_D"]) == ("256", "128", "true")
-    k = compiled("gfx942", defines)
+    k = compiled("gfx942", defines, fmha_dim_units(192, 128))
     assert isa_stats(k.asm, k.manifest).mfma > 0
     assert k.manifest["lds_bytes"] <= get_arch("gfx942").lds_bytes
 

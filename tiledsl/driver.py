@@ -316,7 +316,7 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
     t0 = time.perf_counter()
     if ctx.bound is not None:
         manifest = mf.build_manifest(ctx.bound, arch_row, hsaco, clean, opts.unit_last_stride,
-                                     dict(opts.stride_units))
+                                     dict(opts.stride_units), dict(opts.dim_units))
     else:
         manifest = mf.manifest_from_code_object(hsaco, arch_row)
     ctx.timings["manifest"] = time.perf_counter() - t0

@@ -121,7 +121,8 @@ class PreparedLaunch:
             elif kind == "stride":
                 struct.pack_into("<i", buf, off, strides[f["tensor"]][f["dim"]])  # only those passed
             elif kind == "shape":
-                struct.pack_into("<i", buf, off, self.symbols[f["name"]])
+                unit = manifest.get("dim_units", {}).get(f["name"], 1)
+                struct.pack_into("<i", buf, off, self.symbols[f["name"]] // unit)
             else:
                 buf[off:off + 4] = _pack_scalar(f["dtype"], self.scalars[f["name"]], f["name"])
         return bytes(buf)
@@ -148,6 +149,11 @@ def prepare(manifest: dict, args: Sequence[Any], kwargs: Mapping[str, Any]) -> P
     scalars = {s["name"]: given[s["name"]] for s in manifest["scalars"]}
     for s in manifest["scalars"]:
         _pack_scalar(s["dtype"], scalars[s["name"]], s["name"])
+    for sym, unit in manifest.get("dim_units", {}).items():
+        size, where = symbols[sym]
+        if size % unit:
+            raise ValueError(f"argument '{where.split('.')[0]}': {where} is {sym} = {size}, which this kernel "
+                             f"variant assumes is a multiple of {unit} (compile it without dim_units for {sym})")
     sym_values = {k: v for k, (v, _) in symbols.items()}
     values = {**sym_values, **{k: int(v) for k, v in scalars.items() if isinstance(v, int | np.integer)}}
     values.update({k: v for k, v in manifest.get("constexprs", {}).items() if isinstance(v, int)})

@@ -59,7 +59,8 @@ def _code_object_fields(md: dict) -> dict[str, Any]:
 
 def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
                    defines: dict[str, str] | None = None, unit_last_stride: bool = True,
-                   stride_units: dict[str, int] | None = None) -> dict[str, Any]:
+                   stride_units: dict[str, int] | None = None,
+                   dim_units: dict[str, int] | None = None) -> dict[str, Any]:
     """The manifest of one variant compiled for `arch`, from its bound kernel and code object."""
     kernel = bound.kernel
     try:
@@ -89,6 +90,8 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
         "tensors": tensors,
         "scalars": scalars,
         "shape_symbols": list(bound.shape_symbols),
+        # Symbols the kernel assumes are multiples of a unit (passed as size / unit).
+        "dim_units": {s: u for s, u in sorted((dim_units or {}).items()) if u > 1},
         "constexprs": dict(bound.constexpr_values),
         "defines": dict(sorted((defines or {}).items())),
     }

@@ -88,7 +88,7 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     """
     from tiledsl.backends.rocm.arch import get_arch
     from tiledsl.backends.rocm.runtime import default_device
-    from tiledsl.kernels.fmha_configs import fmha_defines
+    from tiledsl.kernels.fmha_configs import fmha_defines, fmha_dim_units
 
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"layout: expected 'bshd' or 'bhsd', got {layout!r}")
@@ -203,7 +203,8 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
         aligned = {name: vec for name, x in (("q", q4), ("k", k4), ("v", v4), ("o", out4))
                    if all(n == 1 or s % vec == 0 for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True))}
         options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
-                                      stride_units=tuple(sorted(aligned.items())))
+                                      stride_units=tuple(sorted(aligned.items())),
+                                      dim_units=fmha_dim_units(d, dv))
         kernel = compile_source(source.read_text(), str(source), arch, defines, options, cache=Cache.from_env())
         launch(kernel, q4, k4, v4, out4, lse, sink_arg, cuq, cuk, float(scale), float(softcap) or 1.0,
                mask.left, mask.right, batch, max_q, device=device)

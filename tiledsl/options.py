@@ -24,9 +24,15 @@ class CompileOptions:
     # (tensor, unit): that tensor's passed strides are multiples of `unit` elements (checked by the
     # launcher, which passes stride / unit), so its row starts are provably aligned for vectors.
     stride_units: tuple[tuple[str, int], ...] = ()
+    # (shape symbol, unit): that symbol is a multiple of `unit` (checked by the launcher, which
+    # passes size / unit), so masks like `arange(0, N) < D` are uniform over vectors of `unit`.
+    dim_units: tuple[tuple[str, int], ...] = ()
 
     def stride_unit(self, tensor: str) -> int:
         return dict(self.stride_units).get(tensor, 1)
+
+    def dim_unit(self, symbol: str) -> int:
+        return dict(self.dim_units).get(symbol, 1)
 
     def cache_key(self) -> str:
         data = {k: v for k, v in asdict(self).items() if k != "dump_ir_dir"}

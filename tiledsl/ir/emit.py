@@ -13,7 +13,7 @@ from mlir import ir
 from mlir.dialects import arith, func, math, scf
 
 from tiledsl.backends.rocm.arch import Arch
-from tiledsl.errors import SourceError
+from tiledsl.errors import SourceError, TileError
 from tiledsl.ir.abi import kernarg_layout
 from tiledsl.ir.dialect import element_type, i32_attr, new_context, tensor_type, tile_op
 from tiledsl.lang import ast as A
@@ -72,6 +72,7 @@ class _Emitter:
     # -- kernel -------------------------------------------------------------------------------
     def emit(self) -> None:
         self.unit_last_stride = self.options.unit_last_stride
+        self.check_dim_units()
         layout = kernarg_layout(self.bound, self.unit_last_stride)
         types = []
         for f in layout:
@@ -92,10 +93,19 @@ class _Emitter:
             else:
                 self.define(a.name, args[a.name])
         for sym in self.bound.shape_symbols:
-            self.define(sym, args[sym])
+            # Passed in units of options.dim_unit (a divisibility fact, like the strides').
+            self.define(sym, self.scaled_stride(args[sym], self.options.dim_unit(sym)))
         with ir.InsertionPoint(entry):
             self.block(self.kernel.body)
             func.ReturnOp([], loc=self.loc(self.kernel))
+
+    def check_dim_units(self) -> None:
+        for sym, unit in self.options.dim_units:
+            if sym not in self.bound.shape_symbols:
+                raise TileError(f"dim_units: '{sym}' is not a shape symbol of kernel '{self.kernel.name}' "
+                                f"(its shape symbols: {', '.join(self.bound.shape_symbols) or 'none'})")
+            if unit < 1:
+                raise TileError(f"dim_units: the unit of '{sym}' must be a positive integer, got {unit}")
 
     def scaled_stride(self, arg: ir.Value | None, unit: int) -> ir.Value | None:
         if arg is None or unit == 1:

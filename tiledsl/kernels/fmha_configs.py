@@ -87,6 +87,16 @@ def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool 
     return CONFIGS[name][hdim]
 
 
+def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, int], ...]:
+    """CompileOptions.dim_units for padded head dims: the largest power of two up to one 16-byte
+    vector of f16/bf16 (8) dividing D_QK and D_V, so the kernel's head-dim masks are uniform over
+    its vector loads. Empty when no head dim is padded (the masks are not compiled in)."""
+    hdim_v = hdim_q if hdim_v is None else hdim_v
+    if padded_hdim(hdim_q) == hdim_q and padded_hdim(hdim_v) == hdim_v:
+        return ()
+    return tuple((sym, min(8, d & -d)) for sym, d in (("D_QK", hdim_q), ("D_V", hdim_v)))
+
+
 def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
                  mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
                  sink: bool = False, softcap: float = 0.0,

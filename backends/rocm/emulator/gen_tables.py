@@ -75,6 +75,8 @@ def _templates(gen: str):
             yield "SMEM", op, [0xF4000000 | op << 13 | 40 << 6 | 5, 0xF8000010], smem
     for op in range(1024):
         yield "VOP3", op, [0xD4000000 | op << 16 | 40, src], vreg
+        # v_cmpx_*_e64 writes EXEC only: LLVM decodes it with the destination field = exec_lo.
+        yield "VOP3", op, [0xD4000000 | op << 16 | 0x7E, src], vreg
     for op in range(128):
         # op_sel_hi = 1 for every source, the value LLVM prints as default (gfx12 WMMA needs it).
         yield "VOP3P", op, [0xCC000000 | op << 16 | 1 << 14 | 40, src | 3 << 27], vreg
