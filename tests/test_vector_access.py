@@ -11,6 +11,7 @@ import pytest
 from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.driver import compile_source
+from tiledsl.errors import TileError
 from tiledsl.isa_stats import count_instructions
 from tiledsl.launcher import launch
 from tiledsl.options import CompileOptions
@@ -62,3 +63,18 @@ def test_general_variant_on_unaligned_rows(arch: str) -> None:
     ys = np.zeros((45, 130), np.float16)[:, 1:129]
     launch(build(arch, aligned=False), xs, ys, device=EmulatorDevice(arch))
     np.testing.assert_array_equal(ys, xs * np.float16(2))
+
+
+@pytest.mark.compile
+def test_dim_units_are_checked() -> None:
+    """A shape symbol compiled as a multiple of a unit is checked at launch and named on error."""
+    opts = CompileOptions.make("gfx942", {}, dim_units=(("C", 8),))
+    k = compile_source(SOURCE.read_text(), str(SOURCE), "gfx942", {}, opts)
+    assert k.manifest["dim_units"] == {"C": 8}
+    x = np.zeros((4, 132), np.float16)
+    with pytest.raises(ValueError, match=r"argument 'x': x.shape\[1\] is C = 132, which this kernel variant "
+                                         r"assumes is a multiple of 8"):
+        launch(k, x, np.zeros_like(x), device=EmulatorDevice("gfx942"))
+    with pytest.raises(TileError, match="dim_units: 'D' is not a shape symbol of kernel 'copy_rows'"):
+        compile_source(SOURCE.read_text(), str(SOURCE), "gfx942", {},
+                       CompileOptions.make("gfx942", {}, dim_units=(("D", 8),)))

@@ -59,7 +59,7 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, tuple[int, str]]) -
         elif dim in symbols and symbols[dim][0] != size:
             raise ValueError(f"argument '{name}': dim {axis} is {dim} = {size}, but {dim} = {symbols[dim][0]} "
                              f"from {symbols[dim][1]}")
-        else:
+        elif dim not in symbols:  # the first tensor that gives a symbol is the one errors name
             symbols[dim] = (size, f"{name}.shape[{axis}]")
         if size > I32_MAX:
             raise ValueError(f"argument '{name}': dim {axis} = {size} does not fit in i32")

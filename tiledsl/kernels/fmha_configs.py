@@ -11,12 +11,13 @@ the rows look the way they do, with today's compiler:
   and K/V fragments are read from LDS next to each matrix instruction: registers grow with
   BLOCK_M * BLOCK_N (scores) and BLOCK_M * HDIM (accumulator) per wave.
 * CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): 32 query rows per wave, 4 waves; BLOCK_N
-  128 at hdim <= 64, 64 at hdim 128. Masked rows at hdim 128 take BLOCK_N 32 on gfx90a/gfx942:
-  with 64 the mask arithmetic spills a few SGPRs.
+  128 at hdim <= 64 (64 when masked), 64 at hdim 128.
 * RDNA (wave32, 256 VGPRs, 16x16 WMMA): 16 query rows per wave, 8 waves; at BLOCK_M 64 the
   second wave axis splits the keys (cross-wave row reductions through LDS). gfx11 holds WMMA
-  operands twice (both lane halves), so Q stays resident in LDS. Masked rows need smaller tiles:
-  the per-element mask arithmetic costs registers.
+  operands twice (both lane halves), so Q stays resident in LDS.
+* The mask is computed from per-row and per-column vectors inside the masked branch, and padded
+  head dims load whole vectors under one mask test each (dim_units), so masked and padded
+  variants mostly run the unmasked tiles.
 * hdim 256 spills on RDNA at every block size tried, and a few SGPRs on CDNA in some feature
   mixes; the rows give the least-spilling choice found.
 """
@@ -66,14 +67,14 @@ def padded_hdim(d: int) -> int:
     return max(32, 1 << (d - 1).bit_length())
 
 
-# Rows for masked variants (causal / window) where they differ: the per-element mask arithmetic
-# costs registers, so the largest unmasked tiles would spill.
+# Rows for masked variants (causal / window) where they differ from CONFIGS (tuned separately:
+# the mask's registers change which tile is largest without spilling).
 MASKED: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2)},
-    "gfx942": {64: _c(128, 64, 4, 2), 128: _c(128, 32, 4, 2)},
+    "gfx90a": {64: _c(128, 64, 4, 2)},
+    "gfx942": {64: _c(128, 64, 4, 2)},
     "gfx950": {64: _c(128, 64, 4, 2), 128: _c(128, 64, 4, 1)},
-    "gfx1100": {64: _c(64, 64, 8, 1), 128: _c(128, 32, 8, 1)},
-    "gfx1201": {64: _c(64, 64, 8, 1), 128: _c(64, 32, 8, 1)},
+    "gfx1100": {64: _c(128, 64, 8, 1)},
+    "gfx1201": {64: _c(128, 64, 8, 1), 128: _c(128, 64, 8, 1)},
 }
 
 
