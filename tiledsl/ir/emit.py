@@ -88,13 +88,13 @@ class _Emitter:
                 # None: the compile-time unit stride of the last dim (no multiply, contiguous runs).
                 # Passed strides are in units of options.stride_unit elements (alignment facts).
                 unit = self.options.stride_unit(a.name)
-                strides = [self.scaled_stride(args.get(f"{a.name}.stride{d}"), unit) for d in range(len(a.type.dims))]
+                strides = [self.scaled_arg(args.get(f"{a.name}.stride{d}"), unit) for d in range(len(a.type.dims))]
                 self.define(a.name, (args[a.name], strides, a.type))
             else:
                 self.define(a.name, args[a.name])
         for sym in self.bound.shape_symbols:
             # Passed in units of options.dim_unit (a divisibility fact, like the strides').
-            self.define(sym, self.scaled_stride(args[sym], self.options.dim_unit(sym)))
+            self.define(sym, self.scaled_arg(args[sym], self.options.dim_unit(sym)))
         with ir.InsertionPoint(entry):
             self.block(self.kernel.body)
             func.ReturnOp([], loc=self.loc(self.kernel))
@@ -107,7 +107,9 @@ class _Emitter:
             if unit < 1:
                 raise TileError(f"dim_units: the unit of '{sym}' must be a positive integer, got {unit}")
 
-    def scaled_stride(self, arg: ir.Value | None, unit: int) -> ir.Value | None:
+    def scaled_arg(self, arg: ir.Value | None, unit: int) -> ir.Value | None:
+        """A stride or shape argument passed in units of `unit`, multiplied back: the product is
+        a known multiple of `unit` (the divisibility fact axis_info and LLVM use)."""
         if arg is None or unit == 1:
             return arg
         with ir.InsertionPoint.at_block_begin(arg.owner), self.loc(self.kernel):
