@@ -262,8 +262,22 @@ class _Assigner:
             return self.remat(v, need)
         if have == need:
             return v
+        if not isinstance(v.owner, ir.Block) and v.owner.name == "tile.broadcast":
+            return self.rebroadcast(v.owner, need, user)
         with ir.InsertionPoint(user), user.location:
             return tile_op("convert_layout", [v], [_with_layout(v.type, need)]).result
+
+    def rebroadcast(self, op: ir.Operation, need: str, user: ir.Operation) -> ir.Value:
+        """A broadcast whose result is wanted in another layout is done again from its source in
+        that layout: the conversion moves to the small source (an online-softmax row factor is
+        [M, 1]) instead of the [M, N] result, which would go through LDS every iteration."""
+        src = op.operands[0]
+        while src not in self.layout and src.owner.name == "tile.convert_layout":  # one we inserted
+            src = src.owner.operands[0]
+        src = self.materialise(src, self.broadcast_source(op, need), user)
+        self.maybe_dead.append(op)
+        with ir.InsertionPoint(user), user.location:
+            return tile_op("broadcast", [src], [_with_layout(op.result.type, need)]).result
 
     def remat(self, v: ir.Value, need: str) -> ir.Value:
         key = (v, need)
@@ -313,6 +327,7 @@ class _Assigner:
 
     def run(self) -> None:
         self.memo: dict = {}
+        self.maybe_dead: list[ir.Operation] = []
         body = self.fn.regions[0].blocks[0]
         self.analyse_block(body)
         self.check_registers(body)
@@ -320,6 +335,21 @@ class _Assigner:
         for op in reversed(self.free_ops):  # originals of rematerialised values are now unused
             if all(len(list(r.uses)) == 0 for r in op.results):
                 op.erase()
+        _erase_unused(self.maybe_dead)
+
+
+def _erase_unused(ops: list[ir.Operation]) -> None:
+    """Erase broadcasts that were done again in another layout, and the layout conversions that
+    fed only them: a conversion through LDS has barriers, so nothing later would drop it."""
+    todo = list(ops)
+    while todo:
+        op = todo.pop()
+        if any(len(list(r.uses)) for r in op.results):
+            continue
+        feeders = [x.owner for x in op.operands if not isinstance(x.owner, ir.Block)
+                   and x.owner.name in ("tile.convert_layout", "tile.broadcast", "tile.expand_dims")]
+        op.erase()
+        todo.extend(feeders)
 
 
 def _reduced_along_columns(v: ir.Value) -> bool:

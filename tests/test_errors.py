@@ -39,3 +39,17 @@ def test_unknown_arch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert status == 2
     assert "gfx1030" in err and "gfx90a, gfx942, gfx950, gfx1100, gfx1201" in err
     assert "Traceback" not in err
+
+
+def test_errors_survive_pickling() -> None:
+    """Errors cross process pools (parallel builds, the tuner) with their whole message."""
+    import pickle
+
+    from tiledsl.errors import CompileError, SourceError, SourceLocation
+
+    src = SourceError("bad thing", SourceLocation("k.tile", 1, 5), "let a = 1;", hint="do this")
+    back = pickle.loads(pickle.dumps(src))
+    assert str(back) == str(src) and back.hint == "do this" and back.loc == src.loc
+    comp = CompileError("llvm", "it broke", saved_input="/tmp/x.mlir")
+    back = pickle.loads(pickle.dumps(comp))
+    assert str(back) == str(comp) and back.stage == "llvm"

@@ -30,6 +30,9 @@ class SourceError(TileError):
         self.hint = hint
         super().__init__(self.render())
 
+    def __reduce__(self) -> tuple:  # so the error survives a process pool (pickling)
+        return type(self), (self.message, self.loc, self.source, self.hint)
+
     def render(self) -> str:
         if self.loc is None:
             return f"error: {self.message}"
@@ -53,4 +56,8 @@ class CompileError(TileError):
         text = f"stage '{stage}' failed: {message}"
         if saved_input:
             text += f"\n(the IR it failed on is saved at {saved_input})"
+        self.detail = message
         super().__init__(text)
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.stage, self.detail, self.saved_input)

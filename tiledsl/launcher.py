@@ -14,7 +14,7 @@ import struct
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -41,7 +41,17 @@ class _Tensor:
     unit: int = 1  # the kernel takes passed strides in units of this many elements
 
 
-def _check_tensor(spec: dict, value: Any, symbols: dict[str, tuple[int, str]]) -> _Tensor:
+class _Symbol(NamedTuple):
+    """A shape symbol's value and the first tensor dim that gave it (the one errors name)."""
+    size: int
+    tensor: str
+    axis: int
+
+    def where(self) -> str:
+        return f"{self.tensor}.shape[{self.axis}]"
+
+
+def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol]) -> _Tensor:
     name, dtype, dims = spec["name"], spec["dtype"], spec["dims"]
     if not isinstance(value, np.ndarray | DeviceArray):
         raise ValueError(f"argument '{name}': expected a numpy array or DeviceArray of {dtype} with {len(dims)} "
@@ -56,11 +66,11 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, tuple[int, str]]) -
         if isinstance(dim, int):
             if size != dim:
                 raise ValueError(f"argument '{name}': dim {axis} must be {dim}, got {size} (shape {value.shape})")
-        elif dim in symbols and symbols[dim][0] != size:
-            raise ValueError(f"argument '{name}': dim {axis} is {dim} = {size}, but {dim} = {symbols[dim][0]} "
-                             f"from {symbols[dim][1]}")
-        elif dim not in symbols:  # the first tensor that gives a symbol is the one errors name
-            symbols[dim] = (size, f"{name}.shape[{axis}]")
+        elif dim in symbols and symbols[dim].size != size:
+            raise ValueError(f"argument '{name}': dim {axis} is {dim} = {size}, but {dim} = {symbols[dim].size} "
+                             f"from {symbols[dim].where()}")
+        elif dim not in symbols:
+            symbols[dim] = _Symbol(size, name, axis)
         if size > I32_MAX:
             raise ValueError(f"argument '{name}': dim {axis} = {size} does not fit in i32")
     itemsize = value.dtype.itemsize
@@ -144,17 +154,17 @@ def prepare(manifest: dict, args: Sequence[Any], kwargs: Mapping[str, Any]) -> P
     missing = [p for p in params if p not in given]
     if missing:
         raise ValueError(f"{manifest['kernel']}(): missing argument(s) {', '.join(missing)}")
-    symbols: dict[str, tuple[int, str]] = {}
+    symbols: dict[str, _Symbol] = {}
     tensors = [_check_tensor(spec, given[spec["name"]], symbols) for spec in manifest["tensors"]]
     scalars = {s["name"]: given[s["name"]] for s in manifest["scalars"]}
     for s in manifest["scalars"]:
         _pack_scalar(s["dtype"], scalars[s["name"]], s["name"])
     for sym, unit in manifest.get("dim_units", {}).items():
-        size, where = symbols[sym]
-        if size % unit:
-            raise ValueError(f"argument '{where.split('.')[0]}': {where} is {sym} = {size}, which this kernel "
+        got = symbols[sym]
+        if got.size % unit:
+            raise ValueError(f"argument '{got.tensor}': {got.where()} is {sym} = {got.size}, which this kernel "
                              f"variant assumes is a multiple of {unit} (compile it without dim_units for {sym})")
-    sym_values = {k: v for k, (v, _) in symbols.items()}
+    sym_values = {k: v.size for k, v in symbols.items()}
     values = {**sym_values, **{k: int(v) for k, v in scalars.items() if isinstance(v, int | np.integer)}}
     values.update({k: v for k, v in manifest.get("constexprs", {}).items() if isinstance(v, int)})
     grid = eval_grid(manifest["grid"], values)

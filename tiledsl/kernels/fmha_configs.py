@@ -10,14 +10,18 @@ the rows look the way they do, with today's compiler:
 * Scores use the transposed accumulator, so P stays in registers for P @ V on CDNA and gfx12,
   and K/V fragments are read from LDS next to each matrix instruction: registers grow with
   BLOCK_M * BLOCK_N (scores) and BLOCK_M * HDIM (accumulator) per wave.
-* CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): 32 query rows per wave, 4 waves; BLOCK_N
-  128 at hdim <= 64 (64 when masked), 64 at hdim 128.
-* RDNA (wave32, 256 VGPRs, 16x16 WMMA): 16 query rows per wave, 8 waves; at BLOCK_M 64 the
-  second wave axis splits the keys (cross-wave row reductions through LDS). gfx11 holds WMMA
-  operands twice (both lane halves), so Q stays resident in LDS.
-* The mask is computed from per-row and per-column vectors inside the masked branch, and padded
-  head dims load whole vectors under one mask test each (dim_units), so masked and padded
-  variants mostly run the unmasked tiles.
+* CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): 32 query rows per wave, 4 waves, BLOCK_N
+  128 (64 when masked at hdim 64, where 128 spills scalar registers). STAGES 2 (the next K/V
+  tile is loaded while this one computes) even where the tuner counts fewer instructions at
+  STAGES 1: that count includes the prefetch's prologue, and at 1-2 waves per SIMD nothing else
+  hides a global load's latency on hardware.
+* RDNA (wave32, 256 VGPRs, 16x16 WMMA): 16 query rows per wave, 8 waves (more waves to hide
+  latency, and STAGES 2 spills at BLOCK_M 128); the second wave axis splits the keys when
+  BLOCK_M is 64 (cross-wave row reductions through LDS). gfx11 holds WMMA operands twice (both
+  lane halves), so Q stays resident in LDS.
+* The mask is a compare and select per element, computed from per-row and per-column vectors
+  inside the masked branch, and padded head dims load whole vectors under one mask test each
+  (dim_units), so masked and padded variants mostly run the unmasked tiles.
 * hdim 256 spills on RDNA at every block size tried, and a few SGPRs on CDNA in some feature
   mixes; the rows give the least-spilling choice found.
 """
@@ -51,11 +55,11 @@ def _c(block_m: int, block_n: int, waves: int, stages: int) -> FmhaConfig:
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 64, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx1100": {32: _c(64, 64, 8, 2), 64: _c(128, 64, 8, 1), 128: _c(64, 64, 8, 1), 256: _c(64, 32, 8, 1)},
-    "gfx1201": {32: _c(64, 64, 8, 2), 64: _c(128, 64, 8, 1), 128: _c(64, 64, 8, 1), 256: _c(64, 32, 8, 1)},
+    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 1)},
+    "gfx1100": {32: _c(64, 64, 8, 2), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
+    "gfx1201": {32: _c(64, 64, 8, 2), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
 
@@ -72,9 +76,9 @@ def padded_hdim(d: int) -> int:
 MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {64: _c(128, 64, 4, 2)},
     "gfx942": {64: _c(128, 64, 4, 2)},
-    "gfx950": {64: _c(128, 64, 4, 2), 128: _c(128, 64, 4, 1)},
-    "gfx1100": {64: _c(128, 64, 8, 1)},
-    "gfx1201": {64: _c(128, 64, 8, 1), 128: _c(128, 64, 8, 1)},
+    "gfx950": {64: _c(128, 64, 4, 2)},
+    "gfx1100": {64: _c(128, 64, 8, 1), 128: _c(64, 64, 8, 1)},
+    "gfx1201": {64: _c(128, 64, 8, 1)},
 }
 
 
