@@ -1,8 +1,9 @@
 """FMHA forward: our kernel beside Triton's for the same arch and shape, as a table.
 
 Per arch, head dim 64/128, f16/bf16, causal or not: cold compile time, instructions, MFMA/WMMA
-count, instructions per MFMA/WMMA, VGPRs (and AGPRs), LDS, spills, occupancy (waves/SIMD), and for
-ours the emulated wave-instructions per query tile (one tile of BLOCK_M rows against 256 keys).
+count, instructions per MFMA/WMMA, VGPRs (the code object's count: on CDNA the unified total of
+arch VGPRs and AGPRs) and the AGPRs among them, LDS, spills, occupancy (waves/SIMD), and for ours
+the emulated wave-instructions per query tile (one tile of BLOCK_M rows against 256 keys).
 Triton (a benchmark-only dependency: `pip install triton`) is compiled on this CPU with its
 tutorial tiles (BLOCK 128x64, 4 warps); it is not run. Targets: zero spills on all five archs at
 head dim 128; no more instructions per MFMA/WMMA than Triton.
@@ -81,7 +82,7 @@ def theirs(arch: str, dtype: str, hdim: int, causal: bool) -> dict | None:
     vgpr, agpr, lds = meta("vgpr_count"), meta("agpr_count"), int(md.get("shared", 0))
     return {"compile": seconds, "instr": counts.total, "mma": counts.mfma + counts.wmma, "vgpr": vgpr,
             "agpr": agpr, "lds": lds, "spills": meta("vgpr_spill_count"),
-            "occ": a.occupancy(vgpr, agpr, lds, 4), "emu": None}
+            "occ": a.occupancy(vgpr, lds, 4), "emu": None}
 
 
 def fmt(who: str, r: dict | None) -> str:

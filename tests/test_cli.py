@@ -173,3 +173,21 @@ def test_compiler_bug_exits_1_naming_the_stage(fake, tmp_path, capsys):
     assert "internal compiler error: ZeroDivisionError" in err and "in stage 'emit'" in err
     Path(re.search(r"traceback is saved at (\S+)", err).group(1)).unlink()
     fakes.remove_saved(re.search(r"its input is saved at (\S+)", err).group(1))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--hdim", "300"], "--hdim '300': expected a head dim 1..256"),
+    (["--hdim", "128/x"], "--hdim '128/x'"),
+    (["--with", "dropout"], "--with 'dropout': expected one of lse, varlen, sink, softcap"),
+    (["--mask", "diagonal"], "--mask 'diagonal': expected one of none, causal, top_left, window"),
+    (["--dtype", "f32"], "--dtype 'f32': expected one of f16, bf16"),
+    (["--arch", "gfx1030"], "gfx1030"),
+])
+def test_prebuild_errors_exit_2(args, message, tmp_path, capsys):
+    argv = ["prebuild", "fmha_fwd", "--cache-dir", str(tmp_path), *args]
+    if "--arch" not in args:
+        argv += ["--arch", "gfx942"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir()), "nothing is compiled when an argument is bad"

@@ -417,3 +417,17 @@ def test_real_gemm_grid_and_dumps(tmp_path):
     assert len(stage_files) == 10, stage_files  # per-pass dumps of the tile passes may sit beside them
     with pytest.raises(SourceError):
         _compile(source=source, filename="gemm.tile", defines={"NOT_A_PARAM": "1"})
+
+
+@pytest.mark.parametrize("arch,vgprs,lds,waves,want", [
+    ("gfx942", 416, 0, 4, 1),  # .vgpr_count 416 = 256 arch + 160 AGPRs: the unified total, counted once
+    ("gfx942", 512, 0, 4, 1),
+    ("gfx942", 256, 0, 4, 2),
+    ("gfx942", 128, 0, 4, 4),
+    ("gfx90a", 64, 0, 4, 8),
+    ("gfx942", 128, 40 * 1024, 4, 1),  # one 40 KiB workgroup per CU: 4 waves over 4 SIMDs
+    ("gfx1100", 256, 0, 8, 6),  # 1536-entry file, granules of 16 on wave32
+    ("gfx1201", 96, 0, 8, 16),
+])
+def test_occupancy(arch: str, vgprs: int, lds: int, waves: int, want: int) -> None:
+    assert get_arch(arch).occupancy(vgprs, lds, waves) == want

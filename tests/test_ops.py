@@ -107,3 +107,43 @@ def test_api_device_arrays() -> None:
     np.testing.assert_allclose(lse.numpy(), ref_lse, atol=1e-4, rtol=1e-5)
     with pytest.raises(ValueError, match="k: expected a DeviceArray like q, got ndarray"):
         fmha_fwd(dq, k, dv)
+
+
+HEAD_DIMS = [(32, 32, np.float16, True), (192, 128, ml_dtypes.bfloat16, False), (256, 256, np.float16, True)]
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+@pytest.mark.parametrize("d,dv,dtype,causal", HEAD_DIMS, ids=["d32-causal", "d192-dv128", "d256-causal"])
+def test_api_head_dims(arch: str, d: int, dv: int, dtype: type, causal: bool) -> None:
+    """The head-dim rows the feature tests do not reach (those run 64 and 128, padded 48 and 96):
+    32, 192 with a 128 value head dim (padded to 256/128) and 256, through the public API."""
+    q, k, v = qkv(sq=33, sk=45, hq=2, hk=1, d=d, dv=dv, dtype=dtype, seed=d)
+    out = fmha_fwd(q, k, v, causal=causal, device=EmulatorDevice(arch))
+    ref = fmha_fwd_reference(q, k, v, causal=causal)
+    assert out.shape == (1, 33, 2, dv)
+    tol = 4e-3 if dtype == np.float16 else 2e-2
+    np.testing.assert_allclose(out.astype(np.float64), ref, atol=tol, rtol=tol)
+
+
+def test_prebuilt_variants_load_without_compiling(tmp_path, monkeypatch, capsys) -> None:
+    """`tiledsl prebuild fmha_fwd` fills a cache; fmha_fwd pointed at it loads, never compiles."""
+    from tiledsl import driver
+    from tiledsl.cli import main
+
+    status = main(["prebuild", "fmha_fwd", "--arch", "gfx942", "--dtype", "f16", "--hdim", "64",
+                   "--mask", "causal", "--with", "lse", "--cache-dir", str(tmp_path)])
+    assert status == 0, capsys.readouterr().err
+    assert "2 variants in" in capsys.readouterr().out
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("compiled at run time although the variant was prebuilt")
+
+    monkeypatch.setattr(driver, "run_stages", no_compiling)
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path))
+    q, k, v = qkv(sq=20, sk=30, d=64, seed=3)
+    out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice("gfx942"))
+    ref, ref_lse = fmha_fwd_reference(q, k, v, causal=True, return_lse=True)
+    np.testing.assert_allclose(out.astype(np.float64), ref, atol=4e-3, rtol=4e-3)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+    with pytest.raises(AssertionError, match="prebuilt"):  # a variant not prebuilt would compile
+        fmha_fwd(q, k, v, device=EmulatorDevice("gfx942"))

@@ -76,6 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     sub.add_parser("doctor", help="check the toolchain: versions, and a real compile for every arch")
+
+    b = sub.add_parser("prebuild", help="compile library kernel variants ahead of time into the compile cache")
+    b.add_argument("kernel", choices=["fmha_fwd"], help="the library kernel (tiledsl.ops)")
+    b.add_argument("--arch", action="append", required=True, metavar="ARCH",
+                   help=f"target: {', '.join(ARCH_NAMES)} or all; repeat or comma-separate for several")
+    b.add_argument("--dtype", nargs="+", default=["f16", "bf16"], help="f16 and/or bf16 (default: both)")
+    b.add_argument("--hdim", nargs="+", default=["64", "128"],
+                   help="head dims, QK/V for unequal ones such as 192/128 (default: 64 128)")
+    b.add_argument("--mask", nargs="+", default=["none", "causal"],
+                   help="none, causal (bottom-right), top_left, window (default: none causal)")
+    b.add_argument("--with", dest="features", nargs="+", default=[], metavar="FEATURE",
+                   help="also build the variants with: lse, varlen, sink, softcap (each doubles the count)")
+    b.add_argument("--cache-dir", help="where to put them (default: $TILEDSL_CACHE_DIR, else ~/.cache/tiledsl)")
+    b.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     return p
 
 
@@ -90,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_compile(args)
         if args.command == "inspect":
             return cmd_inspect(args)
+        if args.command == "prebuild":
+            return cmd_prebuild(args)
         return cmd_doctor(args)
     except TileError as exc:
         # A SourceError renders as "file:line:col: error: ..." already.
@@ -140,6 +156,25 @@ def cmd_compile(args: argparse.Namespace) -> int:
             print(f"{kernel.name} {kernel.arch}: {files[0]}{note}")
 
     compile_file(args.file, archs, defines, args.outdir, options, cache=cache, on_result=report)
+    return EXIT_OK
+
+
+def cmd_prebuild(args: argparse.Namespace) -> int:
+    from tiledsl.cache import Cache
+    from tiledsl.prebuild import FmhaVariant, fmha_variants, prebuild_fmha_fwd
+
+    variants = fmha_variants(_parse_archs(args.arch), args.dtype, args.hdim, args.mask, args.features)
+    cache = Cache(Path(args.cache_dir).expanduser()) if args.cache_dir else Cache.from_env()
+    done = {True: 0, False: 0}
+
+    def report(v: FmhaVariant, cached: bool, seconds: float) -> None:
+        done[cached] += 1
+        if not args.quiet:
+            print(f"{v.describe()}: {'already cached' if cached else f'compiled in {seconds:.1f} s'}", flush=True)
+
+    prebuild_fmha_fwd(variants, cache, on_result=report)
+    print(f"{len(variants)} variants in {cache.root} ({done[False]} compiled, {done[True]} already there); "
+          f"tiledsl.ops loads them from there when TILEDSL_CACHE_DIR points at it")
     return EXIT_OK
 
 

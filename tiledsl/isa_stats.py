@@ -120,4 +120,4 @@ def isa_stats(asm: str, manifest: dict[str, Any]) -> IsaStats:
         vgpr_spills=int(manifest.get("vgpr_spill_count") or 0),
         sgpr_spills=int(manifest.get("sgpr_spill_count") or 0),
         scratch_bytes=int(manifest.get("private_segment_size") or 0),
-        occupancy=arch.occupancy(vgprs, agprs, lds, waves), classes=counts.classes)
+        occupancy=arch.occupancy(vgprs, lds, waves), classes=counts.classes)

@@ -2,21 +2,27 @@
 
 Each call validates every argument before anything runs (a ValueError naming the argument, what
 was expected and what was given), picks the kernel variant (constexprs) for the request, compiles
-it on first use through the on-disk cache, and launches it on the device (default: HIP when an AMD
+it on first use through the on-disk cache (or loads it from there: `tiledsl prebuild fmha_fwd`
+compiles variants ahead of time), and launches it on the device (default: HIP when an AMD
 GPU is visible, otherwise the emulator for `arch`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
 from tiledsl.launcher import launch, numpy_dtype
-from tiledsl.reference import CausalArg, fmha_mask_params
+from tiledsl.reference import CausalArg, MaskParams, fmha_mask_params
+
+if TYPE_CHECKING:
+    from tiledsl.cache import Cache
+    from tiledsl.driver import CompiledKernel
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 MAX_HDIM = 256
@@ -88,8 +94,6 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     """
     from tiledsl.backends.rocm.arch import get_arch
     from tiledsl.backends.rocm.runtime import default_device
-    from tiledsl.kernels.fmha_configs import fmha_defines, fmha_dim_units
-
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"layout: expected 'bshd' or 'bhsd', got {layout!r}")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -189,25 +193,40 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
 
     if batch and sq and max_q:
         from tiledsl.cache import Cache
-        from tiledsl.driver import compile_source
-        from tiledsl.options import CompileOptions
 
-        defines = fmha_defines(arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
-                               sink=sink32 is not None, softcap=float(softcap))
-        source = KERNELS / "fmha_fwd.tile"
         # Vector memory access needs contiguous head dims; other strides get the general variant.
         contiguous = all(x.shape[-1] == 1 or x.strides[-1] == (x.dtype.itemsize if isinstance(x, np.ndarray) else 1)
                          for x in (q4, k4, v4))
         # Strides that are multiples of 16 bytes make row starts provably aligned (vector access).
         vec = 16 // q.dtype.itemsize
-        aligned = {name: vec for name, x in (("q", q4), ("k", k4), ("v", v4), ("o", out4))
-                   if all(n == 1 or s % vec == 0 for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True))}
-        options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
-                                      stride_units=tuple(sorted(aligned.items())),
-                                      dim_units=fmha_dim_units(d, dv))
-        kernel = compile_source(source.read_text(), str(source), arch, defines, options, cache=Cache.from_env())
+        aligned = tuple(name for name, x in (("q", q4), ("k", k4), ("v", v4), ("o", out4))
+                        if all(n == 1 or s % vec == 0
+                               for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True)))
+        kernel = compile_fmha_fwd(arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
+                                  sink=sink32 is not None, softcap=float(softcap), contiguous=contiguous,
+                                  aligned=aligned, cache=Cache.from_env())
         launch(kernel, q4, k4, v4, out4, lse, sink_arg, cuq, cuk, float(scale), float(softcap) or 1.0,
                mask.left, mask.right, batch, max_q, device=device)
     if not return_lse:
         return out
     return out, ((lse.squeeze0() if on_device else lse[0]) if varlen else lse)
+
+
+def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: MaskParams, varlen: bool = False,
+                     lse: bool = False, sink: bool = False, softcap: float = 0.0, contiguous: bool = True,
+                     aligned: Sequence[str] = ("k", "o", "q", "v"), cache: Cache | None = None) -> CompiledKernel:
+    """The fmha_fwd variant `fmha_fwd` launches for these features, compiled through `cache` (a hit
+    loads it: `tiledsl prebuild fmha_fwd` fills a cache ahead of time). contiguous: the head dim
+    of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
+    from tiledsl.driver import compile_source
+    from tiledsl.kernels.fmha_configs import fmha_defines, fmha_dim_units
+    from tiledsl.options import CompileOptions
+
+    defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
+                           sink=sink, softcap=softcap)
+    vec = 16 // 2  # elements of f16/bf16 per 16 bytes
+    options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
+                                  stride_units=tuple((name, vec) for name in sorted(aligned)),
+                                  dim_units=fmha_dim_units(hdim_q, hdim_v))
+    source = KERNELS / "fmha_fwd.tile"
+    return compile_source(source.read_text(), str(source), arch, defines, options, cache=cache)

@@ -65,11 +65,12 @@ class Arch:
                             + (f" with M={m}" if m else ""))
         return ops[0]
 
-    def occupancy(self, vgprs: int, agprs: int = 0, lds_bytes: int = 0, waves_per_group: int = 1) -> int:
-        """Waves per SIMD this kernel can keep resident (register and LDS limits)."""
+    def occupancy(self, vgprs: int, lds_bytes: int = 0, waves_per_group: int = 1) -> int:
+        """Waves per SIMD this kernel can keep resident (register and LDS limits). vgprs is the code
+        object's `.vgpr_count`: on CDNA (gfx90a on) that is already the unified total, arch VGPRs
+        rounded up to 4 plus AGPRs (LLVM's getTotalNumVGPRs), so AGPRs are not added again."""
         if self.is_cdna:
-            # CDNA allocates arch VGPRs and AGPRs as one unified file in granules of 8.
-            used = _round_up(_round_up(max(vgprs, 1), 4) + agprs, 8)
+            used = _round_up(max(vgprs, 1), 8)  # one unified file, granules of 8
         else:
             used = _round_up(max(vgprs, 1), 16 if self.wave_size == 32 else 8)
         by_regs = self.vgpr_file_per_simd // used

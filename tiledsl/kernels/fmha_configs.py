@@ -15,15 +15,16 @@ the rows look the way they do, with today's compiler:
   tile is loaded while this one computes) even where the tuner counts fewer instructions at
   STAGES 1: that count includes the prefetch's prologue, and at 1-2 waves per SIMD nothing else
   hides a global load's latency on hardware.
-* RDNA (wave32, 256 VGPRs, 16x16 WMMA): 16 query rows per wave, 8 waves (more waves to hide
-  latency, and STAGES 2 spills at BLOCK_M 128); the second wave axis splits the keys when
-  BLOCK_M is 64 (cross-wave row reductions through LDS). gfx11 holds WMMA operands twice (both
+* RDNA (wave32, 256 VGPRs, 16x16 WMMA): 16 query rows per wave, 8 waves per workgroup and 4-8
+  waves per SIMD, which hide load latency without a prefetch: STAGES 1 (STAGES 2 costs
+  registers, and spills at 128x128). The second wave axis splits the keys when BLOCK_M is 64
+  (cross-wave row reductions through LDS). gfx11 holds WMMA operands twice (both
   lane halves), so Q stays resident in LDS.
 * The mask is a compare and select per element, computed from per-row and per-column vectors
   inside the masked branch, and padded head dims load whole vectors under one mask test each
   (dim_units), so masked and padded variants mostly run the unmasked tiles.
-* hdim 256 spills on RDNA at every block size tried, and a few SGPRs on CDNA in some feature
-  mixes; the rows give the least-spilling choice found.
+* hdim 256: BLOCK_N 32 (16 on gfx1100 when masked) keeps K and V tiles within 64 KiB of LDS
+  and the registers unspilled; gfx950 has the LDS (160 KiB) for 128x64.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ def _c(block_m: int, block_n: int, waves: int, stages: int) -> FmhaConfig:
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 1)},
-    "gfx1100": {32: _c(64, 64, 8, 2), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
-    "gfx1201": {32: _c(64, 64, 8, 2), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
+    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 2)},
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 2)},
+    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(128, 64, 4, 2)},
+    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
+    "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
 
@@ -77,8 +78,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {64: _c(128, 64, 4, 2)},
     "gfx942": {64: _c(128, 64, 4, 2)},
     "gfx950": {64: _c(128, 64, 4, 2)},
-    "gfx1100": {64: _c(128, 64, 8, 1), 128: _c(64, 64, 8, 1)},
-    "gfx1201": {64: _c(128, 64, 8, 1)},
+    "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(128, 64, 8, 1), 128: _c(64, 64, 8, 1), 256: _c(64, 16, 4, 1)},
+    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 64, 8, 1)},
 }
 
 

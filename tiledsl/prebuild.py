@@ -1,0 +1,89 @@
+"""Ahead-of-time builds of the library's kernels (`tiledsl prebuild`).
+
+`tiledsl.ops.fmha_fwd` compiles the variant a call needs on first use, through the compile cache.
+Prebuilding compiles a chosen set of variants into a cache directory now, so that the calls that
+need them load them instead (no compile at run time): on this machine, or on another one with
+the same tiledsl version when the directory is copied there and `TILEDSL_CACHE_DIR` points at it.
+The variants are the ones `fmha_fwd` picks for contiguous inputs (bshd or bhsd) whose strides are
+multiples of 16 bytes; other strides compile their own variant on first use.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tiledsl.cache import Cache
+from tiledsl.errors import TileError
+from tiledsl.kernels.fmha_configs import HDIMS
+from tiledsl.reference import MaskParams, fmha_mask_params
+
+# --mask names and the mask each stands for (window sizes are run-time values: any will do).
+MASKS: dict[str, MaskParams] = {
+    "none": fmha_mask_params(False),
+    "causal": fmha_mask_params(True),  # bottom-right aligned: flash-attention's causal=True
+    "top_left": fmha_mask_params("top_left"),
+    "window": fmha_mask_params(False, (1, 1)),
+}
+
+
+FEATURES = ("lse", "varlen", "sink", "softcap")  # compile-time switches of fmha_fwd (--with)
+
+
+@dataclass(frozen=True)
+class FmhaVariant:
+    arch: str
+    dtype: str
+    hdim_q: int
+    hdim_v: int
+    mask: str  # a key of MASKS
+    features: frozenset[str]  # of FEATURES
+
+    def describe(self) -> str:
+        hd = f"{self.hdim_q}" if self.hdim_q == self.hdim_v else f"{self.hdim_q}/{self.hdim_v}"
+        extras = "".join(f" +{f}" for f in FEATURES if f in self.features)
+        return f"fmha_fwd {self.arch} {self.dtype} hdim {hd} mask {self.mask}{extras}"
+
+
+def parse_hdim(text: str) -> tuple[int, int]:
+    """'128' -> (128, 128); '192/128' -> (192, 128) (q/k head dim / v head dim)."""
+    try:
+        dims = [int(p) for p in text.split("/")]
+    except ValueError:
+        dims = []
+    if len(dims) not in (1, 2) or not all(1 <= d <= HDIMS[-1] for d in dims):
+        raise TileError(f"--hdim {text!r}: expected a head dim 1..{HDIMS[-1]} or QK/V such as 192/128")
+    return dims[0], dims[-1]
+
+
+def fmha_variants(archs: Sequence[str], dtypes: Sequence[str], hdims: Sequence[str], masks: Sequence[str],
+                  features: Sequence[str] = ()) -> list[FmhaVariant]:
+    """Every combination; each of `features` doubles it (the variants with and without it)."""
+    for name, given, allowed in (("--mask", masks, tuple(MASKS)), ("--dtype", dtypes, ("f16", "bf16")),
+                                 ("--with", features, FEATURES)):
+        for x in given:
+            if x not in allowed:
+                raise TileError(f"{name} {x!r}: expected one of {', '.join(allowed)}")
+    dims = [parse_hdim(h) for h in hdims]
+    subsets = [frozenset(c) for n in range(len(set(features)) + 1) for c in itertools.combinations(
+        sorted(set(features)), n)]
+    return [FmhaVariant(a, dt, dq, dv, m, f)
+            for a, dt, (dq, dv), m, f in itertools.product(archs, dtypes, dims, masks, subsets)]
+
+
+def prebuild_fmha_fwd(variants: Sequence[FmhaVariant], cache: Cache,
+                      on_result: Callable[[FmhaVariant, bool, float], None] | None = None) -> None:
+    """Compile each variant into `cache` (a variant already there is loaded, not compiled)."""
+    from tiledsl.ops import compile_fmha_fwd
+
+    for v in variants:
+        start = time.perf_counter()
+        # softcap is a run-time value; any positive one selects the variant that applies it.
+        kernel = compile_fmha_fwd(v.arch, dtype=v.dtype, hdim_q=v.hdim_q, hdim_v=v.hdim_v, mask=MASKS[v.mask],
+                                  varlen="varlen" in v.features, lse="lse" in v.features,
+                                  sink="sink" in v.features, softcap=1.0 if "softcap" in v.features else 0.0,
+                                  cache=cache)
+        if on_result is not None:
+            on_result(v, kernel.from_cache, time.perf_counter() - start)
