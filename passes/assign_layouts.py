@@ -272,7 +272,8 @@ class _Assigner:
         that layout: the conversion moves to the small source (an online-softmax row factor is
         [M, 1]) instead of the [M, N] result, which would go through LDS every iteration."""
         src = op.operands[0]
-        while src not in self.layout and src.owner.name == "tile.convert_layout":  # one we inserted
+        while (src not in self.layout and not isinstance(src.owner, ir.Block)
+               and src.owner.name == "tile.convert_layout"):  # a conversion materialise inserted
             src = src.owner.operands[0]
         src = self.materialise(src, self.broadcast_source(op, need), user)
         self.maybe_dead.append(op)

@@ -94,6 +94,7 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     """
     from tiledsl.backends.rocm.arch import get_arch
     from tiledsl.backends.rocm.runtime import default_device
+
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"layout: expected 'bshd' or 'bhsd', got {layout!r}")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
