@@ -26,7 +26,7 @@ from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.driver import CompiledKernel, compile_source
 from tiledsl.isa_stats import count_instructions, isa_stats
-from tiledsl.kernels.fmha_configs import fmha_config, fmha_defines
+from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_config, fmha_defines
 from tiledsl.ops import KERNELS, fmha_fwd
 from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_mask_params
@@ -38,7 +38,7 @@ def compile_contiguous(arch: str, defines: dict[str, str], allow_spills: bool = 
     """The variant fmha_fwd compiles for contiguous bshd inputs (strides in units of 16 bytes), uncached."""
     src = KERNELS / "fmha_fwd.tile"
     options = CompileOptions.make(arch, defines, allow_spills=allow_spills,
-                                  stride_units=tuple((t, 8) for t in ("k", "o", "q", "v")))
+                                  stride_units=tuple((t, VECTOR_ELEMS) for t in ("k", "o", "q", "v")))
     return compile_source(src.read_text(), str(src), arch, defines, options, cache=None)
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
+from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_units
 from tiledsl.launcher import launch, numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, fmha_mask_params
 
@@ -199,9 +200,8 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
         contiguous = all(x.shape[-1] == 1 or x.strides[-1] == (x.dtype.itemsize if isinstance(x, np.ndarray) else 1)
                          for x in (q4, k4, v4))
         # Strides that are multiples of 16 bytes make row starts provably aligned (vector access).
-        vec = 16 // q.dtype.itemsize
         aligned = tuple(name for name, x in (("q", q4), ("k", k4), ("v", v4), ("o", out4))
-                        if all(n == 1 or s % vec == 0
+                        if all(n == 1 or s % VECTOR_ELEMS == 0
                                for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True)))
         kernel = compile_fmha_fwd(arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
                                   sink=sink32 is not None, softcap=float(softcap), contiguous=contiguous,
@@ -220,14 +220,12 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     loads it: `tiledsl prebuild fmha_fwd` fills a cache ahead of time). contiguous: the head dim
     of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
     from tiledsl.driver import compile_source
-    from tiledsl.kernels.fmha_configs import fmha_defines, fmha_dim_units
     from tiledsl.options import CompileOptions
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
                            sink=sink, softcap=softcap)
-    vec = 16 // 2  # elements of f16/bf16 per 16 bytes
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
-                                  stride_units=tuple((name, vec) for name in sorted(aligned)),
+                                  stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v))
     source = KERNELS / "fmha_fwd.tile"
     return compile_source(source.read_text(), str(source), arch, defines, options, cache=cache)

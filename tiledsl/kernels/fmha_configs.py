@@ -36,6 +36,7 @@ from tiledsl.errors import TileError
 from tiledsl.reference import MaskParams
 
 HDIMS = (32, 64, 128, 256)  # padded head dims (tile widths) with a row per arch
+VECTOR_ELEMS = 8  # f16/bf16 elements in one 16-byte vector access
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, i
     hdim_v = hdim_q if hdim_v is None else hdim_v
     if padded_hdim(hdim_q) == hdim_q and padded_hdim(hdim_v) == hdim_v:
         return ()
-    return tuple((sym, min(8, d & -d)) for sym, d in (("D_QK", hdim_q), ("D_V", hdim_v)))
+    return tuple((sym, min(VECTOR_ELEMS, d & -d)) for sym, d in (("D_QK", hdim_q), ("D_V", hdim_v)))
 
 
 def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
