@@ -1,18 +1,31 @@
-"""HipDevice on a real AMD GPU; skipped (with the reason) where none is visible."""
+"""The HIP path end to end through hip-python's real bindings, on every arch.
+
+Here (no AMD GPU) the runtime behind the bindings is the stand-in of tests/_hipstub.py, whose
+launches run the real code objects on the emulator; where an AMD GPU is visible these tests run
+against ROCm's real libamdhip64 instead (the ones that read the stand-in's counters then skip).
+"""
 
 from __future__ import annotations
 
+import functools
 import struct
+import threading
 
 import numpy as np
 import pytest
+from _emu_util import compile_llvm
 
-from tiledsl.backends.rocm.runtime.device import gpu_visible
+from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.runtime import device as device_mod
+from tiledsl.backends.rocm.runtime.device import DeviceError
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.backends.rocm.runtime.hip_device import HipDevice, library_path
+from tiledsl.device_array import DeviceArray
+from tiledsl.driver import compile_source
 
-pytestmark = [pytest.mark.hip,
-              pytest.mark.skipif(not gpu_visible(), reason="no AMD GPU visible (needs /dev/kfd, ROCm and hip-python)")]
+pytestmark = [pytest.mark.hip]
 
-KERNEL = r"""
+AXPY = r"""
 declare i32 @llvm.amdgcn.workitem.id.x()
 declare i32 @llvm.amdgcn.workgroup.id.x()
 define amdgpu_kernel void @axpy(ptr addrspace(1) %x, ptr addrspace(1) %y, float %a, i32 %n) {
@@ -37,35 +50,267 @@ end:
 """
 
 
-def test_hip_axpy_matches_numpy_and_emulator():
-    from _emu_util import compile_llvm
-
-    from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
-    from tiledsl.backends.rocm.runtime.hip_device import HipDevice
-
-    hip_dev = HipDevice()
-    _asm, hsaco = compile_llvm(KERNEL, hip_dev.arch.name)
-    n = 1000
+def _axpy(dev, n: int = 1000, a: float = 2.0, stream=None) -> tuple[np.ndarray, np.ndarray]:
+    _asm, hsaco = compile_llvm(AXPY, dev.arch.name)
     x = np.arange(n, dtype=np.float32)
     y = np.ones(n, dtype=np.float32)
-    results = []
-    for dev in (hip_dev, EmulatorDevice(hip_dev.arch)):
-        k = dev.get_kernel(dev.load_module(hsaco), "axpy")
-        bx, by = dev.to_device(x), dev.to_device(y)
-        stream = dev.create_stream()
-        dev.launch(k, (n + 63) // 64, 64, struct.pack("<QQfi", bx.addr, by.addr, 2.0, n), stream=stream)
+    k = dev.kernel(hsaco, "axpy")
+    bx, by = dev.to_device(x), dev.to_device(y)
+    try:
+        dev.launch(k, (n + 63) // 64, 64, struct.pack("<QQfi", bx.addr, by.addr, a, n), stream=stream)
         dev.synchronize(stream)
-        results.append(dev.from_device(by, np.float32, n))
+        return dev.from_device(by, np.float32, n), a * x + y
+    finally:
         dev.free(bx)
         dev.free(by)
-    np.testing.assert_array_equal(results[0], 2 * x + y)
-    np.testing.assert_array_equal(results[0], results[1])
 
 
-def test_hip_errors_are_decoded():
-    from tiledsl.backends.rocm.runtime.device import DeviceError
-    from tiledsl.backends.rocm.runtime.hip_device import HipDevice
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_hip_device_opens_and_runs_axpy(hip_backend, arch):
+    """Defect 1: hipGetDeviceProperties(deviceId) -> (err, props); the device reports its arch."""
+    dev = hip_backend.device(arch)
+    assert dev.arch.name == arch
+    assert arch in dev.name and dev.gcn_arch_name.split(":")[0] == arch
+    stream = dev.create_stream()
+    got, want = _axpy(dev, stream=stream)
+    dev.destroy_stream(stream)
+    np.testing.assert_array_equal(got, want)
+    emu = EmulatorDevice(arch)
+    np.testing.assert_array_equal(got, _axpy(emu)[0])
 
-    dev = HipDevice()
-    with pytest.raises(DeviceError, match=r"hipMalloc\(.*failed: hipError"):
+
+def test_hip_device_properties_layout_matches_the_bindings(hip_backend):
+    hip_backend.needs_stub()
+    from hip import hip
+
+    assert hip_backend.stub.lib.tdstub_sizeof_props() == hip.hipDeviceProp_t().c_sizeof()
+    err, props = hip.hipGetDeviceProperties(hip_backend.stub.ordinal("gfx942"))
+    assert props.multiProcessorCount == 304 and props.warpSize == 64
+    assert props.asicRevision == 1  # the struct's last field: the layout agrees to the end
+
+
+def test_hip_errors_are_decoded(hip_backend):
+    """Defect 2: hipGetErrorName/String return (err, text); messages carry the text, not a tuple."""
+    dev = hip_backend.device("gfx942")
+    with pytest.raises(DeviceError) as info:
         dev.alloc(1 << 60, "too big")
+    msg = str(info.value)
+    assert "hipMalloc(1152921504606846976) for 'too big' failed: hipErrorOutOfMemory (2)" in msg
+    assert "(<" not in msg and "hipSuccess" not in msg
+
+
+def test_hip_load_module_reads_metadata_only(hip_backend, monkeypatch):
+    """Defect 3: loading a module on HIP never runs the emulator's decoder."""
+    from tiledsl.backends.rocm.emulator import loader
+
+    class NoDecoder:
+        def __init__(self, *a, **k):
+            raise AssertionError("HipDevice.load_module decoded instructions")
+
+    monkeypatch.setattr(loader, "Decoder", NoDecoder)
+    dev = hip_backend.device("gfx1100")
+    _asm, hsaco = compile_llvm(AXPY, "gfx1100")
+    module = dev.load_module(hsaco)
+    assert ".kernarg_segment_size" in module.kernels["axpy"]
+    dev.unload_module(module)
+
+
+def test_hip_module_for_another_arch_is_refused_before_hip(hip_backend):
+    dev = hip_backend.device("gfx90a")
+    _asm, hsaco = compile_llvm(AXPY, "gfx942")
+    with pytest.raises(DeviceError, match="code object is for gfx942, but the device is gfx90a"):
+        dev.load_module(hsaco)
+
+
+def test_one_device_per_ordinal_and_modules_cached_and_unloaded(hip_backend, monkeypatch):
+    """Defect 4: calls without device= share one HipDevice, load each code object once, leak no
+    buffers, and `close` unloads the modules."""
+    hip_backend.needs_stub()
+    from tiledsl.launcher import launch
+
+    stub = hip_backend.stub
+    ordinal = stub.ordinal("gfx942")
+    assert HipDevice(ordinal) is HipDevice(ordinal)
+    monkeypatch.setattr(device_mod, "gpu_visible", lambda: True)
+    kernel = _tiny_kernel("gfx942")
+    loads, live = stub.count("module_loads"), stub.count("live_allocations")
+    outs = []
+    for _ in range(3):
+        x = np.arange(64, dtype=np.float32)
+        launch(kernel, x, 3.0)  # device=None: the default device, the one HipDevice of gfx942
+        outs.append(x)
+    assert stub.count("module_loads") == loads + 1
+    assert stub.count("live_allocations") == live
+    np.testing.assert_array_equal(outs[0], np.arange(64, dtype=np.float32) * 3)
+    dev = device_mod.default_device("gfx942")
+    assert dev is HipDevice(ordinal)
+    kept = DeviceArray.from_numpy(dev, np.arange(64, dtype=np.float32))
+    launch(kernel, kept, 2.0)
+    launch(kernel, kept, 2.0)  # a DeviceArray of an earlier call is accepted by the next
+    np.testing.assert_array_equal(kept.numpy(), np.arange(64, dtype=np.float32) * 4)
+    kept.free()
+    assert stub.count("live_allocations") == live
+    unloads, modules, held = stub.count("module_unloads"), stub.count("live_modules"), dev.loaded_modules()
+    assert held >= 1
+    dev.close()
+    assert dev.loaded_modules() == 0
+    assert stub.count("module_unloads") == unloads + held and stub.count("live_modules") == modules - held
+
+
+def test_current_device_is_set_on_every_thread(hip_backend):
+    """Defect 5: HIP's current device is per thread; allocations and launches from another thread
+    (or after another device was used) go to the device they were made through."""
+    hip_backend.needs_stub()
+    stub = hip_backend.stub
+    dev_a, dev_b = HipDevice(stub.ordinal("gfx90a")), HipDevice(stub.ordinal("gfx1201"))
+    results = {}
+
+    def work(dev):
+        buf = dev.alloc(256, "probe")
+        results[dev.ordinal] = stub.allocation_device(buf.addr)
+        dev.free(buf)
+        got, want = _axpy(dev, n=200)
+        np.testing.assert_array_equal(got, want)
+
+    t = threading.Thread(target=work, args=(dev_b,))
+    t.start()
+    t.join()
+    work(dev_a)
+    work(dev_b)
+    assert results == {dev_a.ordinal: dev_a.ordinal, dev_b.ordinal: dev_b.ordinal}
+    assert stub.launch_devices()[-3:] == [dev_b.ordinal, dev_a.ordinal, dev_b.ordinal]
+
+
+def test_a_kernel_fault_is_a_hip_error_and_frees_do_not_hide_it(hip_backend, monkeypatch):
+    hip_backend.needs_stub()
+    dev = hip_backend.device("gfx942")
+    _asm, hsaco = compile_llvm(AXPY, "gfx942")
+    k = dev.kernel(hsaco, "axpy")
+    bx = dev.alloc(16, "x")
+    with pytest.raises(DeviceError, match=r"hipModuleLaunchKernel\(axpy\) failed: hipErrorIllegalAddress"):
+        dev.launch(k, 1, 64, struct.pack("<QQfi", bx.addr, bx.addr, 1.0, 64))  # 64 floats in 16 bytes
+    assert "outside every buffer the runtime allocated" in str(hip_backend.stub.last_error)
+    dev.free(bx)
+
+    from tiledsl.launcher import launch
+
+    kernel = _tiny_kernel("gfx942")
+    monkeypatch.setattr(HipDevice, "launch", lambda *a, **k: (_ for _ in ()).throw(DeviceError("launch broke")))
+    real_free = HipDevice.free
+
+    def failing_free(self, buf):
+        real_free(self, buf)
+        raise DeviceError("free broke")
+
+    monkeypatch.setattr(HipDevice, "free", failing_free)
+    with pytest.raises(DeviceError, match="launch broke"):
+        launch(kernel, np.zeros(64, np.float32), 1.0, device=dev)
+
+
+def test_launcher_refuses_grids_hip_cannot_launch():
+    from tiledsl.launcher import launch
+
+    kernel = _tiny_kernel("gfx942", grid_y_symbol=True)
+    x = np.zeros((70000, 64), np.float32)
+    with pytest.raises(ValueError, match="more than 65535 workgroups in y or z"):
+        launch(kernel, x, 1.0, device=EmulatorDevice("gfx942"))
+
+
+def test_freed_device_array_is_refused():
+    from tiledsl.launcher import launch
+
+    dev = EmulatorDevice("gfx942")
+    arr = DeviceArray.from_numpy(dev, np.zeros(64, np.float32))
+    arr.free()
+    with pytest.raises(ValueError, match="argument 'x': its DeviceArray was freed"):
+        launch(_tiny_kernel("gfx942"), arr, 1.0, device=dev)
+    with pytest.raises(DeviceError, match="double free"):
+        arr.free()
+
+
+def test_default_device_refuses_a_gpu_of_another_arch(hip_backend, monkeypatch):
+    hip_backend.needs_stub()
+    monkeypatch.setattr(device_mod, "gpu_visible", lambda: True)
+    from hip import hip
+
+    real = hip.hipGetDeviceCount
+    monkeypatch.setattr(hip, "hipGetDeviceCount", lambda: (real()[0], 1))  # only gfx90a is visible
+    with pytest.raises(DeviceError, match=r"no visible AMD GPU is a gfx942 .*EmulatorDevice\('gfx942'\)"):
+        device_mod.default_device("gfx942")
+
+
+def test_missing_runtime_is_a_device_error(monkeypatch):
+    from tiledsl.backends.rocm.runtime import hip_device
+
+    def broken():
+        raise RuntimeError("failed to dlopen 'libamdhip64.so'")
+
+    with pytest.raises(DeviceError, match="the HIP runtime .* cannot be loaded: failed to dlopen"):
+        hip_device.call("hipGetDeviceCount", broken)
+
+
+def test_library_path_names_the_loaded_runtime(hip_backend):
+    hip_backend.device("gfx942")
+    path = library_path()
+    assert path is not None and path.endswith("libamdhip64.so") or "libamdhip64.so." in path
+    if hip_backend.stub is not None:
+        assert path == str(hip_backend.stub.lib_path)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_fmha_fwd_through_hip(hip_backend, arch):
+    """The attention forward, through the public API, on a HipDevice: numpy in and out, and
+    DeviceArrays kept on the device."""
+    from tiledsl.ops import fmha_fwd
+    from tiledsl.reference import fmha_fwd_reference
+
+    dev = hip_backend.device(arch)
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 40, 2, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 72, 1, 64)).astype(np.float16) for _ in range(2))
+    out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=dev)
+    ref_out, ref_lse = fmha_fwd_reference(q, k, v, causal=True, return_lse=True)
+    np.testing.assert_allclose(out.astype(np.float64), ref_out, atol=2e-2, rtol=2e-2)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-3, rtol=1e-3)
+    dq, dk, dv = (DeviceArray.from_numpy(dev, a) for a in (q, k, v))
+    dout = fmha_fwd(dq, dk, dv, causal=True, device=dev)
+    np.testing.assert_array_equal(dout.numpy(), out)
+    for a in (dq, dk, dv, dout):
+        a.free()
+
+
+SCALE = """
+kernel scale(x: tensor[f32](N), a: f32) grid(cdiv(N, 64)) waves(1) {
+    let i = program_id(0) * 64 + arange(0, 64);
+    store(x[i], load(x[i], mask=i < N, other=0.0) * a, mask=i < N);
+}
+"""
+
+SCALE_ROWS = """
+kernel scale(x: tensor[f32](R, N), a: f32) grid(cdiv(N, 64), R) waves(1) {
+    let i = program_id(0) * 64 + arange(0, 64);
+    let r = program_id(1);
+    store(x[r, i], load(x[r, i], mask=i < N, other=0.0) * a, mask=i < N);
+}
+"""
+
+
+@functools.cache
+def _tiny_kernel(arch: str, grid_y_symbol: bool = False):
+    """x *= a, one workgroup per 64 elements (per row, with grid_y_symbol: grid y is the rows)."""
+    return compile_source(SCALE_ROWS if grid_y_symbol else SCALE, "scale.tile", arch, cache=None)
+
+
+def test_doctor_reports_the_loaded_runtime_and_devices(hip_backend, capsys):
+    from tiledsl.cli import main
+
+    for arch in ARCH_NAMES:
+        hip_backend.device(arch)
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    path = library_path()
+    assert f"HIP runtime: {path}" in out
+    if hip_backend.stub is not None:
+        assert path == str(hip_backend.stub.lib_path)
+        for arch in ARCH_NAMES:
+            assert f"HIP device {hip_backend.stub.ordinal(arch)} ({arch}" in out, out

@@ -286,21 +286,25 @@ def probe_compile(arch_name: str, gpu_mlir: str) -> str:
 def hip_devices() -> tuple[list[str], str]:
     """gcnArchName of each visible AMD GPU (e.g. "gfx942:sramecc+:xnack-"), and why none if so."""
     try:
-        from hip import hip  # hip-python: dlopens libamdhip64.so, present only with ROCm
+        from hip import hip  # hip-python: dlopens libamdhip64.so at its first call
+
+        from tiledsl.backends.rocm.runtime.hip_device import HipDevice, device_count
     except Exception as exc:  # ImportError, or OSError from a broken ROCm install
-        return [], f"hip-python unavailable ({type(exc).__name__})"
+        return [], f"hip-python unavailable ({type(exc).__name__}: {exc})"
+    del hip
     try:
-        err, count = hip.hipGetDeviceCount()
-        if int(err) != 0 or count == 0:
+        count = device_count()
+        if count == 0:
             return [], "no AMD GPU visible to HIP"
         names = []
         for i in range(count):
-            err, props = hip.hipGetDeviceProperties(i)
-            raw = props.gcnArchName
-            names.append(raw.decode() if isinstance(raw, bytes) else str(raw))
+            try:
+                names.append(HipDevice(i).gcn_arch_name)
+            except TileError as exc:  # a GPU tiledsl does not target: list it, say why
+                names.append(f"unsupported ({exc})")
         return names, ""
-    except Exception as exc:
-        return [], f"HIP query failed: {exc}"
+    except TileError as exc:
+        return [], str(exc)
 
 
 def _emulator_available() -> bool:
@@ -342,6 +346,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         rows.append({"arch": name, "product": arch.product, "compile": verdict, "runs on": runs_on})
     print(format_table(rows, [(k, k) for k in ("arch", "product", "compile", "runs on")],
                        text_columns=4))
+    from tiledsl.backends.rocm.runtime.hip_device import library_path
+
+    print(f"HIP runtime: {library_path() or 'not loaded'}")
     if why_not:
         print(f"no HIP device: {why_not}")
     return EXIT_OK if failures == 0 else EXIT_USER

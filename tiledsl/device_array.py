@@ -51,8 +51,19 @@ class DeviceArray:
             device.copy_in(out.buffer, np.ascontiguousarray(array).tobytes())
         return out
 
+    def free(self) -> None:
+        """Release the buffer's device memory. Every view of that buffer is dead afterwards: the
+        launcher refuses it, and freeing it again is an error."""
+        self.device.free(self.buffer)
+
+    @property
+    def freed(self) -> bool:
+        return bool(self.buffer.freed)
+
     def numpy(self) -> np.ndarray:
         """Copy the view back to a new (contiguous) numpy array."""
+        if self.buffer.freed:
+            raise ValueError(f"DeviceArray '{self.buffer.name}' was freed")
         if not self.size:
             return np.zeros(self.shape, self.dtype)
         last = sum((n - 1) * s for n, s in zip(self.shape, self.strides, strict=True))

@@ -9,15 +9,14 @@ and what was given -- never a memory fault on the device.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import struct
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from tiledsl.backends.rocm.runtime.device import launch_dims_problem
 from tiledsl.device_array import DeviceArray
 from tiledsl.grid import eval_grid
 
@@ -176,16 +175,17 @@ def _raw(array: np.ndarray, span: int) -> bytes:
     return ctypes.string_at(array.ctypes.data, span) if span else b""
 
 
-_LOADED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _kernel_on(device: Any, hsaco: bytes, symbol: str) -> Any:
-    """Load each code object once per device (module load decodes/uploads the whole object)."""
-    per_device = _LOADED.setdefault(device, {})
-    key = (hashlib.sha256(hsaco).digest(), symbol)
-    if key not in per_device:
-        per_device[key] = device.get_kernel(device.load_module(hsaco), symbol)
-    return per_device[key]
+def _free_all(device: Any, buffers: Sequence[Any], failing: bool) -> None:
+    """Free every buffer; a failed free is raised only when nothing else is failing already (it
+    must not hide the error that brought us here), and never stops the other frees."""
+    first = None
+    for b in buffers:
+        try:
+            device.free(b)
+        except Exception as exc:
+            first = first or exc
+    if first is not None and not failing:
+        raise first
 
 
 def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> PreparedLaunch:
@@ -202,14 +202,23 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
         raise ValueError(f"kernel compiled for {manifest['arch']} cannot run on a {device_arch} device")
     if 0 in prep.grid:
         return prep
-    fn = _kernel_on(device, kernel.hsaco, manifest["symbol"])
+    problem = launch_dims_problem(prep.grid, prep.block)
+    if problem:
+        raise ValueError(f"{manifest['kernel']}: {problem} (grid {manifest['grid']} for these arguments)")
+    for t in prep.tensors:
+        if isinstance(t.array, DeviceArray):
+            if t.array.device is not device:
+                raise ValueError(f"argument '{t.name}': a DeviceArray of {t.array.device.name}, but the kernel "
+                                 f"runs on {device.name}")
+            if t.array.buffer.freed:
+                raise ValueError(f"argument '{t.name}': its DeviceArray was freed")
+    fn = device.kernel(kernel.hsaco, manifest["symbol"])
     buffers = {}  # numpy arguments get a device copy of the memory their view spans
     addresses = {}
+    failing = True
     try:
         for t in prep.tensors:
             if isinstance(t.array, DeviceArray):
-                if t.array.device is not device:
-                    raise ValueError(f"argument '{t.name}': a DeviceArray of another device")
                 addresses[t.name] = t.array.address
                 continue
             buf = device.alloc(max(t.span, 16), name=t.name)  # never 0 bytes: masked lanes read element 0
@@ -224,7 +233,7 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
             if t.name in buffers and t.span and t.array.flags.writeable:
                 data = device.copy_out(buffers[t.name], t.span)
                 ctypes.memmove(t.array.ctypes.data, data, t.span)
+        failing = False
     finally:
-        for b in buffers.values():
-            device.free(b)
+        _free_all(device, list(buffers.values()), failing)
     return prep

@@ -35,9 +35,15 @@ class KernelImage:
         return int(self.meta.get(".kernarg_segment_size", self.kd.kernarg_size))
 
 
-def load_code_object(blob: bytes, arch: Arch | str | None = None) -> dict[str, KernelImage]:
-    """All kernels of `blob`, decoded for `arch` (default: the arch in the ELF header)."""
+def kernel_metadata(blob: bytes, arch: Arch | str | None = None) -> dict[str, dict]:
+    """The AMDHSA metadata of each kernel in `blob` (name -> metadata map), checking that the code
+    object targets `arch` (default: the arch in the ELF header). No instruction is decoded."""
     co = elf.read_code_object(blob)
+    _check_arch(co, arch)
+    return _metadata_by_kernel(co)
+
+
+def _check_arch(co: elf.CodeObject, arch: Arch | str | None) -> Arch:
     if arch is None:
         if co.arch is None:
             raise EmulatorError(f"code object targets an unknown machine (e_flags 0x{co.e_flags:x})")
@@ -45,11 +51,26 @@ def load_code_object(blob: bytes, arch: Arch | str | None = None) -> dict[str, K
     arch = get_arch(arch) if isinstance(arch, str) else arch
     if co.arch is not None and co.arch != arch.name:
         raise EmulatorError(f"code object is for {co.arch}, but the device is {arch.name}")
+    return arch
+
+
+def _metadata_by_kernel(co: elf.CodeObject) -> dict[str, dict]:
     try:
         md = co.metadata()
     except Exception:  # a code object without metadata still runs; sizes come from the descriptor
         md = {}
     metas = {k.get(".name"): k for k in md.get("amdhsa.kernels", [])}
+    for name in co.symbols:  # every kernel, with or without metadata
+        if name.endswith(".kd"):
+            metas.setdefault(name[:-3], {})
+    return metas
+
+
+def load_code_object(blob: bytes, arch: Arch | str | None = None) -> dict[str, KernelImage]:
+    """All kernels of `blob`, decoded for `arch` (default: the arch in the ELF header)."""
+    co = elf.read_code_object(blob)
+    arch = _check_arch(co, arch)
+    metas = _metadata_by_kernel(co)
     decoder = Decoder(arch.name)
     kernels = {}
     for name in co.symbols:

@@ -1,9 +1,11 @@
 """Device memory of the emulator, and the sanitizer that checks every access against it.
 
 Global memory is one growable byte heap; each allocation is a range of it with a device address
-``HEAP_BASE + offset``. Addresses are therefore plain integers the kernel can do arithmetic on,
-and a lane's access is legal only if all its bytes fall inside one live allocation. Real
-hardware would silently read a neighbour's data; the emulator names the culprit instead.
+``heap.base + offset`` (``HEAP_BASE`` for the emulator's own heaps; a heap can also lie over
+memory someone else owns and allocates, as the HIP test double does with its arena). Addresses
+are therefore plain integers the kernel can do arithmetic on, and a lane's access is legal only
+if all its bytes fall inside one live allocation. Real hardware would silently read a
+neighbour's data; the emulator names the culprit instead.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ class Allocation:
 class Heap:
     """The global memory of one emulated device."""
 
-    def __init__(self, capacity: int = 1 << 20) -> None:
-        self.data = np.zeros(capacity, dtype=np.uint8)
+    def __init__(self, capacity: int = 1 << 20, data: np.ndarray | None = None, base: int = HEAP_BASE) -> None:
+        self.data = np.zeros(capacity, dtype=np.uint8) if data is None else data
+        self.base = base
+        self.external = data is not None  # memory and allocations belong to someone else (see `adopt`)
         self.top = 0
         self._starts: list[int] = []  # sorted allocation start addresses
         self._allocs: dict[int, Allocation] = {}
@@ -51,7 +55,23 @@ class Heap:
         self._last = (0, 0)  # heap offsets [lo, end) of the allocation that `span` last matched
 
     # -- allocation -------------------------------------------------------------------------
+    @classmethod
+    def over(cls, data: np.ndarray, base: int) -> Heap:
+        """A heap over external uint8 memory at device address `base`; its owner allocates and
+        tells the heap which ranges are live with `adopt`."""
+        return cls(data=data, base=base)
+
+    def adopt(self, allocations: list[tuple[int, int, str]]) -> None:
+        """Replace the live allocations (addr, size, name) of an external heap."""
+        if not self.external:
+            raise EmulatorError("adopt() is for heaps over external memory; this heap allocates itself")
+        self._allocs = {a: Allocation(a, s, n) for a, s, n in allocations}
+        self._starts = sorted(self._allocs)
+        self._last = (0, 0)
+
     def alloc(self, size: int, name: str = "buffer") -> int:
+        if self.external:
+            raise EmulatorError("this heap lies over external memory; its owner allocates")
         size = max(int(size), 1)
         padded = (size + ALIGN - 1) // ALIGN * ALIGN
         off = None
@@ -72,19 +92,21 @@ class Heap:
                 self.data = grown
                 self.windows = {}
         self.data[off:off + padded] = 0
-        addr = HEAP_BASE + off
+        addr = self.base + off
         bisect.insort(self._starts, addr)
         self._allocs[addr] = Allocation(addr, size, name)
         return addr
 
     def free(self, addr: int) -> None:
+        if self.external:
+            raise EmulatorError("this heap lies over external memory; its owner frees")
         a = self._allocs.pop(addr, None)
         if a is None:
             raise EmulatorError(f"free of 0x{addr:x}, which is not a live allocation")
         self._starts.remove(addr)
         self._last = (0, 0)
         padded = (a.size + ALIGN - 1) // ALIGN * ALIGN
-        self._free.append((addr - HEAP_BASE, padded))
+        self._free.append((addr - self.base, padded))
 
     def find(self, addr: int) -> Allocation | None:
         i = bisect.bisect_right(self._starts, addr) - 1
@@ -97,12 +119,12 @@ class Heap:
     def write(self, addr: int, data: bytes | np.ndarray) -> None:
         raw = np.frombuffer(bytes(data) if not isinstance(data, np.ndarray) else data.tobytes(), np.uint8)
         self.check_range(addr, raw.size, "host write")
-        off = addr - HEAP_BASE
+        off = addr - self.base
         self.data[off:off + raw.size] = raw
 
     def read(self, addr: int, size: int) -> bytes:
         self.check_range(addr, size, "host read")
-        off = addr - HEAP_BASE
+        off = addr - self.base
         return self.data[off:off + size].tobytes()
 
     def check_range(self, addr: int, size: int, what: str) -> None:
@@ -127,10 +149,11 @@ class Heap:
         last = self._last
         if last[0] <= lo and end <= last[1]:
             return True
-        a = self.find(HEAP_BASE + lo)
-        if a is None or HEAP_BASE + end > a.addr + a.size:
+        base = self.base
+        a = self.find(base + lo)
+        if a is None or base + end > a.addr + a.size:
             return False
-        self._last = (a.addr - HEAP_BASE, a.addr - HEAP_BASE + a.size)
+        self._last = (a.addr - base, a.addr - base + a.size)
         return True
 
     def bad_lanes(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:
@@ -153,7 +176,7 @@ class Heap:
 
     def gather(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:
         """Bytes [lanes, nbytes] at the (already checked) addresses."""
-        off = (addrs - np.uint64(HEAP_BASE)).astype(np.int64)
+        off = (addrs - np.uint64(self.base)).astype(np.int64)
         if nbytes % 4 == 0 and not (off & 3).any():
             words = self.data.view(np.uint32)
             idx = (off >> 2)[:, None] + np.arange(nbytes // 4)
@@ -162,7 +185,7 @@ class Heap:
 
     def scatter(self, addrs: np.ndarray, raw: np.ndarray) -> None:
         """Store raw bytes [lanes, nbytes]; lanes are applied in order (highest lane wins)."""
-        off = (addrs - np.uint64(HEAP_BASE)).astype(np.int64)
+        off = (addrs - np.uint64(self.base)).astype(np.int64)
         nbytes = raw.shape[1]
         if nbytes % 4 == 0 and not (off & 3).any():
             words = self.data.view(np.uint32)

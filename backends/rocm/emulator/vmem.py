@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from tiledsl.backends.rocm.emulator.executor import SCRATCH_TAG, builder, lds_fault
-from tiledsl.backends.rocm.emulator.memory import HEAP_BASE, MemoryFault, UnsupportedInstruction, window
+from tiledsl.backends.rocm.emulator.memory import MemoryFault, UnsupportedInstruction, window
 from tiledsl.backends.rocm.emulator.operands import M32, PRIVATE_APERTURE, SHARED_APERTURE, _s64, scalar_writer
 from tiledsl.backends.rocm.emulator.operands import scalar_reader as sread
 
@@ -65,7 +65,7 @@ def _b_smem(inst, ctx):
             if a is None or addr + nbytes > a.addr + a.size:
                 raise MemoryFault(f"scalar load of {nbytes} bytes at 0x{addr:x} is outside every buffer the "
                                   "runtime allocated" + w.heap.describe(addr))
-            p = addr - HEAP_BASE
+            p = addr - w.heap.base
             raw = w.heap.data[p:p + nbytes]
             if nbytes < 4:
                 v = int.from_bytes(raw.tobytes(), "little", signed=signed) & M32
@@ -298,14 +298,14 @@ def _build_vmem(inst, ctx):
 
 
 def _heap_offsets(inst, ctx):
-    """Closure w -> int64 heap offsets (address - HEAP_BASE, wrapping like the 64-bit address) of
+    """Closure w -> int64 heap offsets (address - heap base, wrapping like the 64-bit address) of
     all W lanes of a global/flat access; inactive lanes hold garbage the caller drops."""
     f = inst.f
-    k0 = f["offset"] - HEAP_BASE
+    k0 = f["offset"]
     saddr, va, W = f["saddr"], f["addr"], ctx.wave_size
     if saddr != f["null"] and not (ctx.gen == "gfx9" and saddr == 0x7F):
         sr = sread(saddr, ctx, None, "b64")
-        return lambda w: w.v[va].astype(np.int64) + _s64(sr(w) + k0)  # 32-bit unsigned VGPR offset
+        return lambda w: w.v[va].astype(np.int64) + _s64(sr(w) + k0 - w.heap.base)  # 32-bit unsigned VGPR offset
     # One strided copy turns the VGPR pair into per-lane 64-bit values (cheaper than shifting
     # halves); the buffer is reused by every execution of this instruction.
     buf = np.empty(W, np.int64)
@@ -313,7 +313,7 @@ def _heap_offsets(inst, ctx):
 
     def gv(w):
         rows[...] = w.v[va:va + 2]
-        return np.add(buf, k0, out=buf)
+        return np.add(buf, _s64(k0 - w.heap.base), out=buf)
     return gv
 
 
@@ -374,7 +374,7 @@ def _build_global(inst, ctx, op, nbytes, signed, d16, hi, d, s, flat):
     put, data = putter(d, nbytes, signed, d16, hi), getter(s, nbytes, d16, hi)
 
     def slow(w, lanes, off):
-        addrs = off.view(np.uint64) + np.uint64(HEAP_BASE)
+        addrs = off.view(np.uint64) + np.uint64(w.heap.base)
         if op == "load":
             raw = _global_rw(w, lanes, addrs, nbytes, False, flat=flat)
             _deliver(w, d, raw, lanes, nbytes, signed, d16, hi)
@@ -493,7 +493,7 @@ def _build_atomic(inst, ctx):
         heap = w.heap.data
         old_vals = []
         for lane, a in zip(lanes.tolist(), addrs.tolist(), strict=True):  # lanes in order, as a serialisation
-            p = a - HEAP_BASE
+            p = a - w.heap.base
             old = int.from_bytes(heap[p:p + nb].tobytes(), "little")
             dv = int(w.v[s, lane]) | (int(w.v[s + 1, lane]) << 32 if wide else 0)
             new = _apply_atomic(opname, old, dv, nb, isf, int(w.v[s + (2 if wide else 1), lane]) |

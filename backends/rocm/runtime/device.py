@@ -7,6 +7,7 @@ takes the grid in workgroups and the block in work-items, like hipModuleLaunchKe
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from abc import ABC, abstractmethod
@@ -64,6 +65,24 @@ class Stream:
 
 Dim3 = tuple[int, int, int]
 
+# Launch limits of the HIP runtime (hipModuleLaunchKernel): workgroups in y and z, work-items per
+# workgroup, and work-items along x (the grid's x size in work-items is a 32-bit number).
+MAX_GRID_YZ = 65535
+MAX_BLOCK_ITEMS = 1024
+MAX_GRID_ITEMS_X = 2**32 - 1
+
+
+def launch_dims_problem(grid: Dim3, block: Dim3) -> str | None:
+    """Why HIP would refuse a launch of `grid` workgroups of `block` work-items, or None."""
+    if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
+        return f"grid {grid} has more than {MAX_GRID_YZ} workgroups in y or z, which HIP cannot launch"
+    items = block[0] * block[1] * block[2]
+    if items > MAX_BLOCK_ITEMS:
+        return f"block {block} has {items} work-items; a workgroup holds at most {MAX_BLOCK_ITEMS}"
+    if grid[0] * block[0] > MAX_GRID_ITEMS_X:
+        return f"grid {grid} of block {block} has more than 2**32 - 1 work-items along x"
+    return None
+
 
 def _dim3(x: int | tuple[int, ...], what: str) -> Dim3:
     t = (x,) if isinstance(x, int) else tuple(x)
@@ -72,11 +91,25 @@ def _dim3(x: int | tuple[int, ...], what: str) -> Dim3:
     return tuple(int(v) for v in t) + (1,) * (3 - len(t))  # type: ignore[return-value]
 
 
+def launch_dims(grid: int | tuple[int, ...], block: int | tuple[int, ...]) -> tuple[Dim3, Dim3]:
+    """Grid and block as (x, y, z), checked against the launch limits every device shares."""
+    g, b = _dim3(grid, "grid"), _dim3(block, "block")
+    problem = launch_dims_problem(g, b)
+    if problem:
+        raise DeviceError(problem)
+    return g, b
+
+
 class Device(ABC):
-    """One GPU (real or emulated)."""
+    """One GPU (real or emulated).
+
+    A device keeps the code objects it has loaded (`kernel` loads each once) until `close`, which
+    unloads them; a device is also a context manager that closes on exit."""
 
     arch: Arch
     name: str = "device"
+    _modules: dict[bytes, Module]
+    _kernels: dict[tuple[bytes, str], Kernel]
 
     # -- memory ---------------------------------------------------------------------------
     @abstractmethod
@@ -92,6 +125,10 @@ class Device(ABC):
     @abstractmethod
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         """Device -> host."""
+
+    def fill(self, buf: Buffer, value: int = 0) -> None:
+        """Set every byte of `buf` to `value` (0-255)."""
+        self.copy_in(buf, bytes([value]) * buf.size)
 
     def to_device(self, array: np.ndarray, name: str = "buffer") -> Buffer:
         arr = np.ascontiguousarray(array)
@@ -115,6 +152,40 @@ class Device(ABC):
 
     @abstractmethod
     def _get_kernel(self, module: Module, name: str) -> Kernel: ...
+
+    @abstractmethod
+    def unload_module(self, module: Module) -> None:
+        """Release a module from `load_module` (its kernels may not be launched afterwards)."""
+
+    def kernel(self, code_object: bytes, name: str) -> Kernel:
+        """Kernel `name` of `code_object`, loading the code object on first use only."""
+        if not hasattr(self, "_modules"):
+            self._modules, self._kernels = {}, {}
+        digest = hashlib.sha256(code_object).digest()
+        found = self._kernels.get((digest, name))
+        if found is None:
+            module = self._modules.get(digest)
+            if module is None:
+                module = self._modules[digest] = self.load_module(code_object)
+            found = self._kernels[(digest, name)] = self.get_kernel(module, name)
+        return found
+
+    def loaded_modules(self) -> int:
+        """How many code objects `kernel` holds loaded."""
+        return len(getattr(self, "_modules", {}))
+
+    def close(self) -> None:
+        """Unload every code object `kernel` loaded (buffers stay the caller's to free)."""
+        modules = list(getattr(self, "_modules", {}).values())
+        self._modules, self._kernels = {}, {}
+        for module in modules:
+            self.unload_module(module)
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @abstractmethod
     def launch(self, kernel: Kernel, grid: int | tuple[int, ...], block: int | tuple[int, ...],
@@ -175,14 +246,27 @@ def gpu_visible() -> bool:
 
 
 def default_device(arch: str | Arch | None = None) -> Device:
-    """HIP when an AMD GPU is visible, otherwise the emulator for `arch` (required then)."""
+    """The first visible AMD GPU of `arch` (any arch when None) through HIP; where no AMD GPU is
+    visible, the emulator for `arch` (required then). A visible GPU of another arch is an error,
+    not a silent switch to the emulator: pass an `EmulatorDevice` to emulate on such a machine."""
+    want = arch.name if isinstance(arch, Arch) else arch
     if gpu_visible():
-        from tiledsl.backends.rocm.runtime.hip_device import HipDevice
+        from tiledsl.backends.rocm.runtime.hip_device import HipDevice, device_count
 
-        dev = HipDevice()
-        want = arch.name if isinstance(arch, Arch) else arch
-        if want is None or want == dev.arch.name:
-            return dev
+        found = []
+        for ordinal in range(device_count()):
+            try:
+                dev = HipDevice(ordinal)
+            except DeviceError as exc:  # a GPU tiledsl does not target
+                found.append(f"{ordinal}: {exc}")
+                continue
+            if want is None or want == dev.arch.name:
+                return dev
+            found.append(f"{ordinal}: {dev.name}")
+        if want is None:
+            raise DeviceError(f"no visible AMD GPU is one tiledsl targets ({'; '.join(found)})")
+        raise DeviceError(f"no visible AMD GPU is a {want} (found {'; '.join(found)}); to run {want} code on "
+                          f"the emulator instead, pass device=EmulatorDevice('{want}')")
     if arch is None:
         raise DeviceError("no AMD GPU is visible: name the arch to emulate, e.g. default_device('gfx942')")
     from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice

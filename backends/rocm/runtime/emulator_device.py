@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -23,8 +24,8 @@ from tiledsl.backends.rocm.runtime.device import (
     Kernel,
     Module,
     Stream,
-    _dim3,
     complete_kernargs,
+    launch_dims,
 )
 
 
@@ -53,6 +54,9 @@ class EmulatorDevice(Device):
             raise DeviceError(f"copy of {len(raw)} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
         self.heap.write(buf.addr + offset, raw)
 
+    def fill(self, buf: Buffer, value: int = 0) -> None:
+        self.heap.write(buf.addr, np.full(buf.size, value, np.uint8))
+
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         size = buf.size - offset if size is None else size
         if offset < 0 or offset + size > buf.size:
@@ -69,10 +73,13 @@ class EmulatorDevice(Device):
         for s in co.segments:
             self.heap.write(base + s.vaddr, s.data)
         bound = {name: bind(img, base) for name, img in images.items()}
-        return Module(self, {n: img.meta for n, img in images.items()}, handle=bound)
+        return Module(self, {n: img.meta for n, img in images.items()}, handle=(bound, base))
+
+    def unload_module(self, module: Module) -> None:
+        self.heap.free(module.handle[1])
 
     def _get_kernel(self, module: Module, name: str) -> Kernel:
-        return Kernel(module, name, module.kernels[name], handle=module.handle[name])
+        return Kernel(module, name, module.kernels[name], handle=module.handle[0][name])
 
     @staticmethod
     def unsupported(kernel: Kernel) -> list[str]:
@@ -82,42 +89,49 @@ class EmulatorDevice(Device):
     # -- launch ---------------------------------------------------------------------------
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
                stream: Stream | None = None) -> None:
-        bk: BoundKernel = kernel.handle
-        g, b = _dim3(grid, "grid"), _dim3(block, "block")
-        nthreads = b[0] * b[1] * b[2]
-        if nthreads > 1024:
-            raise DeviceError(f"block of {nthreads} work-items exceeds 1024")
-        lds_total = bk.image.lds_bytes + dynamic_lds
-        if lds_total > self.arch.lds_bytes:
-            raise DeviceError(f"kernel '{kernel.name}' needs {lds_total} bytes of LDS; {self.arch.name} has "
-                              f"{self.arch.lds_bytes}")
-        reqd = kernel.meta.get(".reqd_workgroup_size")
-        if reqd and tuple(reqd) != b:
-            raise DeviceError(f"kernel '{kernel.name}' was compiled for block {tuple(reqd)}, launched with {b}")
-        args = complete_kernargs(kernel.meta, kernargs, g, b, dynamic_lds)
-        # The kernarg segment is 16-byte aligned and LLVM widens scalar loads within those 16-byte
-        # granules (s_load_dwordx4 at offset 24 of a 36-byte segment): pad the allocation to match.
-        karg = self.heap.alloc(max(-(-len(args) // 16) * 16, 16), f"kernargs of {kernel.name}")
-        self.heap.write(karg, args)
-        packet = self.heap.alloc(64, "dispatch packet")
-        self.heap.write(packet, struct.pack("<HHHHHHIIIIIQQQQ", 0, len([d for d in g if d > 1]) or 1,
-                                            b[0], b[1], b[2], 0, g[0] * b[0], g[1] * b[1], g[2] * b[2],
-                                            bk.image.kd.private_segment_size, lds_total, 0, karg, 0, 0))
-        t0 = time.perf_counter()
-        count = 0
-        try:
-            # inf - inf and friends are ordinary IEEE results on the GPU: no numpy warnings.
-            with np.errstate(all="ignore"):
-                for z in range(g[2]):
-                    for y in range(g[1]):
-                        for x in range(g[0]):
-                            count += run_workgroup(bk, self.heap, (x, y, z), g, b, karg, packet, dynamic_lds)
-        finally:
-            self.heap.free(karg)
-            self.heap.free(packet)
-        dt = time.perf_counter() - t0
-        self.last_stats = {"wave_instructions": count, "seconds": dt,
-                           "wave_instructions_per_s": count / dt if dt > 0 else 0.0}
+        self.last_stats = dispatch(kernel.handle, kernel.meta, self.heap, grid, block, kernargs, dynamic_lds,
+                                   self.heap.alloc, self.heap.free)
 
     def synchronize(self, stream: Stream | None = None) -> None:
         return None
+
+
+def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: bytes, dynamic_lds: int,
+             alloc: Callable[[int, str], int], free: Callable[[int], None]) -> dict:
+    """Run one launch of `bk` over `heap` the way the runtime would: check the launch, write the
+    kernarg segment (hidden arguments filled in) and a dispatch packet into memory from `alloc`,
+    run every workgroup, free both. Returns the launch's statistics."""
+    name = bk.image.name
+    arch = bk.image.arch
+    g, b = launch_dims(grid, block)
+    lds_total = bk.image.lds_bytes + dynamic_lds
+    if lds_total > arch.lds_bytes:
+        raise DeviceError(f"kernel '{name}' needs {lds_total} bytes of LDS; {arch.name} has {arch.lds_bytes}")
+    reqd = meta.get(".reqd_workgroup_size")
+    if reqd and tuple(reqd) != b:
+        raise DeviceError(f"kernel '{name}' was compiled for block {tuple(reqd)}, launched with {b}")
+    args = complete_kernargs(meta, kernargs, g, b, dynamic_lds)
+    # The kernarg segment is 16-byte aligned and LLVM widens scalar loads within those 16-byte
+    # granules (s_load_dwordx4 at offset 24 of a 36-byte segment): pad the allocation to match.
+    karg = alloc(max(-(-len(args) // 16) * 16, 16), f"kernargs of {name}")
+    packet = None
+    t0 = time.perf_counter()
+    count = 0
+    try:
+        heap.write(karg, args)
+        packet = alloc(64, "dispatch packet")
+        heap.write(packet, struct.pack("<HHHHHHIIIIIQQQQ", 0, len([d for d in g if d > 1]) or 1,
+                                       b[0], b[1], b[2], 0, g[0] * b[0], g[1] * b[1], g[2] * b[2],
+                                       bk.image.kd.private_segment_size, lds_total, 0, karg, 0, 0))
+        # inf - inf and friends are ordinary IEEE results on the GPU: no numpy warnings.
+        with np.errstate(all="ignore"):
+            for z in range(g[2]):
+                for y in range(g[1]):
+                    for x in range(g[0]):
+                        count += run_workgroup(bk, heap, (x, y, z), g, b, karg, packet, dynamic_lds)
+    finally:
+        free(karg)
+        if packet is not None:
+            free(packet)
+    dt = time.perf_counter() - t0
+    return {"wave_instructions": count, "seconds": dt, "wave_instructions_per_s": count / dt if dt > 0 else 0.0}

@@ -1,18 +1,25 @@
-"""`Device` on a real AMD GPU through hip-python (optional extra `hip`: ``pip install tiledsl[hip]``).
+"""`Device` on a real AMD GPU through hip-python 10.x (optional extra `hip`: ``pip install tiledsl[hip]``).
 
-hip-python dlopens libamdhip64.so, which exists only where ROCm is installed. Every HIP call goes
-through `check`, the one place that decodes a HIP status into a DeviceError.
+hip-python dlopens libamdhip64.so (from ROCm, or whatever ROCM_PATH names) at its first call. Every
+HIP call goes through `call`, the one place that turns a HIP status -- or a runtime that cannot be
+loaded at all -- into a DeviceError naming the call.
+
+HIP's current device is per thread, so every method makes this device current before it calls
+HIP. There is one `HipDevice` object per ordinal (``HipDevice(1) is HipDevice(1)``): the code
+objects it loads are cached on it and unloaded by `close`.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 import numpy as np
 
 from tiledsl.backends.rocm.arch import ARCHS, get_arch
-from tiledsl.backends.rocm.emulator.loader import load_code_object
+from tiledsl.backends.rocm.emulator.loader import kernel_metadata
+from tiledsl.backends.rocm.emulator.memory import EmulatorError
 from tiledsl.backends.rocm.runtime.device import (
     Buffer,
     Device,
@@ -20,39 +27,49 @@ from tiledsl.backends.rocm.runtime.device import (
     Kernel,
     Module,
     Stream,
-    _dim3,
     complete_kernargs,
+    launch_dims,
 )
 
 # hipModuleLaunchKernel `extra` markers (HIP_LAUNCH_PARAM_*), as in hip_runtime_api.h.
 _BUFFER_POINTER, _BUFFER_SIZE, _END = 0x01, 0x02, 0x03
 
+HIP_PYTHON_RANGE = ">=10.0,<11"  # the API this module is written against (6.x/7.x differ)
+
 
 def _hip():
     try:
         from hip import hip
-    except Exception as exc:  # ImportError, or OSError when libamdhip64.so is missing
-        raise DeviceError(f"HIP is not available ({exc}); install ROCm and `pip install tiledsl[hip]`") from None
+    except Exception as exc:  # ImportError, or OSError from a broken install
+        raise DeviceError(f"hip-python is not available ({exc}); `pip install 'tiledsl[hip]'` "
+                          f"(hip-python{HIP_PYTHON_RANGE})") from None
     return hip
 
 
-def check(result: Any, what: str = "HIP call") -> Any:
-    """Decode a hip-python result `(status, *values)` (or a bare status): raise on error, return values."""
+def _text(value: Any) -> str:
+    """A C string from hip-python (CStr, bytes or str) as str."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)
+
+
+def call(what: str, fn: Any, *args: Any) -> Any:
+    """Call a hip-python function and decode its result `(status, *values)` (or a bare status):
+    raise DeviceError on failure, return the values (None, one value, or a tuple)."""
     hip = _hip()
-    if isinstance(result, tuple):
-        status, values = result[0], result[1:]
-    else:
-        status, values = result, ()
+    try:
+        result = fn(*args)
+    except RuntimeError as exc:  # hip-python could not dlopen/dlsym the HIP runtime
+        raise DeviceError(f"{what}: the HIP runtime (libamdhip64.so) cannot be loaded: {exc}") from None
+    status, values = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
     if status != hip.hipError_t.hipSuccess:
         try:
-            err_name = hip.hipGetErrorName(status)
-            err_text = hip.hipGetErrorString(status)
+            err_name = _text(hip.hipGetErrorName(status)[1])
+            err_text = _text(hip.hipGetErrorString(status)[1])
         except Exception:  # decoding must never hide the original failure
-            err_name, err_text = str(status), ""
-        if isinstance(err_name, bytes):
-            err_name = err_name.decode()
-        if isinstance(err_text, bytes):
-            err_text = err_text.decode()
+            err_name, err_text = getattr(status, "name", str(status)), ""
         raise DeviceError(f"{what} failed: {err_name} ({int(status)}): {err_text}")
     if not values:
         return None
@@ -60,88 +77,151 @@ def check(result: Any, what: str = "HIP call") -> Any:
 
 
 def device_count() -> int:
-    return int(check(_hip().hipGetDeviceCount(), "hipGetDeviceCount"))
+    hip = _hip()
+    return int(call("hipGetDeviceCount", hip.hipGetDeviceCount))
+
+
+def library_path() -> str | None:
+    """The file of the HIP runtime this process has loaded (None before the first HIP call)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(None, 5)[-1].strip()
+                if "libamdhip64" in path.rsplit("/", 1)[-1]:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+_DEVICES: dict[int, HipDevice] = {}
+_DEVICES_LOCK = threading.Lock()
 
 
 class HipDevice(Device):
-    def __init__(self, ordinal: int = 0) -> None:
+    """GPU `ordinal` through HIP. ``HipDevice(n)`` returns the one object of ordinal n."""
+
+    def __new__(cls, ordinal: int = 0) -> HipDevice:
+        with _DEVICES_LOCK:
+            dev = _DEVICES.get(ordinal)
+            if dev is None:
+                dev = super().__new__(cls)
+                dev._open(ordinal)
+                _DEVICES[ordinal] = dev
+            return dev
+
+    def __init__(self, ordinal: int = 0) -> None:  # all set up once, in _open
+        pass
+
+    def _open(self, ordinal: int) -> None:
         hip = _hip()
         self.hip = hip
+        count = device_count()
+        if not 0 <= ordinal < count:
+            raise DeviceError(f"HIP device {ordinal} does not exist ({count} visible)")
         self.ordinal = ordinal
-        check(hip.hipSetDevice(ordinal), "hipSetDevice")
-        props = hip.hipDeviceProp_t()
-        check(hip.hipGetDeviceProperties(props, ordinal), "hipGetDeviceProperties")
-        raw = props.gcnArchName
-        gcn = (raw.decode() if isinstance(raw, bytes) else str(raw)).split(":")[0]  # "gfx942:sramecc+:xnack-"
+        props = call(f"hipGetDeviceProperties({ordinal})", hip.hipGetDeviceProperties, ordinal)
+        full = _text(props.gcnArchName)  # "gfx942:sramecc+:xnack-"
+        gcn = full.split(":")[0]
         if gcn not in ARCHS:
-            raise DeviceError(f"GPU {ordinal} is {gcn}, which tiledsl does not target ({', '.join(ARCHS)})")
+            raise DeviceError(f"GPU {ordinal} is {full}, which tiledsl does not target ({', '.join(ARCHS)})")
         self.arch = get_arch(gcn)
-        name = props.name
-        self.name = (name.decode() if isinstance(name, bytes) else str(name)) + f" ({gcn})"
+        self.gcn_arch_name = full
+        self.name = f"{_text(props.name)} ({gcn})"
+
+    def _current(self) -> None:
+        """Make this GPU current on the calling thread (HIP's current device is per thread)."""
+        call(f"hipSetDevice({self.ordinal})", self.hip.hipSetDevice, self.ordinal)
 
     # -- memory ---------------------------------------------------------------------------
     def alloc(self, size: int, name: str = "buffer") -> Buffer:
-        ptr = check(self.hip.hipMalloc(max(int(size), 1)), f"hipMalloc({size}) for '{name}'")
+        if size < 0:
+            raise DeviceError(f"cannot allocate {size} bytes for '{name}'")
+        self._current()
+        ptr = call(f"hipMalloc({size}) for '{name}'", self.hip.hipMalloc, max(int(size), 1))
         return Buffer(self, int(ptr), int(size), name, handle=ptr)
 
     def free(self, buf: Buffer) -> None:
         if buf.freed:
             raise DeviceError(f"double free of '{buf.name}'")
-        check(self.hip.hipFree(buf.handle), f"hipFree('{buf.name}')")
+        self._current()
+        call(f"hipFree('{buf.name}')", self.hip.hipFree, buf.handle)
         buf.freed = True
 
     def copy_in(self, buf: Buffer, data: bytes | np.ndarray, offset: int = 0) -> None:
         host = np.frombuffer(data.tobytes() if isinstance(data, np.ndarray) else bytes(data), np.uint8)
         if offset < 0 or offset + host.size > buf.size:
             raise DeviceError(f"copy of {host.size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
-        dst = ctypes.c_void_p(buf.addr + offset)
-        check(self.hip.hipMemcpy(dst, host, host.size, self.hip.hipMemcpyKind.hipMemcpyHostToDevice),
-              f"hipMemcpy to '{buf.name}'")
+        if not host.size:
+            return
+        self._current()
+        call(f"hipMemcpy to '{buf.name}'", self.hip.hipMemcpy, ctypes.c_void_p(buf.addr + offset), host, host.size,
+             self.hip.hipMemcpyKind.hipMemcpyHostToDevice)
 
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         size = buf.size - offset if size is None else size
-        if offset < 0 or offset + size > buf.size:
+        if offset < 0 or size < 0 or offset + size > buf.size:
             raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+        if not size:
+            return b""
         host = np.empty(size, np.uint8)
-        src = ctypes.c_void_p(buf.addr + offset)
-        check(self.hip.hipMemcpy(host, src, size, self.hip.hipMemcpyKind.hipMemcpyDeviceToHost),
-              f"hipMemcpy from '{buf.name}'")
+        self._current()
+        call(f"hipMemcpy from '{buf.name}'", self.hip.hipMemcpy, host, ctypes.c_void_p(buf.addr + offset), size,
+             self.hip.hipMemcpyKind.hipMemcpyDeviceToHost)
         return host.tobytes()
+
+    def fill(self, buf: Buffer, value: int = 0) -> None:
+        """Set every byte of `buf` to `value` on the device."""
+        self._current()
+        call(f"hipMemset('{buf.name}')", self.hip.hipMemset, buf.handle, int(value), buf.size)
 
     # -- code -----------------------------------------------------------------------------
     def load_module(self, code_object: bytes) -> Module:
-        metas = {n: img.meta for n, img in load_code_object(code_object, self.arch).items()}
+        try:  # only the metadata: HIP runs the code, so nothing needs decoding here
+            metas = kernel_metadata(code_object, self.arch)
+        except EmulatorError as exc:
+            raise DeviceError(f"cannot load the code object on {self.name}: {exc}") from None
         image = np.frombuffer(code_object, np.uint8).copy()
-        mod = check(self.hip.hipModuleLoadData(image), "hipModuleLoadData")
+        self._current()
+        mod = call("hipModuleLoadData", self.hip.hipModuleLoadData, image)
         return Module(self, metas, handle=(mod, image))
 
+    def unload_module(self, module: Module) -> None:
+        self._current()
+        call("hipModuleUnload", self.hip.hipModuleUnload, module.handle[0])
+
     def _get_kernel(self, module: Module, name: str) -> Kernel:
-        fn = check(self.hip.hipModuleGetFunction(module.handle[0], name.encode()), f"hipModuleGetFunction({name})")
+        self._current()
+        fn = call(f"hipModuleGetFunction({name})", self.hip.hipModuleGetFunction, module.handle[0], name.encode())
         return Kernel(module, name, module.kernels[name], handle=fn)
 
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
                stream: Stream | None = None) -> None:
-        g, b = _dim3(grid, "grid"), _dim3(block, "block")
+        g, b = launch_dims(grid, block)
         args = complete_kernargs(kernel.meta, kernargs, g, b, dynamic_lds)
         arg_buf = ctypes.create_string_buffer(args, max(len(args), 1))
         arg_size = ctypes.c_size_t(len(args))
+        # A ctypes array, never a list: hip-python would take a list as the kernel's own arguments.
         extra = (ctypes.c_void_p * 5)(_BUFFER_POINTER, ctypes.cast(arg_buf, ctypes.c_void_p).value,
                                       _BUFFER_SIZE, ctypes.addressof(arg_size), _END)
-        check(self.hip.hipModuleLaunchKernel(kernel.handle, *g, *b, dynamic_lds,
-                                             stream.handle if stream is not None else None, None, extra),
-              f"hipModuleLaunchKernel({kernel.name})")
-        # Keep the argument buffers alive until the launch has been enqueued (HIP copies them).
+        self._current()
+        call(f"hipModuleLaunchKernel({kernel.name})", self.hip.hipModuleLaunchKernel, kernel.handle, *g, *b,
+             dynamic_lds, stream.handle if stream is not None else None, None, extra)
+        # The argument buffers must live until the launch is enqueued (HIP copies them then).
         del arg_buf, arg_size
 
     # -- ordering -------------------------------------------------------------------------
     def create_stream(self) -> Stream:
-        return Stream(self, handle=check(self.hip.hipStreamCreate(), "hipStreamCreate"))
+        self._current()
+        return Stream(self, handle=call("hipStreamCreate", self.hip.hipStreamCreate))
 
     def destroy_stream(self, stream: Stream) -> None:
-        check(self.hip.hipStreamDestroy(stream.handle), "hipStreamDestroy")
+        self._current()
+        call("hipStreamDestroy", self.hip.hipStreamDestroy, stream.handle)
 
     def synchronize(self, stream: Stream | None = None) -> None:
+        self._current()
         if stream is None:
-            check(self.hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
+            call("hipDeviceSynchronize", self.hip.hipDeviceSynchronize)
         else:
-            check(self.hip.hipStreamSynchronize(stream.handle), "hipStreamSynchronize")
+            call("hipStreamSynchronize", self.hip.hipStreamSynchronize, stream.handle)
