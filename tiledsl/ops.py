@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,26 +74,42 @@ def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
     return np.ascontiguousarray(cu, dtype=np.int32)
 
 
-def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None,
-             causal: CausalArg = False, window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
-             sink: np.ndarray | None = None, cu_seqlens_q: np.ndarray | None = None,
-             cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
-             max_seqlen_k: int | None = None, return_lse: bool = False, layout: str = "bshd",
-             arch: str | None = None, device: Any = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Attention forward: softmax(mask(cap(scale * q k^T))) v, fp16/bf16 in, f32 accumulation.
+@dataclass
+class AttentionCall:
+    """A checked attention call: [B, S, H, D] views of q/k/v, sizes, options and the device."""
 
-    Shapes and conventions are flash-attention's (see `tiledsl.reference.fmha_fwd_reference`, the
-    numpy model of this function): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] for
-    layout "bshd", [B, H, S, D] for "bhsd"; group (varlen) mode with cu_seqlens_q/cu_seqlens_k:
-    q [total_q, Hq, D] etc. Hq must be a multiple of Hk (GQA/MQA). causal: False, True (bottom-
-    right aligned, flash-attention's convention), "top_left" or "bottom_right"; window (left,
-    right), -1 = unlimited. softcap > 0 caps logits with tanh; sink: f32 [Hq] logits joining the
-    denominator. A row whose keys are all masked gives output 0 and LSE -inf.
-    Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
-    LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]). q, k, v may be numpy arrays (copied to the
-    device and back) or `tiledsl.device_array.DeviceArray`s (used in place; the outputs are then
-    DeviceArrays on the same device).
-    """
+    q4: Any
+    k4: Any
+    v4: Any
+    dtype: str
+    on_device: bool
+    varlen: bool
+    batch: int  # sequences (group mode: len(cu_seqlens) - 1)
+    b: int  # the tensors' batch dim (1 in group mode)
+    sq: int
+    sk: int
+    hq: int
+    hk: int
+    d: int
+    dv: int
+    scale: float
+    softcap: float
+    mask: MaskParams
+    sink32: np.ndarray | None
+    cuq: np.ndarray
+    cuk: np.ndarray
+    max_q: int
+    max_k: int
+    device: Any
+    arch: str
+
+
+def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: CausalArg,
+                       window: tuple[int, int], softcap: float, sink: np.ndarray | None,
+                       cu_seqlens_q: np.ndarray | None, cu_seqlens_k: np.ndarray | None, max_seqlen_q: int | None,
+                       max_seqlen_k: int | None, layout: str, arch: str | None, device: Any) -> AttentionCall:
+    """Check the arguments shared by the forward and the backward (each problem a ValueError
+    naming the argument) and resolve the device."""
     from tiledsl.backends.rocm.arch import get_arch
     from tiledsl.backends.rocm.runtime import default_device
 
@@ -178,6 +195,38 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
         raise ValueError(f"arch: {arch} does not match the device's arch {dev_arch}")
     arch = dev_arch or arch
 
+    max_k = longest_k if max_seqlen_k is None else max_seqlen_k
+    return AttentionCall(q4=q4, k4=k4, v4=v4, dtype=dt, on_device=on_device, varlen=varlen, batch=batch, b=b, sq=sq,
+                         sk=sk, hq=hq, hk=hk, d=d, dv=dv, scale=float(scale), softcap=float(softcap), mask=mask,
+                         sink32=sink32, cuq=cuq, cuk=cuk, max_q=max_q, max_k=max_k, device=device, arch=arch)
+
+
+def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None,
+             causal: CausalArg = False, window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+             sink: np.ndarray | None = None, cu_seqlens_q: np.ndarray | None = None,
+             cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
+             max_seqlen_k: int | None = None, return_lse: bool = False, layout: str = "bshd",
+             arch: str | None = None, device: Any = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Attention forward: softmax(mask(cap(scale * q k^T))) v, fp16/bf16 in, f32 accumulation.
+
+    Shapes and conventions are flash-attention's (see `tiledsl.reference.fmha_fwd_reference`, the
+    numpy model of this function): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] for
+    layout "bshd", [B, H, S, D] for "bhsd"; group (varlen) mode with cu_seqlens_q/cu_seqlens_k:
+    q [total_q, Hq, D] etc. Hq must be a multiple of Hk (GQA/MQA). causal: False, True (bottom-
+    right aligned, flash-attention's convention), "top_left" or "bottom_right"; window (left,
+    right), -1 = unlimited. softcap > 0 caps logits with tanh; sink: f32 [Hq] logits joining the
+    denominator. A row whose keys are all masked gives output 0 and LSE -inf.
+    Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
+    LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]). q, k, v may be numpy arrays (copied to the
+    device and back) or `tiledsl.device_array.DeviceArray`s (used in place; the outputs are then
+    DeviceArrays on the same device).
+    """
+    c = validate_attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, sink=sink,
+                           cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                           max_seqlen_k=max_seqlen_k, layout=layout, arch=arch, device=device)
+    q4, k4, v4, varlen, on_device, device = c.q4, c.k4, c.v4, c.varlen, c.on_device, c.device
+    b, sq, hq, d, dv, dt, arch, mask, sink32 = c.b, c.sq, c.hq, c.d, c.dv, c.dtype, c.arch, c.mask, c.sink32
+    batch, max_q, cuq, cuk, scale = c.batch, c.max_q, c.cuq, c.cuk, c.scale
     # The output in the caller's layout, and its [B, S, H, Dv] view for the kernel.
     out_shape = (b, sq, hq, dv) if layout == "bshd" else (b, hq, sq, dv)
     if on_device:
@@ -229,3 +278,114 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
                                   dim_units=fmha_dim_units(hdim_q, hdim_v))
     source = KERNELS / "fmha_fwd.tile"
     return compile_source(source.read_text(), str(source), arch, defines, options, cache=cache)
+
+
+def _check_like(name: str, x: Any, like: Any, shape: tuple[int, ...], on_device: bool) -> Any:
+    if not isinstance(x, np.ndarray | DeviceArray):
+        raise ValueError(f"{name}: expected a numpy array or DeviceArray, got {type(x).__name__}")
+    if isinstance(x, DeviceArray) != on_device:
+        raise ValueError(f"{name}: expected a {'DeviceArray' if on_device else 'numpy array'} like q, "
+                         f"got {type(x).__name__}")
+    if tuple(x.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
+    if x.dtype != like:
+        raise ValueError(f"{name}: expected dtype {like}, got {x.dtype}")
+    return x
+
+
+def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: float | None = None,
+             causal: CausalArg = False, window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+             sink: np.ndarray | None = None, cu_seqlens_q: np.ndarray | None = None,
+             cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
+             max_seqlen_k: int | None = None, layout: str = "bshd", deterministic: bool = False,
+             workspace: Any = None, arch: str | None = None, device: Any = None) -> tuple[Any, Any, Any]:
+    """Attention backward: (dq, dk, dv) for the forward `fmha_fwd(q, k, v, ...)` with the same
+    options, given the output gradient `do`, the forward's `out` and its natural-log `lse`
+    exactly as `fmha_fwd(..., return_lse=True)` returns them (see `tiledsl.reference.
+    fmha_bwd_reference`, the numpy model). Runs the three-stage plan of `fmha_bwd_plan`
+    (dot_do_o -> dq_dk_dv -> convert_dq) over one workspace: `workspace` is a Buffer of at least
+    the plan's `workspace_size` bytes on the device, else one from the device's pool.
+    deterministic=True: no atomics, bitwise-identical results whatever the schedule (dq_acc holds
+    one slice per key block); the default adds dQ contributions with float atomics.
+    numpy arrays in give numpy arrays out; DeviceArrays give DeviceArrays on the same device."""
+    plan, c, prep = _bwd_call(do, q, k, v, out, lse, scale=scale, causal=causal, window=window, softcap=softcap,
+                              sink=sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, layout=layout,
+                              deterministic=deterministic, arch=arch, device=device)
+    dev = c.device
+    owned = []  # device copies of numpy arguments, freed at the end
+
+    def on_dev(x: Any, name: str) -> Any:
+        if isinstance(x, DeviceArray):
+            return x
+        arr = DeviceArray.from_numpy(dev, np.ascontiguousarray(x), name)
+        owned.append(arr)
+        return arr
+
+    try:
+        q_, k_, v_, do_, out_ = (on_dev(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (do, "do"), (out, "out")))
+        lse_ = on_dev(lse, "lse")
+        grads = []
+        for name, like in (("dq", q_), ("dk", k_), ("dv", v_)):
+            g = DeviceArray.empty(dev, like.shape, like.dtype, name)
+            grads.append(g)
+            if not c.on_device:
+                owned.append(g)
+        env = {"q": _to_bshd(q_, layout, c.varlen), "k": _to_bshd(k_, layout, c.varlen),
+               "v": _to_bshd(v_, layout, c.varlen), "do": _to_bshd(do_, layout, c.varlen),
+               "out": _to_bshd(out_, layout, c.varlen), "lse": lse_.expand() if c.varlen else lse_,
+               "dq": _to_bshd(grads[0], layout, c.varlen), "dk": _to_bshd(grads[1], layout, c.varlen),
+               "dv": _to_bshd(grads[2], layout, c.varlen), "cu_seqlens_q": c.cuq, "cu_seqlens_k": c.cuk,
+               "scale": c.scale, "softcap": c.softcap or 1.0}
+        if prep:
+            plan.run(dev, env, workspace)
+        else:  # nothing to attend: zero gradients
+            for g in grads:
+                dev.fill(g.buffer, 0)
+        result = tuple(g if c.on_device else g.numpy() for g in grads)
+    finally:
+        for arr in owned:
+            arr.free()
+    return result  # type: ignore[return-value]
+
+
+def fmha_bwd_plan(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, **options: Any) -> Any:
+    """The `tiledsl.plan.Plan` that `fmha_bwd` runs for these arguments (same keywords, without
+    `workspace`): `stage_names`, `workspace_size`, `info["nsplits"]`, `prepare_workspace(device,
+    buf)`, `describe()` (the stages as a table and the workspace layout)."""
+    options.pop("workspace", None)
+    return _bwd_call(do, q, k, v, out, lse, **options)[0]
+
+
+def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, deterministic: bool = False,
+              **options: Any) -> tuple[Any, AttentionCall, bool]:
+    """Check a backward call and build its plan: (plan, the checked call, whether to run it)."""
+    from tiledsl.fmha_bwd import BwdShape, build_plan
+
+    if options.get("sink") is not None:
+        raise ValueError("sink: the backward does not support sink tokens yet (d_sink is not implemented); "
+                         "run the forward without sink for training")
+    options.pop("sink", None)
+    defaults = {"scale": None, "causal": False, "window": (-1, -1), "softcap": 0.0, "cu_seqlens_q": None,
+                "cu_seqlens_k": None, "max_seqlen_q": None, "max_seqlen_k": None, "layout": "bshd", "arch": None,
+                "device": None}
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise ValueError(f"fmha_bwd: unknown argument(s) {', '.join(unknown)}")
+    c = validate_attention(q, k, v, sink=None, **{**defaults, **options})
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
+    o_shape = tuple(q.shape[:-1]) + (c.dv,)
+    _check_like("do", do, q.dtype, o_shape, c.on_device)
+    _check_like("out", out, q.dtype, o_shape, c.on_device)
+    lse_shape = (c.hq, c.sq) if c.varlen else (c.b, c.hq, c.sq)
+    _check_like("lse", lse, np.dtype(np.float32), lse_shape, c.on_device)
+    if c.varlen:
+        seqlens_q, seqlens_k = tuple(int(x) for x in np.diff(c.cuq)), tuple(int(x) for x in np.diff(c.cuk))
+    else:
+        seqlens_q, seqlens_k = (c.sq,) * c.b, (c.sk,) * c.b
+    contiguous = all(x.shape[-1] == 1 or _elem_strides(x)[-1] == 1 for x in (q, k, v, do, out))
+    shape = BwdShape(arch=c.arch, dtype=c.dtype, hdim_q=c.d, hdim_v=c.dv, hq=c.hq, hk=c.hk, mask=c.mask,
+                     softcap=c.softcap > 0, deterministic=deterministic, varlen=c.varlen, b=c.b, sq=c.sq,
+                     seqlens_q=seqlens_q, seqlens_k=seqlens_k, contiguous=contiguous or not c.on_device)
+    return build_plan(shape), c, bool(c.batch and c.sq and c.sk)

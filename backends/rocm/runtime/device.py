@@ -126,9 +126,10 @@ class Device(ABC):
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         """Device -> host."""
 
-    def fill(self, buf: Buffer, value: int = 0) -> None:
-        """Set every byte of `buf` to `value` (0-255)."""
-        self.copy_in(buf, bytes([value]) * buf.size)
+    def fill(self, buf: Buffer, value: int = 0, offset: int = 0, size: int | None = None) -> None:
+        """Set `size` bytes of `buf` from `offset` (default: all of it) to `value` (0-255)."""
+        size = buf.size - offset if size is None else size
+        self.copy_in(buf, bytes([value]) * size, offset)
 
     def to_device(self, array: np.ndarray, name: str = "buffer") -> Buffer:
         arr = np.ascontiguousarray(array)

@@ -54,8 +54,6 @@ class EmulatorDevice(Device):
             raise DeviceError(f"copy of {len(raw)} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
         self.heap.write(buf.addr + offset, raw)
 
-    def fill(self, buf: Buffer, value: int = 0) -> None:
-        self.heap.write(buf.addr, np.full(buf.size, value, np.uint8))
 
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         size = buf.size - offset if size is None else size

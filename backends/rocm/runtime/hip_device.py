@@ -170,10 +170,12 @@ class HipDevice(Device):
              self.hip.hipMemcpyKind.hipMemcpyDeviceToHost)
         return host.tobytes()
 
-    def fill(self, buf: Buffer, value: int = 0) -> None:
-        """Set every byte of `buf` to `value` on the device."""
+    def fill(self, buf: Buffer, value: int = 0, offset: int = 0, size: int | None = None) -> None:
+        size = buf.size - offset if size is None else size
+        if offset < 0 or size < 0 or offset + size > buf.size:
+            raise DeviceError(f"fill of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
         self._current()
-        call(f"hipMemset('{buf.name}')", self.hip.hipMemset, buf.handle, int(value), buf.size)
+        call(f"hipMemset('{buf.name}')", self.hip.hipMemset, ctypes.c_void_p(buf.addr + offset), int(value), size)
 
     # -- code -----------------------------------------------------------------------------
     def load_module(self, code_object: bytes) -> Module:

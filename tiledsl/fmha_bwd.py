@@ -1,0 +1,165 @@
+"""The FMHA backward as a plan: dot_do_o -> dq_dk_dv -> convert_dq over one workspace.
+
+`bwd_workspace` lays the workspace out (docs/backward.md has the picture): a host segment with
+the split counts (and, in group mode, each sequence's dq_acc offset), the compact f32 dq_acc,
+then D = rowsum(dO * O). `build_plan` compiles the three kernels for a shape signature and
+returns the `Plan`; `tiledsl.ops.fmha_bwd` checks a call's arguments, builds (or reuses) its
+plan and runs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from tiledsl.backends.rocm.arch import get_arch
+from tiledsl.errors import TileError
+from tiledsl.kernels.fmha_configs import fmha_dim_units, padded_hdim
+from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words
+from tiledsl.reference import MaskParams
+
+KERNELS = Path(__file__).resolve().parent / "kernels"
+I32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    block_m: int  # query rows per step of the dq_dk_dv walk
+    block_n: int  # keys per dq_dk_dv workgroup (the deterministic split size)
+    waves: int
+
+
+# dq_dk_dv tiles per arch family and padded head dim: dK and dV of BLOCK_N keys stay in registers
+# for the whole walk, so BLOCK_N shrinks as the head dim grows.
+_CDNA = {32: BwdConfig(32, 64, 4), 64: BwdConfig(32, 64, 4), 128: BwdConfig(32, 64, 4), 256: BwdConfig(32, 32, 4)}
+_RDNA = {32: BwdConfig(32, 64, 4), 64: BwdConfig(32, 32, 4), 128: BwdConfig(32, 32, 4), 256: BwdConfig(16, 32, 4)}
+
+
+def bwd_config(arch: str, hdim_q: int, hdim_v: int) -> BwdConfig:
+    hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
+    return (_CDNA if get_arch(arch).is_cdna else _RDNA)[hdim]
+
+
+@dataclass(frozen=True)
+class BwdShape:
+    """Everything a backward plan depends on (its cache key)."""
+
+    arch: str
+    dtype: str
+    hdim_q: int
+    hdim_v: int
+    hq: int
+    hk: int
+    mask: MaskParams
+    softcap: bool
+    deterministic: bool
+    varlen: bool
+    b: int  # tensors' batch dim (1 in group mode)
+    sq: int  # tensors' sequence dim (total tokens in group mode)
+    seqlens_q: tuple[int, ...]  # per sequence
+    seqlens_k: tuple[int, ...]
+    contiguous: bool  # every head dim has stride 1
+
+
+def nsplits_of(shape: BwdShape, block_n: int) -> tuple[int, ...]:
+    """dq_acc slices per sequence: one per key block when deterministic, else one (atomics)."""
+    if not shape.deterministic:
+        return (1,)
+    per_seq = tuple(-(-sk // block_n) for sk in shape.seqlens_k)
+    return per_seq if shape.varlen else (max(per_seq, default=0),)
+
+
+def bwd_workspace(shape: BwdShape, block_n: int) -> WorkspaceLayout:
+    """The unified workspace of CK's PR #6152, plus D: host segment, dq_acc, D."""
+    nsplits = nsplits_of(shape, block_n)
+    regions = [Region("nsplits", 0, align_words(len(nsplits)), "i32", (len(nsplits),))]
+    host = struct.pack(f"<{len(nsplits)}i", *nsplits)
+    at = regions[-1].words
+    n_seq = len(shape.seqlens_q)
+    if shape.varlen:
+        sizes = [shape.hq * ns * sq * shape.hdim_q for ns, sq in zip(nsplits, shape.seqlens_q, strict=True)]
+        offsets = [0]
+        for s in sizes:
+            offsets.append(offsets[-1] + s)
+        regions.append(Region("offsets", at, align_words(2 * (n_seq + 1)), "i64", (n_seq + 1,)))
+        host += b"\0" * (4 * at - len(host)) + struct.pack(f"<{n_seq + 1}q", *offsets)
+        at += regions[-1].words
+        acc_words = offsets[-1]
+    else:
+        acc_words = shape.b * shape.hq * nsplits[0] * shape.sq * shape.hdim_q
+    # Atomics add into dq_acc; a deterministic walk skips the query blocks a mask hides: both
+    # need zeros. A deterministic unmasked walk stores every element of every slice.
+    zero = not shape.deterministic or shape.mask.kind != "none"
+    regions.append(Region("dq_acc", at, align_words(acc_words), "f32", (acc_words,), zero=zero))
+    at += regions[-1].words
+    regions.append(Region("d", at, align_words(shape.b * shape.hq * shape.sq), "f32", (shape.b, shape.hq, shape.sq)))
+    layout = WorkspaceLayout(tuple(regions), host)
+    if layout.size // 4 > I32_MAX:
+        raise ValueError(f"the backward needs a {layout.size}-byte workspace, past the 2^31 words its kernels "
+                         "address: split the call into smaller batches")
+    return layout
+
+
+def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape):
+    from tiledsl.cache import Cache
+    from tiledsl.driver import compile_source
+    from tiledsl.options import CompileOptions
+
+    options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous,
+                                  dim_units=fmha_dim_units(shape.hdim_q, shape.hdim_v))
+    source = KERNELS / f"{name}.tile"
+    try:
+        return compile_source(source.read_text(), str(source), arch, defines, options, cache=Cache.from_env())
+    except TileError as exc:
+        raise TileError(f"fmha_bwd: compiling stage {name} for {arch} failed: {exc}") from None
+
+
+def _flag(b: bool) -> str:
+    return "true" if b else "false"
+
+
+@functools.lru_cache(maxsize=64)
+def build_plan(shape: BwdShape) -> Plan:
+    """Compile (or load from the cache) the three stages for `shape` and lay out the workspace."""
+    cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v)
+    hd_q, hd_v = padded_hdim(shape.hdim_q), padded_hdim(shape.hdim_v)
+    pad = _flag(hd_q != shape.hdim_q or hd_v != shape.hdim_v)
+    per_seq = _flag(shape.deterministic and shape.varlen)
+    common = {"DT": shape.dtype, "VARLEN": _flag(shape.varlen), "WAVES": "4"}
+    workspace = bwd_workspace(shape, cfg.block_n)
+    acc_base = workspace.region("dq_acc").offset
+    offsets_base = workspace.region("offsets").offset if shape.varlen else 0
+    batch = len(shape.seqlens_q)
+    max_q, max_k = max(shape.seqlens_q, default=0), max(shape.seqlens_k, default=0)
+
+    dot_do_o = _compile("fmha_bwd_dot_do_o", shape.arch,
+                        {**common, "HDIM_V": str(hd_v), "BLOCK_M": "64", "PAD_D": pad}, shape)
+    dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch,
+                        {**common, "HDIM": str(hd_q), "HDIM_V": str(hd_v), "BLOCK_M": str(cfg.block_m),
+                         "BLOCK_N": str(cfg.block_n), "WAVES": str(cfg.waves), "MASK": shape.mask.kind,
+                         "DETERMINISTIC": _flag(shape.deterministic), "PER_SEQ_SPLITS": per_seq,
+                         "SOFTCAP": _flag(shape.softcap), "PAD_D": pad}, shape)
+    convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,
+                          {**common, "HDIM": str(hd_q), "BLOCK_M": "64", "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
+                          shape)
+    stages = [
+        Stage("dot_do_o", dot_do_o, (("o", Ref("out")), ("do", Ref("do")), ("d", Ref("d")),
+                                     ("cu_seqlens_q", Ref("cu_seqlens_q")), ("batch", batch), ("max_seqlen_q", max_q))),
+        Stage("dq_dk_dv", dq_dk_dv, (
+            ("q", Ref("q")), ("k", Ref("k")), ("v", Ref("v")), ("do", Ref("do")), ("lse", Ref("lse")),
+            ("d", Ref("d")), ("dk", Ref("dk")), ("dv", Ref("dv")), ("ws_i", Ref("ws_i")), ("ws_f", Ref("ws_f")),
+            ("cu_seqlens_q", Ref("cu_seqlens_q")), ("cu_seqlens_k", Ref("cu_seqlens_k")), ("scale", Ref("scale")),
+            ("softcap", Ref("softcap")), ("window_left", shape.mask.left), ("window_right", shape.mask.right),
+            ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch), ("max_seqlen_k", max_k))),
+        Stage("convert_dq", convert_dq, (
+            ("dq", Ref("dq")), ("ws_i", Ref("ws_i")), ("ws_f", Ref("ws_f")), ("cu_seqlens_q", Ref("cu_seqlens_q")),
+            ("scale", Ref("scale")), ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch),
+            ("max_seqlen_q", max_q))),
+    ]
+    nsplits = nsplits_of(shape, cfg.block_n)
+    info = {"arch": shape.arch, "deterministic": shape.deterministic,
+            "nsplits": nsplits[0] if len(nsplits) == 1 else list(nsplits),
+            "tiles": f"{cfg.block_m}x{cfg.block_n}x{cfg.waves}"}
+    return Plan("fmha_bwd", stages, workspace, info)

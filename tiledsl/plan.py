@@ -1,0 +1,206 @@
+"""Multi-stage launches over one workspace: `Plan`, `Stage`, `WorkspaceLayout`, `WorkspacePool`.
+
+A plan is what the runtime launches for one call of a multi-stage operation (the FMHA backward:
+dot_do_o -> dq_dk_dv -> convert_dq): the stages in launch order, each a compiled kernel and the
+arguments it takes, and the one workspace they share. Plans are built on the host from shapes
+alone, so one plan serves every call with the same shapes; `run` binds the call's tensors.
+
+The workspace is one device buffer. Its layout (`WorkspaceLayout`) starts with a host segment
+that the host computes (e.g. per-sequence split counts and offsets) and `prepare` copies in, then
+the scratch regions the kernels use; `prepare` also zeroes the ranges that must start at zero.
+Kernels find their regions from the one buffer (views of it are passed as their arguments); a
+caller never sees the layout unless it prints the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tiledsl.device_array import DeviceArray
+from tiledsl.launcher import launch
+
+
+@dataclass(frozen=True)
+class Region:
+    """One named range of the workspace: an array of `dtype` and `shape` from word `offset`,
+    padded to `words` 4-byte words. Kernels get it as a DeviceArray argument named `name`."""
+
+    name: str
+    offset: int  # in 4-byte words from the start of the workspace
+    words: int
+    dtype: str  # "i32", "i64", "f32"
+    shape: tuple[int, ...]
+    zero: bool = False  # `prepare` zeroes it
+
+
+@dataclass(frozen=True)
+class WorkspaceLayout:
+    """Regions in address order; the host segment is the bytes of the first `len(host)` bytes."""
+
+    regions: tuple[Region, ...]
+    host: bytes = b""
+
+    @property
+    def size(self) -> int:
+        """Bytes the workspace needs (0 when the plan needs none)."""
+        return 4 * max((r.offset + r.words for r in self.regions), default=0)
+
+    def region(self, name: str) -> Region:
+        for r in self.regions:
+            if r.name == name:
+                return r
+        raise KeyError(f"the workspace has no region '{name}' (it has {', '.join(r.name for r in self.regions)})")
+
+    def views(self, buffer: Any) -> dict[str, DeviceArray]:
+        """Each region as a contiguous DeviceArray of `buffer`, by name."""
+        out = {}
+        for r in self.regions:
+            dt = np.dtype({"i32": np.int32, "i64": np.int64, "f32": np.float32}[r.dtype])
+            strides = tuple(int(np.prod(r.shape[i + 1:])) for i in range(len(r.shape)))
+            out[r.name] = DeviceArray(buffer, r.shape, dt, strides, r.offset * 4 // dt.itemsize)
+        return out
+
+    def words(self, buffer: Any, dtype: Any) -> DeviceArray:
+        """The whole workspace as one vector of 4-byte `dtype` words (i32 or f32)."""
+        return DeviceArray(buffer, (self.size // 4,), np.dtype(dtype), (1,), 0)
+
+    def prepare(self, device: Any, buffer: Any) -> None:
+        """Copy the host segment to the head of `buffer` and zero the regions that need it."""
+        if buffer.size < self.size:
+            raise ValueError(f"workspace: the plan needs {self.size} bytes, got a buffer of {buffer.size}")
+        if self.host:
+            device.copy_in(buffer, self.host, 0)
+        for r in self.regions:
+            if r.zero and r.words:
+                device.fill(buffer, 0, 4 * r.offset, 4 * r.words)
+
+    def describe(self) -> str:
+        lines = [f"workspace: {self.size} bytes"]
+        for r in self.regions:
+            what = f"{r.dtype} [{', '.join(map(str, r.shape))}]"
+            zeroed = "  zeroed" if r.zero else ""
+            lines.append(f"  @{4 * r.offset:<10} {4 * r.words:>10} B  {r.name:<10} {what}{zeroed}")
+        return "\n".join(lines)
+
+
+def align_words(words: int, bytes_: int = 16) -> int:
+    """`words` rounded up so the next region starts on a `bytes_` boundary."""
+    per = bytes_ // 4
+    return -(-words // per) * per
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An argument taken from the call's environment by name (a tensor of the call, or a view
+    of the workspace), as opposed to a value fixed when the plan was built."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    kernel: Any  # a CompiledKernel (anything with .hsaco and .manifest)
+    args: tuple[tuple[str, Any], ...]  # (parameter, Ref or value) in the kernel's order
+
+    def bind(self, env: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for param, value in self.args:
+            if isinstance(value, Ref):
+                if value.name not in env:
+                    raise KeyError(f"stage {self.name}: no value for '{value.name}' (parameter {param})")
+                value = env[value.name]
+            out[param] = value
+        return out
+
+    def grid(self, env: Mapping[str, Any]) -> tuple[int, int, int]:
+        from tiledsl.launcher import prepare
+
+        return prepare(self.kernel.manifest, (), self.bind(env)).grid
+
+
+@dataclass
+class Plan:
+    """The stages of one multi-stage call, in launch order, and the workspace they share."""
+
+    op: str
+    stages: list[Stage]
+    workspace: WorkspaceLayout
+    info: dict[str, Any] = field(default_factory=dict)  # facts of the plan worth printing (nsplits, ...)
+
+    @property
+    def workspace_size(self) -> int:
+        return self.workspace.size
+
+    @property
+    def stage_names(self) -> list[str]:
+        return [s.name for s in self.stages]
+
+    def prepare_workspace(self, device: Any, buffer: Any) -> None:
+        self.workspace.prepare(device, buffer)
+
+    def run(self, device: Any, env: Mapping[str, Any], workspace: Any = None) -> None:
+        """Launch every stage on `device` with the call's tensors in `env` (DeviceArrays on
+        `device`). `workspace`: a Buffer of at least `workspace_size` bytes, else one from the
+        device's pool. The workspace's regions are added to `env` under their names, and the
+        whole workspace as i32 and f32 words under `ws_i` and `ws_f`."""
+        buf = workspace if workspace is not None else WORKSPACE_POOL.get(device, self.workspace_size)
+        if buf is not None:
+            if buf.device is not device:
+                raise ValueError(f"workspace: a buffer of {buf.device.name}, but the plan runs on {device.name}")
+            self.prepare_workspace(device, buf)
+        full = dict(env)
+        if buf is not None:
+            full["ws_i"] = self.workspace.words(buf, np.int32)
+            full["ws_f"] = self.workspace.words(buf, np.float32)
+            full.update(self.workspace.views(buf))
+        for stage in self.stages:
+            launch(stage.kernel, device=device, **stage.bind(full))
+
+    def describe(self, env: Mapping[str, Any] | None = None) -> str:
+        """The plan as a table (stage, kernel, grid, registers, LDS) and its workspace layout."""
+        from tiledsl.cli import format_table
+
+        rows = []
+        for s in self.stages:
+            m = s.kernel.manifest
+            rows.append({"stage": s.name, "kernel": m["kernel"], "grid": m["grid"],
+                         "vgprs": m.get("vgpr_count", ""), "agprs": m.get("agpr_count", ""),
+                         "sgprs": m.get("sgpr_count", ""), "lds": m.get("lds_bytes", ""),
+                         "spills": m.get("vgpr_spill_count", 0) + m.get("sgpr_spill_count", 0)})
+        cols = [(k, k) for k in ("stage", "kernel", "grid", "vgprs", "agprs", "sgprs", "lds", "spills")]
+        facts = ", ".join(f"{k} {v}" for k, v in self.info.items())
+        return f"{self.op} plan ({facts})\n" + format_table(rows, cols, text_columns=3) + "\n" + \
+            self.workspace.describe()
+
+
+class WorkspacePool:
+    """One growing workspace buffer per device, reused by every plan run on it without its own."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[int, Any] = {}
+
+    def get(self, device: Any, size: int) -> Any:
+        if size == 0:
+            return None
+        key = id(device)
+        buf = self._buffers.get(key)
+        if buf is not None and (buf.freed or buf.device is not device):
+            buf = None
+        if buf is None or buf.size < size:
+            if buf is not None:
+                device.free(buf)
+            buf = self._buffers[key] = device.alloc(size, "workspace")
+        return buf
+
+    def release(self, device: Any) -> None:
+        buf = self._buffers.pop(id(device), None)
+        if buf is not None and not buf.freed:
+            device.free(buf)
+
+
+WORKSPACE_POOL = WorkspacePool()
