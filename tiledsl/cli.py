@@ -90,6 +90,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also build the variants with: lse, varlen, sink, softcap (each doubles the count)")
     b.add_argument("--cache-dir", help="where to put them (default: $TILEDSL_CACHE_DIR, else ~/.cache/tiledsl)")
     b.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+
+    pl = sub.add_parser("plan", help="print the stages and workspace of a multi-stage library call")
+    pl.add_argument("op", choices=["fmha_bwd"], help="the library operation (tiledsl.ops)")
+    pl.add_argument("--arch", required=True, help=f"one of {', '.join(ARCH_NAMES)}")
+    pl.add_argument("--dtype", default="f16", help="f16 or bf16 (default f16)")
+    pl.add_argument("--hdim", default="128", help="head dim, QK/V for unequal ones such as 192/128 (default 128)")
+    pl.add_argument("--heads", default="16", help="query heads, Hq/Hk for GQA such as 32/8 (default 16)")
+    pl.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    pl.add_argument("--seqlen", default="1024", help="sequence length, SQ/SK when they differ (default 1024)")
+    pl.add_argument("--varlen", metavar="SQ[/SK],...",
+                    help="group mode: the sequences' lengths, e.g. 100,2000/1800,0 (overrides --batch/--seqlen)")
+    pl.add_argument("--mask", default="none", help="none, causal (bottom-right), top_left, or window=LEFT,RIGHT")
+    pl.add_argument("--softcap", action="store_true", help="with a logits soft-cap")
+    pl.add_argument("--deterministic", action="store_true", help="no atomics (one dq_acc slice per key block)")
     return p
 
 
@@ -106,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_inspect(args)
         if args.command == "prebuild":
             return cmd_prebuild(args)
+        if args.command == "plan":
+            return cmd_plan(args)
         return cmd_doctor(args)
     except TileError as exc:
         # A SourceError renders as "file:line:col: error: ..." already.
@@ -175,6 +191,48 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
     prebuild_fmha_fwd(variants, cache, on_result=report)
     print(f"{len(variants)} variants in {cache.root} ({done[False]} compiled, {done[True]} already there); "
           f"tiledsl.ops loads them from there when TILEDSL_CACHE_DIR points at it")
+    return EXIT_OK
+
+
+def _pair(text: str, what: str) -> tuple[int, int]:
+    """"A" or "A/B" as two non-negative ints (A, A) or (A, B)."""
+    parts = text.split("/")
+    try:
+        values = [int(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(parts) not in (1, 2) or len(values) != len(parts) or min(values) < 0:
+        raise TileError(f"{what}: expected N or N/M (non-negative integers), got '{text}'")
+    return values[0], values[-1]
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from tiledsl.fmha_bwd import plan_from_sizes
+    from tiledsl.reference import fmha_mask_params
+
+    hdim_q, hdim_v = _pair(args.hdim, "--hdim")
+    hq, hk = _pair(args.heads, "--heads")
+    if args.varlen:
+        pairs = [_pair(x, "--varlen") for x in args.varlen.split(",")]
+        seqlens_q, seqlens_k = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+    else:
+        sq, sk = _pair(args.seqlen, "--seqlen")
+        seqlens_q, seqlens_k = (sq,) * args.batch, (sk,) * args.batch
+    mask_arg = args.mask
+    window = (-1, -1)
+    causal: Any = {"none": False, "causal": True, "top_left": "top_left"}.get(mask_arg)
+    if mask_arg.startswith("window="):
+        causal, window = False, _pair(mask_arg[len("window="):].replace(",", "/"), "--mask window")
+    elif causal is None:
+        raise TileError(f"--mask: expected none, causal, top_left or window=LEFT,RIGHT, got '{mask_arg}'")
+    try:
+        plan = plan_from_sizes(get_arch(args.arch).name, dtype=args.dtype, hdim_q=hdim_q, hdim_v=hdim_v, hq=hq,
+                               hk=hk, seqlens_q=seqlens_q, seqlens_k=seqlens_k, varlen=bool(args.varlen),
+                               mask=fmha_mask_params(causal, window), softcap=args.softcap,
+                               deterministic=args.deterministic)
+    except ValueError as exc:
+        raise TileError(str(exc)) from None
+    print(plan.describe())
     return EXIT_OK
 
 

@@ -29,17 +29,31 @@ class BwdConfig:
     block_m: int  # query rows per step of the dq_dk_dv walk
     block_n: int  # keys per dq_dk_dv workgroup (the deterministic split size)
     waves: int
+    spills: bool = False  # the best tile found still spills registers (see the table's note)
 
 
-# dq_dk_dv tiles per arch family and padded head dim: dK and dV of BLOCK_N keys stay in registers
-# for the whole walk, so BLOCK_N shrinks as the head dim grows.
-_CDNA = {32: BwdConfig(32, 64, 4), 64: BwdConfig(32, 64, 4), 128: BwdConfig(32, 64, 4), 256: BwdConfig(32, 32, 4)}
-_RDNA = {32: BwdConfig(32, 64, 4), 64: BwdConfig(32, 32, 4), 128: BwdConfig(32, 32, 4), 256: BwdConfig(16, 32, 4)}
+def _b(block_m: int, block_n: int, waves: int, spills: bool = False) -> BwdConfig:
+    return BwdConfig(block_m, block_n, waves, spills)
+
+
+# dq_dk_dv tiles per arch and padded head dim, from a sweep of the compiles (registers and spills
+# of every candidate the matrix instructions can tile): dK and dV of BLOCK_N keys stay in
+# registers for the whole walk, so the tiles shrink as the head dim grows. No spills up to hdim
+# 128 except gfx1100 at 128 (its WMMA operands are held twice, in both lane halves); RDNA at
+# hdim 256 spills at every tile that fits LDS. Those rows compile with spills allowed.
+BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
+    "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 64, 4), 128: _b(32, 64, 4), 256: _b(32, 32, 4)},
+    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 64, 4), 128: _b(32, 64, 4), 256: _b(32, 32, 4)},
+    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 64, 4), 128: _b(32, 64, 4), 256: _b(32, 32, 4)},
+    "gfx1100": {32: _b(32, 32, 4), 64: _b(32, 64, 8), 128: _b(32, 64, 8, spills=True),
+                256: _b(32, 16, 2, spills=True)},
+    "gfx1201": {32: _b(32, 32, 4), 64: _b(32, 64, 8), 128: _b(32, 64, 8), 256: _b(32, 16, 2, spills=True)},
+}
 
 
 def bwd_config(arch: str, hdim_q: int, hdim_v: int) -> BwdConfig:
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
-    return (_CDNA if get_arch(arch).is_cdna else _RDNA)[hdim]
+    return BWD_CONFIGS[get_arch(arch).name][hdim]
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,7 @@ class BwdShape:
     hk: int
     mask: MaskParams
     softcap: bool
+    sink: bool
     deterministic: bool
     varlen: bool
     b: int  # tensors' batch dim (1 in group mode)
@@ -102,12 +117,12 @@ def bwd_workspace(shape: BwdShape, block_n: int) -> WorkspaceLayout:
     return layout
 
 
-def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape):
+def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, allow_spills: bool = False):
     from tiledsl.cache import Cache
     from tiledsl.driver import compile_source
     from tiledsl.options import CompileOptions
 
-    options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous,
+    options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
                                   dim_units=fmha_dim_units(shape.hdim_q, shape.hdim_v))
     source = KERNELS / f"{name}.tile"
     try:
@@ -127,7 +142,7 @@ def build_plan(shape: BwdShape) -> Plan:
     hd_q, hd_v = padded_hdim(shape.hdim_q), padded_hdim(shape.hdim_v)
     pad = _flag(hd_q != shape.hdim_q or hd_v != shape.hdim_v)
     per_seq = _flag(shape.deterministic and shape.varlen)
-    common = {"DT": shape.dtype, "VARLEN": _flag(shape.varlen), "WAVES": "4"}
+    common = {"DT": shape.dtype, "VARLEN": _flag(shape.varlen), "WAVES": "4"}  # the elementwise stages
     workspace = bwd_workspace(shape, cfg.block_n)
     acc_base = workspace.region("dq_acc").offset
     offsets_base = workspace.region("offsets").offset if shape.varlen else 0
@@ -140,7 +155,7 @@ def build_plan(shape: BwdShape) -> Plan:
                         {**common, "HDIM": str(hd_q), "HDIM_V": str(hd_v), "BLOCK_M": str(cfg.block_m),
                          "BLOCK_N": str(cfg.block_n), "WAVES": str(cfg.waves), "MASK": shape.mask.kind,
                          "DETERMINISTIC": _flag(shape.deterministic), "PER_SEQ_SPLITS": per_seq,
-                         "SOFTCAP": _flag(shape.softcap), "PAD_D": pad}, shape)
+                         "SOFTCAP": _flag(shape.softcap), "PAD_D": pad}, shape, allow_spills=cfg.spills)
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,
                           {**common, "HDIM": str(hd_q), "BLOCK_M": "64", "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
                           shape)
@@ -158,8 +173,33 @@ def build_plan(shape: BwdShape) -> Plan:
             ("scale", Ref("scale")), ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch),
             ("max_seqlen_q", max_q))),
     ]
+    if shape.sink:
+        dsink = _compile("fmha_bwd_dsink", shape.arch, {"VARLEN": _flag(shape.varlen)}, shape)
+        stages.append(Stage("dsink", dsink, (("lse", Ref("lse")), ("d", Ref("d")), ("sink", Ref("sink")),
+                                             ("dsink", Ref("dsink")), ("cu_seqlens_q", Ref("cu_seqlens_q")),
+                                             ("batch", batch))))
     nsplits = nsplits_of(shape, cfg.block_n)
     info = {"arch": shape.arch, "deterministic": shape.deterministic,
             "nsplits": nsplits[0] if len(nsplits) == 1 else list(nsplits),
             "tiles": f"{cfg.block_m}x{cfg.block_n}x{cfg.waves}"}
     return Plan("fmha_bwd", stages, workspace, info)
+
+
+def plan_from_sizes(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, hq: int, hk: int,
+                    seqlens_q: tuple[int, ...], seqlens_k: tuple[int, ...], varlen: bool, mask: MaskParams,
+                    softcap: bool = False, sink: bool = False, deterministic: bool = False,
+                    contiguous: bool = True) -> Plan:
+    """The backward plan for sizes alone (what `tiledsl plan fmha_bwd` prints): no tensors needed."""
+    if dtype not in ("f16", "bf16"):
+        raise ValueError(f"dtype: expected f16 or bf16, got {dtype}")
+    for name, d in (("hdim_q", hdim_q), ("hdim_v", hdim_v)):
+        if not 1 <= d <= 256:
+            raise ValueError(f"{name}: expected 1..256, got {d}")
+    if hk < 1 or hq < 1 or hq % hk:
+        raise ValueError(f"heads: the query heads ({hq}) must be a positive multiple of the kv heads ({hk})")
+    if len(seqlens_q) != len(seqlens_k) or not seqlens_q:
+        raise ValueError("seqlens: expected one query and one key length per sequence")
+    b, sq = (1, sum(seqlens_q)) if varlen else (len(seqlens_q), seqlens_q[0])
+    return build_plan(BwdShape(arch=arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, hq=hq, hk=hk, mask=mask,
+                               softcap=softcap, sink=sink, deterministic=deterministic, varlen=varlen, b=b, sq=sq,
+                               seqlens_q=tuple(seqlens_q), seqlens_k=tuple(seqlens_k), contiguous=contiguous))

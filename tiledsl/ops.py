@@ -298,7 +298,7 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
              sink: np.ndarray | None = None, cu_seqlens_q: np.ndarray | None = None,
              cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
              max_seqlen_k: int | None = None, layout: str = "bshd", deterministic: bool = False,
-             workspace: Any = None, arch: str | None = None, device: Any = None) -> tuple[Any, Any, Any]:
+             workspace: Any = None, arch: str | None = None, device: Any = None) -> tuple[Any, ...]:
     """Attention backward: (dq, dk, dv) for the forward `fmha_fwd(q, k, v, ...)` with the same
     options, given the output gradient `do`, the forward's `out` and its natural-log `lse`
     exactly as `fmha_fwd(..., return_lse=True)` returns them (see `tiledsl.reference.
@@ -306,7 +306,8 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
     (dot_do_o -> dq_dk_dv -> convert_dq) over one workspace: `workspace` is a Buffer of at least
     the plan's `workspace_size` bytes on the device, else one from the device's pool.
     deterministic=True: no atomics, bitwise-identical results whatever the schedule (dq_acc holds
-    one slice per key block); the default adds dQ contributions with float atomics.
+    one slice per key block); the default adds dQ contributions with float atomics. With `sink`
+    the result is (dq, dk, dv, dsink), dsink f32 [Hq] (numpy, or a DeviceArray for DeviceArrays).
     numpy arrays in give numpy arrays out; DeviceArrays give DeviceArrays on the same device."""
     plan, c, prep = _bwd_call(do, q, k, v, out, lse, scale=scale, causal=causal, window=window, softcap=softcap,
                               sink=sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
@@ -326,8 +327,11 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
         q_, k_, v_, do_, out_ = (on_dev(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (do, "do"), (out, "out")))
         lse_ = on_dev(lse, "lse")
         grads = []
-        for name, like in (("dq", q_), ("dk", k_), ("dv", v_)):
-            g = DeviceArray.empty(dev, like.shape, like.dtype, name)
+        wanted = [("dq", q_.shape, q_.dtype), ("dk", k_.shape, k_.dtype), ("dv", v_.shape, v_.dtype)]
+        if c.sink32 is not None:
+            wanted.append(("dsink", (c.hq,), np.dtype(np.float32)))
+        for name, shape, dtype in wanted:
+            g = DeviceArray.empty(dev, shape, dtype, name)
             grads.append(g)
             if not c.on_device:
                 owned.append(g)
@@ -336,7 +340,8 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
                "out": _to_bshd(out_, layout, c.varlen), "lse": lse_.expand() if c.varlen else lse_,
                "dq": _to_bshd(grads[0], layout, c.varlen), "dk": _to_bshd(grads[1], layout, c.varlen),
                "dv": _to_bshd(grads[2], layout, c.varlen), "cu_seqlens_q": c.cuq, "cu_seqlens_k": c.cuk,
-               "scale": c.scale, "softcap": c.softcap or 1.0}
+               "scale": c.scale, "softcap": c.softcap or 1.0, "sink": c.sink32,
+               "dsink": grads[3] if c.sink32 is not None else None}
         if prep:
             plan.run(dev, env, workspace)
         else:  # nothing to attend: zero gradients
@@ -362,17 +367,13 @@ def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, determinis
     """Check a backward call and build its plan: (plan, the checked call, whether to run it)."""
     from tiledsl.fmha_bwd import BwdShape, build_plan
 
-    if options.get("sink") is not None:
-        raise ValueError("sink: the backward does not support sink tokens yet (d_sink is not implemented); "
-                         "run the forward without sink for training")
-    options.pop("sink", None)
-    defaults = {"scale": None, "causal": False, "window": (-1, -1), "softcap": 0.0, "cu_seqlens_q": None,
+    defaults = {"sink": None, "scale": None, "causal": False, "window": (-1, -1), "softcap": 0.0, "cu_seqlens_q": None,
                 "cu_seqlens_k": None, "max_seqlen_q": None, "max_seqlen_k": None, "layout": "bshd", "arch": None,
                 "device": None}
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise ValueError(f"fmha_bwd: unknown argument(s) {', '.join(unknown)}")
-    c = validate_attention(q, k, v, sink=None, **{**defaults, **options})
+    c = validate_attention(q, k, v, **{**defaults, **options})
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
     o_shape = tuple(q.shape[:-1]) + (c.dv,)
@@ -386,6 +387,7 @@ def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, determinis
         seqlens_q, seqlens_k = (c.sq,) * c.b, (c.sk,) * c.b
     contiguous = all(x.shape[-1] == 1 or _elem_strides(x)[-1] == 1 for x in (q, k, v, do, out))
     shape = BwdShape(arch=c.arch, dtype=c.dtype, hdim_q=c.d, hdim_v=c.dv, hq=c.hq, hk=c.hk, mask=c.mask,
-                     softcap=c.softcap > 0, deterministic=deterministic, varlen=c.varlen, b=c.b, sq=c.sq,
-                     seqlens_q=seqlens_q, seqlens_k=seqlens_k, contiguous=contiguous or not c.on_device)
+                     softcap=c.softcap > 0, sink=c.sink32 is not None, deterministic=deterministic,
+                     varlen=c.varlen, b=c.b, sq=c.sq, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
+                     contiguous=contiguous or not c.on_device)
     return build_plan(shape), c, bool(c.batch and c.sq and c.sk)

@@ -221,16 +221,19 @@ def _where(bk: BoundKernel, w: Wave, pc: int) -> str:
 
 
 def run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: tuple[int, int, int],
-                  block: tuple[int, int, int], kernarg_addr: int, dispatch_addr: int, dynamic_lds: int) -> int:
-    """Run one workgroup to completion; returns the wave-instructions executed."""
+                  block: tuple[int, int, int], kernarg_addr: int, dispatch_addr: int, dynamic_lds: int,
+                  rng: np.random.Generator | None = None) -> int:
+    """Run one workgroup to completion; returns the wave-instructions executed. With `rng`, the
+    waves run each stretch between barriers in a random order instead of in index order."""
     # inf - inf, 0/0 and overflow are ordinary IEEE results on the GPU: no numpy warnings. Set once
     # here rather than around every instruction (np.errstate costs microseconds).
     with np.errstate(all="ignore"):
-        return _run_workgroup(bk, heap, wg, grid, block, kernarg_addr, dispatch_addr, dynamic_lds)
+        return _run_workgroup(bk, heap, wg, grid, block, kernarg_addr, dispatch_addr, dynamic_lds, rng)
 
 
 def _run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: tuple[int, int, int],
-                  block: tuple[int, int, int], kernarg_addr: int, dispatch_addr: int, dynamic_lds: int) -> int:
+                   block: tuple[int, int, int], kernarg_addr: int, dispatch_addr: int, dynamic_lds: int,
+                   rng: np.random.Generator | None) -> int:
     img = bk.image
     W = img.wave_size
     nthreads = block[0] * block[1] * block[2]
@@ -260,13 +263,15 @@ def _run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: 
     while live:
         # Run every live wave up to its next barrier (or its end); then release the barrier.
         still = []
+        if rng is not None:
+            live = [live[j] for j in rng.permutation(len(live))]
         for i in live:
             try:
                 next(gens[i])
                 still.append(i)
             except StopIteration:
                 pass
-        live = still
+        live = sorted(still)
     return sum(w.count for w in waves)
 
 

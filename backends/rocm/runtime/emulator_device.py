@@ -28,11 +28,23 @@ from tiledsl.backends.rocm.runtime.device import (
     launch_dims,
 )
 
+SCHEDULES = ("in_order", "shuffle")
+
 
 class EmulatorDevice(Device):
-    def __init__(self, arch: str | Arch) -> None:
+    """The emulator as a device. schedule="shuffle" runs the workgroups of each launch, and the
+    waves of each workgroup between barriers, in a random order drawn from `seed` (the same seed
+    gives the same orders): results that depend on the order expose a race or a
+    non-deterministic reduction, which in-order emulation would hide."""
+
+    def __init__(self, arch: str | Arch, schedule: str = "in_order", seed: int = 0) -> None:
+        if schedule not in SCHEDULES:
+            raise DeviceError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
         self.arch = get_arch(arch) if isinstance(arch, str) else arch
-        self.name = f"emulated {self.arch.name} ({self.arch.product})"
+        self.schedule = schedule
+        self.rng = np.random.default_rng(seed) if schedule == "shuffle" else None
+        self.name = f"emulated {self.arch.name} ({self.arch.product})" + (
+            f", shuffled (seed {seed})" if self.rng is not None else "")
         self.heap = Heap()
         self.last_stats: dict = {}
 
@@ -88,17 +100,19 @@ class EmulatorDevice(Device):
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
                stream: Stream | None = None) -> None:
         self.last_stats = dispatch(kernel.handle, kernel.meta, self.heap, grid, block, kernargs, dynamic_lds,
-                                   self.heap.alloc, self.heap.free)
+                                   self.heap.alloc, self.heap.free, self.rng)
 
     def synchronize(self, stream: Stream | None = None) -> None:
         return None
 
 
 def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: bytes, dynamic_lds: int,
-             alloc: Callable[[int, str], int], free: Callable[[int], None]) -> dict:
+             alloc: Callable[[int, str], int], free: Callable[[int], None],
+             rng: np.random.Generator | None = None) -> dict:
     """Run one launch of `bk` over `heap` the way the runtime would: check the launch, write the
     kernarg segment (hidden arguments filled in) and a dispatch packet into memory from `alloc`,
-    run every workgroup, free both. Returns the launch's statistics."""
+    run every workgroup (in a random order drawn from `rng` when given), free both. Returns the
+    launch's statistics."""
     name = bk.image.name
     arch = bk.image.arch
     g, b = launch_dims(grid, block)
@@ -123,10 +137,11 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
                                        bk.image.kd.private_segment_size, lds_total, 0, karg, 0, 0))
         # inf - inf and friends are ordinary IEEE results on the GPU: no numpy warnings.
         with np.errstate(all="ignore"):
-            for z in range(g[2]):
-                for y in range(g[1]):
-                    for x in range(g[0]):
-                        count += run_workgroup(bk, heap, (x, y, z), g, b, karg, packet, dynamic_lds)
+            order = [(x, y, z) for z in range(g[2]) for y in range(g[1]) for x in range(g[0])]
+            if rng is not None:
+                order = [order[i] for i in rng.permutation(len(order))]
+            for wg in order:
+                count += run_workgroup(bk, heap, wg, g, b, karg, packet, dynamic_lds, rng)
     finally:
         free(karg)
         if packet is not None:
