@@ -94,7 +94,8 @@ def bwd_workspace(shape: BwdShape, block_n: int) -> WorkspaceLayout:
     at = regions[-1].words
     n_seq = len(shape.seqlens_q)
     if shape.varlen:
-        sizes = [shape.hq * ns * sq * shape.hdim_q for ns, sq in zip(nsplits, shape.seqlens_q, strict=True)]
+        per_seq = nsplits if len(nsplits) == n_seq else nsplits * n_seq
+        sizes = [shape.hq * ns * sq * shape.hdim_q for ns, sq in zip(per_seq, shape.seqlens_q, strict=True)]
         offsets = [0]
         for s in sizes:
             offsets.append(offsets[-1] + s)
@@ -117,13 +118,16 @@ def bwd_workspace(shape: BwdShape, block_n: int) -> WorkspaceLayout:
     return layout
 
 
-def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, allow_spills: bool = False):
+def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dims: tuple[str, ...] = (),
+             allow_spills: bool = False):
+    """Compile stage `name`; `dims`: the head-dim symbols it declares (their dim_units apply)."""
     from tiledsl.cache import Cache
     from tiledsl.driver import compile_source
     from tiledsl.options import CompileOptions
 
+    units = tuple((sym, unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v) if sym in dims)
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
-                                  dim_units=fmha_dim_units(shape.hdim_q, shape.hdim_v))
+                                  dim_units=units)
     source = KERNELS / f"{name}.tile"
     try:
         return compile_source(source.read_text(), str(source), arch, defines, options, cache=Cache.from_env())
@@ -149,16 +153,19 @@ def build_plan(shape: BwdShape) -> Plan:
     batch = len(shape.seqlens_q)
     max_q, max_k = max(shape.seqlens_q, default=0), max(shape.seqlens_k, default=0)
 
+    # The elementwise stages hold [BLOCK_M, head dim] f32 tiles: at most 8192 elements each.
+    rows_v, rows_q = (str(max(16, min(64, 8192 // hd))) for hd in (hd_v, hd_q))
     dot_do_o = _compile("fmha_bwd_dot_do_o", shape.arch,
-                        {**common, "HDIM_V": str(hd_v), "BLOCK_M": "64", "PAD_D": pad}, shape)
+                        {**common, "HDIM_V": str(hd_v), "BLOCK_M": rows_v, "PAD_D": pad}, shape, ("D_V",))
     dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch,
                         {**common, "HDIM": str(hd_q), "HDIM_V": str(hd_v), "BLOCK_M": str(cfg.block_m),
                          "BLOCK_N": str(cfg.block_n), "WAVES": str(cfg.waves), "MASK": shape.mask.kind,
                          "DETERMINISTIC": _flag(shape.deterministic), "PER_SEQ_SPLITS": per_seq,
-                         "SOFTCAP": _flag(shape.softcap), "PAD_D": pad}, shape, allow_spills=cfg.spills)
+                         "SOFTCAP": _flag(shape.softcap), "PAD_D": pad}, shape, ("D_QK", "D_V"),
+                        allow_spills=cfg.spills)
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,
-                          {**common, "HDIM": str(hd_q), "BLOCK_M": "64", "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
-                          shape)
+                          {**common, "HDIM": str(hd_q), "BLOCK_M": rows_q, "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
+                          shape, ("D_QK",))
     stages = [
         Stage("dot_do_o", dot_do_o, (("o", Ref("out")), ("do", Ref("do")), ("d", Ref("d")),
                                      ("cu_seqlens_q", Ref("cu_seqlens_q")), ("batch", batch), ("max_seqlen_q", max_q))),

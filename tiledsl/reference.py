@@ -198,6 +198,82 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: 
     return out, lse
 
 
+def fmha_bwd_reference(
+    do: np.ndarray,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
+    causal: CausalArg = False,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    sink: np.ndarray | None = None,
+    cu_seqlens_q: np.ndarray | None = None,
+    cu_seqlens_k: np.ndarray | None = None,
+    layout: Literal["bshd", "bhsd"] = "bshd",
+) -> tuple[np.ndarray, ...]:
+    """Attention backward in float64: the gradients of sum(do * out) for
+    out = fmha_fwd_reference(q, k, v, same options) (shapes and conventions there).
+
+    Returns (dq, dk, dv) in the layouts and shapes of q, k, v, and dsink [Hq] last when `sink` is
+    given. With P the softmax probabilities (sink included in the denominator), D = rowsum(do *
+    out): dv = P^T do, dS = P * (do v^T - D), through the soft-cap dS *= 1 - tanh^2, dq = scale *
+    dS k, dk = scale * dS^T q; GQA sums dk/dv over the query heads sharing a kv head;
+    dsink[h] = -sum over every row of exp(sink_h - LSE_row) * D_row. Rows with no allowed key
+    (and no sink) have P = 0 and contribute nothing.
+    """
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise ValueError("group mode needs both cu_seqlens_q and cu_seqlens_k")
+    qb, kb, vb, dob = (_to_bshd(x, layout, varlen, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (do, "do")))
+    batch, sq, hq, d = qb.shape
+    _, sk, hk, _ = kb.shape
+    if kb.shape[0] != batch or vb.shape[:3] != kb.shape[:3] or kb.shape[3] != d or dob.shape[:3] != qb.shape[:3]:
+        raise ValueError(f"inconsistent shapes do {np.shape(do)}, q {np.shape(q)}, k {np.shape(k)}, v {np.shape(v)}")
+    if hk == 0 or hq % hk:
+        raise ValueError(f"the number of query heads ({hq}) must be a multiple of key/value heads ({hk})")
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    sink64 = None if sink is None else np.asarray(sink, dtype=np.float64).reshape(hq)
+    params = fmha_mask_params(causal, window)
+    seg_q = _segments(cu_seqlens_q, batch, sq, "cu_seqlens_q")
+    seg_k = _segments(cu_seqlens_k, batch, sk, "cu_seqlens_k")
+    if len(seg_q) != len(seg_k):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length")
+    group = hq // hk
+    kv_head = np.arange(hq) // group
+
+    dq, dk, dv = np.zeros(qb.shape), np.zeros(kb.shape), np.zeros(vb.shape)
+    dsink = np.zeros(hq)
+    for b, ((q0, lq), (k0, lk)) in enumerate(zip(seg_q, seg_k, strict=True)):
+        bb = 0 if varlen else b
+        qs = qb[bb, q0:q0 + lq].transpose(1, 0, 2)  # [Hq, lq, D]
+        ks = kb[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2)  # [Hq, lk, D]
+        vs = vb[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2)
+        dos = dob[bb, q0:q0 + lq].transpose(1, 0, 2)
+        allowed = fmha_mask(lq, lk, params)
+        out, lse = _attend(qs, ks, vs, scale, softcap, sink64, allowed)
+        raw = np.einsum("hid,hjd->hij", qs, ks) * scale
+        s = softcap * np.tanh(raw / softcap) if softcap > 0 else raw
+        lse_safe = np.where(np.isfinite(lse), lse, np.inf)  # empty rows: P = 0
+        p = np.where(allowed[None], np.exp(np.where(allowed[None], s, 0.0) - lse_safe[..., None]), 0.0)
+        dd = (dos * out).sum(axis=2)  # D [Hq, lq]
+        ds = p * (np.einsum("hid,hjd->hij", dos, vs) - dd[..., None])
+        if softcap > 0:
+            ds = ds * (1.0 - np.tanh(raw / softcap) ** 2)
+        dq[bb, q0:q0 + lq] = (scale * ds @ ks).transpose(1, 0, 2)
+        dk_h = scale * np.einsum("hij,hid->hjd", ds, qs)  # per query head [Hq, lk, D]
+        dv_h = np.einsum("hij,hid->hjd", p, dos)
+        dk[bb, k0:k0 + lk] = dk_h.reshape(hk, group, lk, d).sum(axis=1).transpose(1, 0, 2)
+        dv[bb, k0:k0 + lk] = dv_h.reshape(hk, group, lk, -1).sum(axis=1).transpose(1, 0, 2)
+        if sink64 is not None:
+            dsink -= (np.exp(sink64[:, None] - lse_safe) * dd).sum(axis=1)
+    grads = tuple(_from_bshd(g, layout, varlen) for g in (dq, dk, dv))
+    return (*grads, dsink) if sink64 is not None else grads
+
+
 def round_to_bf16(x: np.ndarray) -> np.ndarray:
     """float32 values rounded to the nearest bfloat16 (ties to even): inputs a bf16 kernel sees,
     for references and tests without ml_dtypes."""

@@ -1,0 +1,210 @@
+"""The FMHA backward (tiledsl.ops.fmha_bwd) on the emulator against the float64 reference, on every
+arch: its plan and workspace, every feature, determinism across schedules, and bad arguments."""
+
+from __future__ import annotations
+
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.cli import main
+from tiledsl.fmha_bwd import BWD_CONFIGS, bwd_config, plan_from_sizes
+from tiledsl.ops import fmha_bwd, fmha_bwd_plan, fmha_fwd
+from tiledsl.plan import WORKSPACE_POOL
+from tiledsl.reference import fmha_bwd_reference, fmha_mask_params
+
+pytestmark = pytest.mark.emulator
+
+BF16 = ml_dtypes.bfloat16
+
+
+def inputs(*, b=1, sq=40, sk=56, hq=2, hk=1, d=64, dv=None, dtype=np.float16, layout="bshd", total=None, seed=0):
+    """q, k, v, do (batch mode [B, S, H, D] or group mode [total, H, D] when `total` = (tq, tk))."""
+    rng = np.random.default_rng(seed)
+    dv = d if dv is None else dv
+
+    def make(shape):
+        return rng.standard_normal(shape).astype(dtype)
+
+    if total is not None:
+        tq, tk = total
+        shapes = [(tq, hq, d), (tk, hk, d), (tk, hk, dv), (tq, hq, dv)]
+    else:
+        shapes = [(b, sq, hq, d), (b, sk, hk, d), (b, sk, hk, dv), (b, sq, hq, dv)]
+    arrays = [make(s) for s in shapes]
+    if layout == "bhsd":
+        arrays = [np.ascontiguousarray(np.swapaxes(a, -3, -2)) for a in arrays]
+    return arrays
+
+
+def assert_grads_close(got, ref, dtype, what=("dq", "dk", "dv", "dsink")) -> None:
+    tol = 2e-2 if dtype == BF16 else 4e-3
+    for name, g, r in zip(what, got, ref, strict=False):
+        g = np.asarray(g, dtype=np.float64)
+        assert g.shape == r.shape, name
+        assert np.isfinite(g).all(), f"{name} has non-finite values"
+        err = np.abs(g - r).max() if r.size else 0.0
+        assert err <= tol * max(np.abs(r).max(initial=0.0), 1.0), f"{name}: max error {err}"
+
+
+def run(arch, do, q, k, v, *, device=None, **opts):
+    dev = device or EmulatorDevice(arch)
+    fwd_opts = {key: val for key, val in opts.items() if key != "deterministic"}
+    out, lse = fmha_fwd(q, k, v, return_lse=True, device=dev, **fwd_opts)
+    got = fmha_bwd(do, q, k, v, out, lse, device=dev, **opts)
+    ref_opts = {key: val for key, val in opts.items() if key not in ("deterministic", "max_seqlen_q", "max_seqlen_k")}
+    ref = fmha_bwd_reference(do, q, k, v, **ref_opts)
+    return got, ref
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_bwd_causal_gqa_odd_lengths_deterministic(arch):
+    q, k, v, do = inputs(sq=70, sk=90, hq=4, hk=2, d=64, seed=1)
+    got, ref = run(arch, do, q, k, v, causal=True, deterministic=True)
+    assert_grads_close(got, ref, np.float16)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_bwd_varlen_top_left_softcap_padded_mqa_bf16(arch):
+    cu_q = np.array([0, 30, 30, 75], np.int32)  # the middle sequence is empty
+    cu_k = np.array([0, 20, 44, 100], np.int32)
+    q, k, v, do = inputs(hq=3, hk=1, d=48, dtype=BF16, total=(75, 100), seed=2)
+    got, ref = run(arch, do, q, k, v, causal="top_left", softcap=5.0, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    assert_grads_close(got, ref, BF16)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_bwd_window_sink_bhsd_unequal_head_dims(arch):
+    q, k, v, do = inputs(b=2, sq=33, sk=47, hq=2, hk=2, d=64, dv=32, layout="bhsd", seed=3)
+    sink = np.array([0.5, -1.0], np.float32)
+    got, ref = run(arch, do, q, k, v, window=(12, 5), sink=sink, layout="bhsd", deterministic=True)
+    assert len(got) == 4 and got[3].dtype == np.float32 and got[3].shape == (2,)
+    assert_grads_close(got, ref, np.float16)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+@pytest.mark.parametrize("d", [128, 256])
+def test_bwd_large_head_dims(arch, d):
+    q, k, v, do = inputs(sq=24, sk=40, hq=1, hk=1, d=d, seed=4)
+    got, ref = run(arch, do, q, k, v, causal=True)
+    assert_grads_close(got, ref, np.float16)
+
+
+def test_bwd_seqlen_one_and_fully_masked_rows():
+    # top-left causal with more queries than keys leaves no masked row; a window right of the
+    # diagonal that starts past the keys masks the first rows entirely (LSE -inf): zero dq there.
+    q, k, v, do = inputs(sq=1, sk=1, seed=5)
+    got, ref = run("gfx942", do, q, k, v)
+    assert_grads_close(got, ref, np.float16)
+    q, k, v, do = inputs(sq=20, sk=8, seed=6)
+    got, ref = run("gfx942", do, q, k, v, causal=True)  # bottom-right: rows 0..11 see no key
+    assert_grads_close(got, ref, np.float16)
+    assert not np.asarray(got[0], np.float64)[:, :12].any()
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_deterministic_is_bitwise_identical_across_schedules(arch):
+    q, k, v, do = inputs(sq=64, sk=200, hq=2, hk=1, d=64, seed=7)
+    out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(arch))
+    runs = [fmha_bwd(do, q, k, v, out, lse, causal=True, deterministic=True,
+                     device=EmulatorDevice(arch, schedule="shuffle", seed=s)) for s in (1, 2)]
+    for a, b in zip(*runs, strict=True):
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+def test_atomic_mode_depends_on_the_schedule_and_stays_close():
+    """The shuffled schedule is live: with float atomics the f32 dq_acc sums in another order."""
+    q, k, v, do = inputs(sq=32, sk=512, hq=1, hk=1, d=64, seed=8)
+    out, lse = fmha_fwd(q, k, v, return_lse=True, device=EmulatorDevice("gfx942"))
+    accs, grads = [], []
+    for seed in (1, 2):
+        dev = EmulatorDevice("gfx942", schedule="shuffle", seed=seed)
+        grads.append(fmha_bwd(do, q, k, v, out, lse, device=dev))
+        plan = fmha_bwd_plan(do, q, k, v, out, lse, device=dev)
+        region = plan.workspace.region("dq_acc")
+        buf = WORKSPACE_POOL.get(dev, plan.workspace_size)
+        accs.append(np.frombuffer(dev.copy_out(buf, 4 * region.words, 4 * region.offset), np.float32))
+    assert (accs[0] != accs[1]).any()
+    ref = fmha_bwd_reference(do, q, k, v)
+    for g in grads:
+        assert_grads_close(g, ref, np.float16)
+
+
+def test_workspace_layout_is_compact_in_group_mode():
+    mask = fmha_mask_params(True)
+    seq_q, seq_k = (100, 300, 0, 17), (120, 250, 64, 0)
+    plan = plan_from_sizes("gfx942", dtype="f16", hdim_q=96, hdim_v=96, hq=8, hk=2, seqlens_q=seq_q,
+                           seqlens_k=seq_k, varlen=True, mask=mask, deterministic=True)
+    bn = bwd_config("gfx942", 96, 96).block_n
+    nsplits = [-(-sk // bn) for sk in seq_k]
+    acc = sum(8 * ns * sq * 96 for ns, sq in zip(nsplits, seq_q, strict=True))
+    host = 16 + 48  # nsplits: 4 x i32 = 16 bytes; offsets: 5 x i64 = 40 bytes, padded to 48
+    d_words = 8 * sum(seq_q)
+    assert plan.workspace_size == host + 4 * acc + 4 * d_words
+    assert plan.info["nsplits"] == nsplits
+    assert plan.stage_names == ["dot_do_o", "dq_dk_dv", "convert_dq"]
+    head = plan.workspace.host
+    assert struct.unpack("<4i", head[:16]) == tuple(nsplits)
+    offsets = struct.unpack("<5q", head[16:56])
+    assert offsets == tuple(np.concatenate([[0], np.cumsum([8 * n * s * 96 for n, s in zip(nsplits, seq_q,
+                                                                                             strict=True)])]))
+    rectangular = 4 * len(seq_q) * 8 * max(nsplits) * max(seq_q) * 96
+    assert 4 * acc < rectangular
+    assert plan.workspace.region("dq_acc").zero  # masked: skipped tiles must read as zero
+    unmasked = plan_from_sizes("gfx942", dtype="f16", hdim_q=96, hdim_v=96, hq=8, hk=2, seqlens_q=seq_q,
+                               seqlens_k=seq_k, varlen=True, mask=fmha_mask_params(False), deterministic=True)
+    assert not unmasked.workspace.region("dq_acc").zero
+
+
+def test_caller_workspace_is_used_and_too_small_is_refused():
+    dev = EmulatorDevice("gfx1100")
+    q, k, v, do = inputs(sq=20, sk=30, seed=9)
+    out, lse = fmha_fwd(q, k, v, return_lse=True, device=dev)
+    plan = fmha_bwd_plan(do, q, k, v, out, lse, device=dev)
+    ws = dev.alloc(plan.workspace_size, "my workspace")
+    got = fmha_bwd(do, q, k, v, out, lse, device=dev, workspace=ws)
+    assert_grads_close(got, fmha_bwd_reference(do, q, k, v), np.float16)
+    small = dev.alloc(plan.workspace_size - 4, "small")
+    with pytest.raises(ValueError, match="workspace: the plan needs"):
+        fmha_bwd(do, q, k, v, out, lse, device=dev, workspace=small)
+
+
+def _bad_lse(args):
+    args["lse"] = args["lse"][:, :1]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: a.update(do=a["do"][..., :32]), r"do: expected shape \(1, 20, 2, 64\), got \(1, 20, 2, 32\)"),
+    (lambda a: a.update(out=a["out"].astype(np.float32)), "out: expected dtype float16, got float32"),
+    (_bad_lse, r"lse: expected shape \(1, 2, 20\)"),
+    (lambda a: a.update(deterministic="yes"), "deterministic: expected a bool"),
+    (lambda a: a.update(lse=a["lse"].astype(np.float16)), "lse: expected dtype float32, got float16"),
+    (lambda a: a.update(window=(3,)), "window: expected a pair of ints"),
+])
+def test_bad_arguments_are_value_errors(change, message):
+    q, k, v, do = inputs(sq=20, sk=24)
+    out = np.zeros_like(do)
+    lse = np.zeros((1, 2, 20), np.float32)
+    args = dict(do=do, q=q, k=k, v=v, out=out, lse=lse, arch="gfx942")
+    change(args)
+    with pytest.raises(ValueError, match=message):
+        fmha_bwd(**args)
+
+
+def test_plan_cli_prints_stages_and_workspace(capsys):
+    assert main(["plan", "fmha_bwd", "--arch", "gfx950", "--varlen", "100,300/250,0", "--heads", "8/2",
+                 "--hdim", "128", "--mask", "causal", "--deterministic"]) == 0
+    text = capsys.readouterr().out
+    for word in ("dot_do_o", "dq_dk_dv", "convert_dq", "nsplits", "offsets", "dq_acc", "zeroed"):
+        assert word in text
+    assert main(["plan", "fmha_bwd", "--arch", "gfx950", "--heads", "8/3"]) == 2
+    assert "heads: the query heads (8) must be a positive multiple" in capsys.readouterr().err
+
+
+def test_config_table_covers_every_arch_and_head_dim():
+    assert set(BWD_CONFIGS) == set(ARCH_NAMES)
+    assert all(set(row) == {32, 64, 128, 256} for row in BWD_CONFIGS.values())
