@@ -46,6 +46,32 @@ def attention_rows() -> int:
         failures += not ok
         kind = type(device).__name__.removesuffix("Device").lower()
         print(f"{arch:8} {kind:61} {seconds:6.2f}s {err:11.2e}  {'ok' if ok else 'MISMATCH'}")
+    return failures + backward_rows(q, k, v)
+
+
+def backward_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> int:
+    """fmha_bwd (the three-stage plan over one workspace, deterministic) against the reference."""
+    from tiledsl.backends.rocm.runtime import default_device
+    from tiledsl.ops import fmha_bwd, fmha_fwd
+    from tiledsl.reference import fmha_bwd_reference
+
+    print(f"\n{'fmha_bwd (same shapes, causal, deterministic: dot_do_o, dq_dk_dv, convert_dq)':70} {'call':>7} "
+          f"{'max rel err':>11}  result")
+    do = np.random.default_rng(6).standard_normal(q.shape).astype(np.float16)
+    refs = fmha_bwd_reference(do, q, k, v, causal=True)
+    failures = 0
+    for arch in ARCH_NAMES:
+        device = default_device(arch)
+        out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=device)
+        t0 = time.perf_counter()
+        grads = fmha_bwd(do, q, k, v, out, lse, causal=True, deterministic=True, device=device)
+        seconds = time.perf_counter() - t0
+        err = max(float(np.abs(g.astype(np.float64) - r).max() / max(np.abs(r).max(), 1.0))
+                  for g, r in zip(grads, refs, strict=True))
+        ok = err <= 4e-3
+        failures += not ok
+        kind = type(device).__name__.removesuffix("Device").lower()
+        print(f"{arch:8} {kind:61} {seconds:6.2f}s {err:11.2e}  {'ok' if ok else 'MISMATCH'}")
     return failures
 
 

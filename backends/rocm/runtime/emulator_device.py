@@ -47,6 +47,7 @@ class EmulatorDevice(Device):
             f", shuffled (seed {seed})" if self.rng is not None else "")
         self.heap = Heap()
         self.last_stats: dict = {}
+        self.launches: list[dict] = []  # every launch's statistics and kernel name, in order
 
     # -- memory ---------------------------------------------------------------------------
     def alloc(self, size: int, name: str = "buffer") -> Buffer:
@@ -101,6 +102,7 @@ class EmulatorDevice(Device):
                stream: Stream | None = None) -> None:
         self.last_stats = dispatch(kernel.handle, kernel.meta, self.heap, grid, block, kernargs, dynamic_lds,
                                    self.heap.alloc, self.heap.free, self.rng)
+        self.launches.append({"kernel": kernel.name, **self.last_stats})
 
     def synchronize(self, stream: Stream | None = None) -> None:
         return None
