@@ -36,18 +36,20 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False) -> BwdConfi
     return BwdConfig(block_m, block_n, waves, spills)
 
 
-# dq_dk_dv tiles per arch and padded head dim, from a sweep of the compiles (registers and spills
-# of every candidate the matrix instructions can tile): dK and dV of BLOCK_N keys stay in
-# registers for the whole walk, so the tiles shrink as the head dim grows. No spills up to hdim
-# 128 except gfx1100 at 128 (its WMMA operands are held twice, in both lane halves); RDNA at
-# hdim 256 spills at every tile that fits LDS. Those rows compile with spills allowed.
+# dq_dk_dv tiles per arch and padded head dim, chosen with the emulator (executed wave-instructions
+# per (query, key) pair, benchmarks/fmha_bwd.py) among the tiles that compile without spills: dK
+# and dV of BLOCK_N keys stay in registers for the whole walk, and more keys per workgroup amortise
+# the per-query-block work (loads of Q, dO, LSE, D and the dQ adds). CDNA takes 128 keys (8 waves
+# at hdim 128 to keep two waves per SIMD); RDNA, with half the registers per lane, 64. gfx1100
+# spills at hdim 128 with every tile (its WMMA operands are held in both lane halves) and RDNA at
+# hdim 256: those rows compile with spills allowed.
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
-    "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 64, 4), 128: _b(32, 64, 4), 256: _b(32, 32, 4)},
-    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 64, 4), 128: _b(32, 64, 4), 256: _b(32, 32, 4)},
-    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 64, 4), 128: _b(32, 64, 4), 256: _b(32, 32, 4)},
+    "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
+    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
+    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx1100": {32: _b(32, 32, 4), 64: _b(32, 64, 8), 128: _b(32, 64, 8, spills=True),
                 256: _b(32, 16, 2, spills=True)},
-    "gfx1201": {32: _b(32, 32, 4), 64: _b(32, 64, 8), 128: _b(32, 64, 8), 256: _b(32, 16, 2, spills=True)},
+    "gfx1201": {32: _b(32, 32, 4), 64: _b(32, 128, 8), 128: _b(32, 64, 8), 256: _b(32, 16, 2, spills=True)},
 }
 
 

@@ -171,6 +171,7 @@ SOPK 31 s_cbranch_cdbguser
 SOP1 0 s_mov_b32 d=1,s0=1
 VOPC 0 v_cmp_f_f16_e32 s0=-1,s1=-1
 SOP1 1 s_mov_b64 d=2,s0=2
+VOP1 0 v_nop
 VOP1 1 v_mov_b32_e32 d=1,s0=1
 VOPC 1 v_cmp_lt_f16_e32 s0=-1,s1=-1
 SOP1 2 s_cmov_b32 d=1,s0=1

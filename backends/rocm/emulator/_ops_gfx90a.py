@@ -151,6 +151,7 @@ SOPK 21 s_call_b64 d=2
 SOPK 29 s_mov_b32 d=1
 SOP1 0 s_mov_b32 d=1,s0=1
 SOP1 1 s_mov_b64 d=2,s0=2
+VOP1 0 v_nop
 VOP1 1 v_mov_b32_e32 d=1,s0=1
 SOP1 2 s_cmov_b32 d=1,s0=1
 VOP1 2 v_readfirstlane_b32 d=1,s0=1

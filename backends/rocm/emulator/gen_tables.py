@@ -164,6 +164,10 @@ def generate(arch: str) -> list[str]:
         w = _widths(rest, fields)
         widths = ",".join(f"{k}={v}" for k, v in sorted(w.items()))
         out.append(f"{fam} {op} {mnem} {widths}".rstrip())
+    # LLVM's decoder rejects a v_nop word whose unused fields are not zero, so the templates above
+    # never name it; every target has it at VOP1 opcode 0 (compilers insert it for hazards).
+    if ("VOP1", 0) not in seen:
+        out.insert(next(i for i, row in enumerate(out) if row.startswith("VOP1 1 ")), "VOP1 0 v_nop")
     return out
 
 

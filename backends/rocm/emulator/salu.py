@@ -426,7 +426,7 @@ _NOPS = ("s_nop", "s_waitcnt", "s_wait_loadcnt", "s_wait_dscnt", "s_wait_kmcnt",
          "s_set_inst_prefetch_distance", "s_icache_inv", "s_incperflevel", "s_decperflevel", "s_ttracedata",
          "s_ttracedata_imm", "s_denorm_mode", "s_round_mode", "s_sendmsg", "s_barrier_signal", "s_wakeup",
          "s_dcache_inv", "s_dcache_wb", "s_dcache_inv_vol", "s_dcache_wb_vol", "s_sleep_var", "s_setkill",
-         "s_wait_event")
+         "s_wait_event", "v_nop")  # v_nop: a VALU no-op the compiler inserts for hazards
 
 
 @builder(*_NOPS)

@@ -493,3 +493,26 @@ def _b_vopd(inst, ctx):
         wy(w, vy)
         return nxt
     return h
+
+
+@builder("v_bitop3_b32")
+def _bitop3(inst, ctx):
+    """gfx950's three-input bitwise op: result bit i is TTBL[S0[i] << 2 | S1[i] << 1 | S2[i]]. The
+    8-bit table lives in the VOP3 modifier fields (bits [2:0] in neg, [5:3] in abs, [7:6] in omod),
+    so those are not modifiers here."""
+    f, nxt = inst.f, ctx.nxt
+    if inst.dpp is not None or inst.sdwa is not None or f["clamp"] or f["opsel"]:
+        raise UnsupportedInstruction(f"v_bitop3_b32 with DPP/SDWA, clamp or op_sel on {ctx.arch}")
+    table = f["neg"] | f["abs"] << 3 | f["omod"] << 6
+    a, b, c = (vsrc(f[s], "u32", ctx, inst.lit) for s in ("src0", "src1", "src2"))
+    wr = vdst(f["vdst"], "u32", ctx)
+    minterms = [i for i in range(8) if table >> i & 1]
+
+    def h(w):
+        x, y, z = (np.asarray(r(w), dtype=np.uint32) for r in (a, b, c))
+        out = np.zeros(np.broadcast(x, y, z).shape, np.uint32)
+        for i in minterms:
+            out |= (x if i & 4 else ~x) & (y if i & 2 else ~y) & (z if i & 1 else ~z)
+        wr(w, out)
+        return nxt
+    return h

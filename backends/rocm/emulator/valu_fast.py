@@ -290,3 +290,4 @@ def _pack_f16(inst, ctx):
         wr(w, buf)
         return nxt
     return h
+
