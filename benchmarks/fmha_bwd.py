@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.fmha_bwd import bwd_config, plan_from_sizes
 from tiledsl.isa_stats import count_instructions, isa_stats
@@ -105,7 +106,11 @@ def _triton_row(a, hdim: int, causal: bool, config, compile_fn, emulate: bool) -
            "occ": a.occupancy(vgpr, lds, warps), "dyn": None,
            "tiles": "/".join(map(str, config[:4])) + f" w{warps} s{config[5]}"}
     if emulate:
-        row["dyn"] = _run_triton(a, hdim, causal, config, md, hsaco)
+        try:
+            row["dyn"] = _run_triton(a, hdim, causal, config, md, hsaco)
+        except UnsupportedInstruction as exc:  # static figures stay; say why the dynamic one is missing
+            row["note"] = "not run: " + re.sub(r".*unsupported instruction '([^']+)'.*", r"the emulator lacks \1",
+                                               str(exc).splitlines()[0])
     return row
 
 
@@ -148,8 +153,9 @@ def fmt(who: str, r: dict | None) -> str:
         return f"{who:7} failed: {r['error']}"
     per = r["instr"] / r["mma"] if r["mma"] else float("nan")
     dyn = f"{r['dyn']:9.1f}" if r["dyn"] is not None else f"{'-':>9}"
+    note = f"  ({r['note']})" if "note" in r else ""
     return (f"{who:7} {r['compile']:7.2f} {r['instr']:6d} {r['mma']:5d} {per:8.1f} {r['vgpr']:5d} {r['agpr']:5d} "
-            f"{r['lds']:6d} {r['spills']:6d} {r['occ']:4d} {dyn}  {r['tiles']}")
+            f"{r['lds']:6d} {r['spills']:6d} {r['occ']:4d} {dyn}  {r['tiles']}{note}")
 
 
 def main() -> int:
