@@ -29,11 +29,12 @@ from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.fmha_bwd import bwd_config, plan_from_sizes
-from tiledsl.isa_stats import count_instructions, isa_stats
+from tiledsl.isa_stats import isa_stats
 from tiledsl.ops import fmha_bwd, fmha_fwd
 from tiledsl.reference import fmha_bwd_reference, fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_rows import HEADER, format_row, triton_stats  # noqa: E402
 
 SEQ = 256
 LOG2E = 1.4426950408889634
@@ -93,17 +94,8 @@ def theirs(arch: str, hdim: int, causal: bool, emulate: bool) -> dict | None:
 
 def _triton_row(a, hdim: int, causal: bool, config, compile_fn, emulate: bool) -> dict:
     asm, md, seconds, hsaco = compile_fn(a.name, a.wave_size, "f16", hdim, causal, config)
-    counts = count_instructions(asm, "attn_bwd")
-
-    def meta(key: str) -> int:
-        m = re.search(rf"^\s*\.{key}:\s*(\d+)", asm, re.M)
-        return int(m.group(1)) if m else 0
-
-    vgpr, agpr, lds = meta("vgpr_count"), meta("agpr_count"), int(md.get("shared", 0))
     warps = config[4]
-    row = {"compile": seconds, "instr": counts.total, "mma": counts.mfma + counts.wmma, "vgpr": vgpr, "agpr": agpr,
-           "lds": lds, "spills": meta("vgpr_spill_count") + meta("sgpr_spill_count"),
-           "occ": a.occupancy(vgpr, lds, warps), "dyn": None,
+    row = {**triton_stats(asm, md, seconds, "attn_bwd", a, warps), "dyn": None,
            "tiles": "/".join(map(str, config[:4])) + f" w{warps} s{config[5]}"}
     if emulate:
         try:
@@ -147,15 +139,11 @@ def _forward(q, k, v, causal):
 
 
 def fmt(who: str, r: dict | None) -> str:
-    if r is None:
-        return f"{who:7} (triton not installed: pip install triton)"
-    if "error" in r:
-        return f"{who:7} failed: {r['error']}"
-    per = r["instr"] / r["mma"] if r["mma"] else float("nan")
+    if r is None or "error" in r:
+        return format_row(who, r)
     dyn = f"{r['dyn']:9.1f}" if r["dyn"] is not None else f"{'-':>9}"
     note = f"  ({r['note']})" if "note" in r else ""
-    return (f"{who:7} {r['compile']:7.2f} {r['instr']:6d} {r['mma']:5d} {per:8.1f} {r['vgpr']:5d} {r['agpr']:5d} "
-            f"{r['lds']:6d} {r['spills']:6d} {r['occ']:4d} {dyn}  {r['tiles']}{note}")
+    return format_row(who, r, f"{dyn}  {r['tiles']}{note}")
 
 
 def main() -> int:
@@ -167,8 +155,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TRITON_CACHE_DIR"] = tmp  # cold compiles for Triton too
         os.environ["TILEDSL_CACHE_DIR"] = str(Path(tmp) / "tiledsl")
-        print(f"{'':21} {'who':7} {'cold s':>7} {'instr':>6} {'MMA':>5} {'instr/MMA':>8} {'VGPR':>5} {'AGPR':>5} "
-              f"{'LDS':>6} {'spills':>6} {'occ':>4} {'dyn/1kpr':>9}  tiles")
+        print(f"{'':21} {HEADER} {'dyn/1kpr':>9}  tiles")
         for arch in args.arch:
             for hdim in args.hdim:
                 for causal in (False, True):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 import time
@@ -25,13 +24,14 @@ import numpy as np
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.driver import CompiledKernel, compile_source
-from tiledsl.isa_stats import count_instructions, isa_stats
+from tiledsl.isa_stats import isa_stats
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_config, fmha_defines
 from tiledsl.ops import KERNELS, fmha_fwd
 from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_rows import HEADER, format_row, triton_stats  # noqa: E402
 
 
 def compile_contiguous(arch: str, defines: dict[str, str], allow_spills: bool = False) -> CompiledKernel:
@@ -49,7 +49,8 @@ def ours(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict:
     seconds = time.perf_counter() - t0
     st = isa_stats(k.asm, k.manifest)
     row = {"compile": seconds, "instr": st.instructions, "mma": st.mfma + st.wmma, "vgpr": st.vgprs,
-           "agpr": st.agprs, "lds": st.lds_bytes, "spills": st.vgpr_spills, "occ": st.occupancy, "emu": None}
+           "agpr": st.agprs, "lds": st.lds_bytes, "spills": st.vgpr_spills + st.sgpr_spills, "occ": st.occupancy,
+           "emu": None}
     if emulate:
         cfg = fmha_config(arch, hdim, masked=causal)
         rng = np.random.default_rng(0)
@@ -72,28 +73,12 @@ def theirs(arch: str, dtype: str, hdim: int, causal: bool) -> dict | None:
         asm, md, seconds = compile_triton(arch, a.wave_size, dtype, hdim, causal)
     except Exception as exc:  # a peer's compiler failing is a data point, not our error
         return {"error": f"{type(exc).__name__}: {str(exc)[:60]}"}
-    counts = count_instructions(asm, "attn_fwd")
-
-    def meta(key: str) -> int:
-        m = re.search(rf"^\s*\.{key}:\s*(\d+)", asm, re.M)
-        return int(m.group(1)) if m else 0
-
-    # Triton allocates its LDS dynamically at launch: the size is in its metadata, not the code object.
-    vgpr, agpr, lds = meta("vgpr_count"), meta("agpr_count"), int(md.get("shared", 0))
-    return {"compile": seconds, "instr": counts.total, "mma": counts.mfma + counts.wmma, "vgpr": vgpr,
-            "agpr": agpr, "lds": lds, "spills": meta("vgpr_spill_count"),
-            "occ": a.occupancy(vgpr, lds, 4), "emu": None}
+    return {**triton_stats(asm, md, seconds, "attn_fwd", a, 4), "emu": None}
 
 
 def fmt(who: str, r: dict | None) -> str:
-    if r is None:
-        return f"{who:7} (triton not installed: pip install triton)"
-    if "error" in r:
-        return f"{who:7} failed: {r['error']}"
-    per = r["instr"] / r["mma"] if r["mma"] else float("nan")
-    emu = f"{r['emu']:>10,}" if r["emu"] is not None else f"{'-':>10}"
-    return (f"{who:7} {r['compile']:7.2f} {r['instr']:6d} {r['mma']:5d} {per:8.1f} {r['vgpr']:5d} {r['agpr']:5d} "
-            f"{r['lds']:6d} {r['spills']:6d} {r['occ']:4d} {emu}")
+    emu = "" if r is None or "error" in r else (f"{r['emu']:>10,}" if r["emu"] is not None else f"{'-':>10}")
+    return format_row(who, r, emu)
 
 
 def main() -> int:
@@ -106,8 +91,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         # Cold compiles for Triton too: its own cache would otherwise answer repeated variants.
         os.environ["TRITON_CACHE_DIR"] = tmp
-        print(f"{'':24} {'who':7} {'cold s':>7} {'instr':>6} {'MMA':>5} {'instr/MMA':>8} {'VGPR':>5} "
-              f"{'AGPR':>5} {'LDS':>6} {'spills':>6} {'occ':>4} {'emu instr/tile':>10}")
+        print(f"{'':24} {HEADER} {'emu instr/tile':>10}")
         for arch in args.arch:
             for hdim in args.hdim:
                 for dtype in args.dtype:

@@ -92,6 +92,61 @@ def _segments(cu: np.ndarray | None, batch: int, seqlen: int, name: str) -> list
     return [(int(cu[b]), int(cu[b + 1] - cu[b])) for b in range(len(cu) - 1)]
 
 
+@dataclass(frozen=True)
+class _Problem:
+    """Checked reference inputs: float64 [B, S, H, D] views, the sequences, scale, sink, mask."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    do: np.ndarray | None
+    varlen: bool
+    seg_q: list[tuple[int, int]]
+    seg_k: list[tuple[int, int]]
+    scale: float
+    sink: np.ndarray | None
+    mask: MaskParams
+
+    @staticmethod
+    def check(q, k, v, do, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout) -> _Problem:
+        if layout not in ("bshd", "bhsd"):
+            raise ValueError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
+        varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+        if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+            raise ValueError("group mode needs both cu_seqlens_q and cu_seqlens_k")
+        qb, kb, vb = (_to_bshd(x, layout, varlen, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+        dob = None if do is None else _to_bshd(do, layout, varlen, "do")
+        batch, sq, hq, d = qb.shape
+        _, sk, hk, _ = kb.shape
+        if kb.shape[0] != batch or vb.shape[:3] != kb.shape[:3] or kb.shape[3] != d or \
+                (dob is not None and dob.shape[:3] != qb.shape[:3]):
+            raise ValueError(f"inconsistent shapes q {np.shape(q)}, k {np.shape(k)}, v {np.shape(v)}"
+                             + ("" if do is None else f", do {np.shape(do)}"))
+        if hk == 0 or hq % hk:
+            raise ValueError(f"the number of query heads ({hq}) must be a multiple of key/value heads ({hk})")
+        if softcap < 0:
+            raise ValueError(f"softcap must be >= 0 (0 = off), got {softcap}")
+        seg_q = _segments(cu_seqlens_q, batch, sq, "cu_seqlens_q")
+        seg_k = _segments(cu_seqlens_k, batch, sk, "cu_seqlens_k")
+        if len(seg_q) != len(seg_k):
+            raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length")
+        return _Problem(qb, kb, vb, dob, varlen, seg_q, seg_k, 1.0 / np.sqrt(d) if scale is None else float(scale),
+                        None if sink is None else np.asarray(sink, dtype=np.float64).reshape(hq),
+                        fmha_mask_params(causal, window))
+
+    def sequences(self):
+        """Per sequence: (batch index, (q0, lq), (k0, lk), q, k, v, do) with q/do [Hq, lq, D] and
+        k/v [Hq, lk, D] (each query head's kv head, GQA)."""
+        hq, hk = self.q.shape[2], self.k.shape[2]
+        kv_head = np.arange(hq) // (hq // hk)
+        for b, ((q0, lq), (k0, lk)) in enumerate(zip(self.seg_q, self.seg_k, strict=True)):
+            bb = 0 if self.varlen else b
+            dos = None if self.do is None else self.do[bb, q0:q0 + lq].transpose(1, 0, 2)
+            yield (bb, (q0, lq), (k0, lk), self.q[bb, q0:q0 + lq].transpose(1, 0, 2),
+                   self.k[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2),
+                   self.v[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2), dos)
+
+
 def fmha_fwd_reference(
     q: np.ndarray,
     k: np.ndarray,
@@ -137,40 +192,15 @@ def fmha_fwd_reference(
     Returns out (float64, the layout of q, head dim Dv) and, with return_lse, the natural-log
     LSE [B, Hq, Sq] (group mode: [Hq, total_q], flash-attention's varlen layout).
     """
-    if layout not in ("bshd", "bhsd"):
-        raise ValueError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
-        raise ValueError("group mode needs both cu_seqlens_q and cu_seqlens_k")
-    qb, kb, vb = (_to_bshd(x, layout, varlen, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
-    batch, sq, hq, d = qb.shape
-    _, sk, hk, _ = kb.shape
-    dv = vb.shape[3]
-    if kb.shape[0] != batch or vb.shape[:3] != kb.shape[:3] or kb.shape[3] != d:
-        raise ValueError(f"inconsistent shapes q {np.shape(q)}, k {np.shape(k)}, v {np.shape(v)}")
-    if hk == 0 or hq % hk:
-        raise ValueError(f"the number of query heads ({hq}) must be a multiple of key/value heads ({hk})")
-    if softcap < 0:
-        raise ValueError(f"softcap must be >= 0 (0 = off), got {softcap}")
-    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    sink64 = None if sink is None else np.asarray(sink, dtype=np.float64).reshape(hq)
-    params = fmha_mask_params(causal, window)
-    seg_q = _segments(cu_seqlens_q, batch, sq, "cu_seqlens_q")
-    seg_k = _segments(cu_seqlens_k, batch, sk, "cu_seqlens_k")
-    if len(seg_q) != len(seg_k):
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length")
-    kv_head = np.arange(hq) // (hq // hk)
-
-    out = np.zeros((batch, sq, hq, dv))
+    p = _Problem.check(q, k, v, None, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout)
+    batch, sq, hq, _ = p.q.shape
+    out = np.zeros((batch, sq, hq, p.v.shape[3]))
     lse = np.full((batch, hq, sq), -np.inf)
-    for b, ((q0, lq), (k0, lk)) in enumerate(zip(seg_q, seg_k, strict=True)):
-        bb = 0 if varlen else b
-        qs = qb[bb, q0:q0 + lq].transpose(1, 0, 2)  # [Hq, lq, D]
-        ks = kb[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2)  # [Hq, lk, D]
-        vs = vb[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2)
-        o_seg, lse_seg = _attend(qs, ks, vs, scale, softcap, sink64, fmha_mask(lq, lk, params))
+    for bb, (q0, lq), (_k0, lk), qs, ks, vs, _do in p.sequences():
+        o_seg, lse_seg = _attend(qs, ks, vs, p.scale, softcap, p.sink, fmha_mask(lq, lk, p.mask))
         out[bb, q0:q0 + lq] = o_seg.transpose(1, 0, 2)
         lse[bb, :, q0:q0 + lq] = lse_seg
+    varlen = p.varlen
     result = _from_bshd(out, layout, varlen)
     if not return_lse:
         return result
@@ -223,54 +253,31 @@ def fmha_bwd_reference(
     dsink[h] = -sum over every row of exp(sink_h - LSE_row) * D_row. Rows with no allowed key
     (and no sink) have P = 0 and contribute nothing.
     """
-    if layout not in ("bshd", "bhsd"):
-        raise ValueError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
-        raise ValueError("group mode needs both cu_seqlens_q and cu_seqlens_k")
-    qb, kb, vb, dob = (_to_bshd(x, layout, varlen, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (do, "do")))
-    batch, sq, hq, d = qb.shape
-    _, sk, hk, _ = kb.shape
-    if kb.shape[0] != batch or vb.shape[:3] != kb.shape[:3] or kb.shape[3] != d or dob.shape[:3] != qb.shape[:3]:
-        raise ValueError(f"inconsistent shapes do {np.shape(do)}, q {np.shape(q)}, k {np.shape(k)}, v {np.shape(v)}")
-    if hk == 0 or hq % hk:
-        raise ValueError(f"the number of query heads ({hq}) must be a multiple of key/value heads ({hk})")
-    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    sink64 = None if sink is None else np.asarray(sink, dtype=np.float64).reshape(hq)
-    params = fmha_mask_params(causal, window)
-    seg_q = _segments(cu_seqlens_q, batch, sq, "cu_seqlens_q")
-    seg_k = _segments(cu_seqlens_k, batch, sk, "cu_seqlens_k")
-    if len(seg_q) != len(seg_k):
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length")
+    p = _Problem.check(q, k, v, do, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout)
+    hq, hk, d = p.q.shape[2], p.k.shape[2], p.q.shape[3]
     group = hq // hk
-    kv_head = np.arange(hq) // group
-
-    dq, dk, dv = np.zeros(qb.shape), np.zeros(kb.shape), np.zeros(vb.shape)
+    dq, dk, dv = np.zeros(p.q.shape), np.zeros(p.k.shape), np.zeros(p.v.shape)
     dsink = np.zeros(hq)
-    for b, ((q0, lq), (k0, lk)) in enumerate(zip(seg_q, seg_k, strict=True)):
-        bb = 0 if varlen else b
-        qs = qb[bb, q0:q0 + lq].transpose(1, 0, 2)  # [Hq, lq, D]
-        ks = kb[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2)  # [Hq, lk, D]
-        vs = vb[bb, k0:k0 + lk][:, kv_head].transpose(1, 0, 2)
-        dos = dob[bb, q0:q0 + lq].transpose(1, 0, 2)
-        allowed = fmha_mask(lq, lk, params)
+    scale, sink64 = p.scale, p.sink
+    for bb, (q0, lq), (k0, lk), qs, ks, vs, dos in p.sequences():
+        allowed = fmha_mask(lq, lk, p.mask)
         out, lse = _attend(qs, ks, vs, scale, softcap, sink64, allowed)
         raw = np.einsum("hid,hjd->hij", qs, ks) * scale
         s = softcap * np.tanh(raw / softcap) if softcap > 0 else raw
         lse_safe = np.where(np.isfinite(lse), lse, np.inf)  # empty rows: P = 0
-        p = np.where(allowed[None], np.exp(np.where(allowed[None], s, 0.0) - lse_safe[..., None]), 0.0)
+        prob = np.where(allowed[None], np.exp(np.where(allowed[None], s, 0.0) - lse_safe[..., None]), 0.0)
         dd = (dos * out).sum(axis=2)  # D [Hq, lq]
-        ds = p * (np.einsum("hid,hjd->hij", dos, vs) - dd[..., None])
+        ds = prob * (np.einsum("hid,hjd->hij", dos, vs) - dd[..., None])
         if softcap > 0:
             ds = ds * (1.0 - np.tanh(raw / softcap) ** 2)
         dq[bb, q0:q0 + lq] = (scale * ds @ ks).transpose(1, 0, 2)
         dk_h = scale * np.einsum("hij,hid->hjd", ds, qs)  # per query head [Hq, lk, D]
-        dv_h = np.einsum("hij,hid->hjd", p, dos)
+        dv_h = np.einsum("hij,hid->hjd", prob, dos)
         dk[bb, k0:k0 + lk] = dk_h.reshape(hk, group, lk, d).sum(axis=1).transpose(1, 0, 2)
         dv[bb, k0:k0 + lk] = dv_h.reshape(hk, group, lk, -1).sum(axis=1).transpose(1, 0, 2)
         if sink64 is not None:
             dsink -= (np.exp(sink64[:, None] - lse_safe) * dd).sum(axis=1)
-    grads = tuple(_from_bshd(g, layout, varlen) for g in (dq, dk, dv))
+    grads = tuple(_from_bshd(g, layout, p.varlen) for g in (dq, dk, dv))
     return (*grads, dsink) if sink64 is not None else grads
 
 

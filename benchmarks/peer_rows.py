@@ -1,0 +1,38 @@
+"""What the FMHA benchmarks share: a Triton kernel's static figures from its assembly and
+metadata, and the table row both kernels print."""
+
+from __future__ import annotations
+
+import re
+
+from tiledsl.backends.rocm.arch import Arch
+from tiledsl.isa_stats import count_instructions
+
+HEADER = (f"{'who':7} {'cold s':>7} {'instr':>6} {'MMA':>5} {'instr/MMA':>8} {'VGPR':>5} {'AGPR':>5} "
+          f"{'LDS':>6} {'spills':>6} {'occ':>4}")
+
+
+def triton_stats(asm: str, metadata: dict, seconds: float, kernel: str, arch: Arch, warps: int) -> dict:
+    """Instructions, MFMA/WMMA, registers, LDS, spills (VGPR and SGPR) and occupancy of a Triton
+    kernel. Triton allocates its LDS at launch: the size is in its metadata, not the code object."""
+    counts = count_instructions(asm, kernel)
+
+    def meta(key: str) -> int:
+        m = re.search(rf"^\s*\.{key}:\s*(\d+)", asm, re.M)
+        return int(m.group(1)) if m else 0
+
+    vgpr, agpr, lds = meta("vgpr_count"), meta("agpr_count"), int(metadata.get("shared", 0))
+    return {"compile": seconds, "instr": counts.total, "mma": counts.mfma + counts.wmma, "vgpr": vgpr,
+            "agpr": agpr, "lds": lds, "spills": meta("vgpr_spill_count") + meta("sgpr_spill_count"),
+            "occ": arch.occupancy(vgpr, lds, warps)}
+
+
+def format_row(who: str, r: dict | None, tail: str = "") -> str:
+    """One kernel's figures under HEADER, then `tail` (the benchmark's own columns)."""
+    if r is None:
+        return f"{who:7} (triton not installed: pip install triton)"
+    if "error" in r:
+        return f"{who:7} failed: {r['error']}"
+    per = r["instr"] / r["mma"] if r["mma"] else float("nan")
+    return (f"{who:7} {r['compile']:7.2f} {r['instr']:6d} {r['mma']:5d} {per:8.1f} {r['vgpr']:5d} {r['agpr']:5d} "
+            f"{r['lds']:6d} {r['spills']:6d} {r['occ']:4d} {tail}")
