@@ -171,6 +171,11 @@ def test_caller_workspace_is_used_and_too_small_is_refused():
     small = dev.alloc(plan.workspace_size - 4, "small")
     with pytest.raises(ValueError, match="workspace: the plan needs"):
         fmha_bwd(do, q, k, v, out, lse, device=dev, workspace=small)
+    with pytest.raises(ValueError, match="workspace: expected a device Buffer"):
+        fmha_bwd(do, q, k, v, out, lse, device=dev, workspace=1 << 20)
+    other = EmulatorDevice("gfx1100").alloc(plan.workspace_size)
+    with pytest.raises(ValueError, match="workspace: a buffer of another device object"):
+        fmha_bwd(do, q, k, v, out, lse, device=dev, workspace=other)
 
 
 def _bad_lse(args):

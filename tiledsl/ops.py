@@ -314,6 +314,8 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
                               max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, layout=layout,
                               deterministic=deterministic, arch=arch, device=device)
     dev = c.device
+    if workspace is not None and prep:
+        plan.check_workspace(dev, workspace)  # before anything is allocated or launched
     owned = []  # device copies of numpy arguments, freed at the end
 
     def on_dev(x: Any, name: str) -> Any:

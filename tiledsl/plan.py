@@ -140,6 +140,26 @@ class Plan:
     def stage_names(self) -> list[str]:
         return [s.name for s in self.stages]
 
+    def check_workspace(self, device: Any, workspace: Any) -> Any:
+        """The caller's workspace as a Buffer of `device` with room for this plan, or a
+        ValueError saying what is wrong with it. A DeviceArray stands for its whole buffer."""
+        from tiledsl.backends.rocm.runtime.device import Buffer
+
+        buf = workspace.buffer if isinstance(workspace, DeviceArray) else workspace
+        if isinstance(workspace, DeviceArray) and workspace.offset:
+            raise ValueError("workspace: a DeviceArray view that starts inside its buffer; pass the buffer")
+        if not isinstance(buf, Buffer):
+            raise ValueError(f"workspace: expected a device Buffer (device.alloc) or DeviceArray, got "
+                             f"{type(workspace).__name__}")
+        if buf.device is not device:
+            raise ValueError(f"workspace: a buffer of another device object ({buf.device.name}) than the one "
+                             f"the plan runs on ({device.name})")
+        if buf.freed:
+            raise ValueError(f"workspace: buffer '{buf.name}' was freed")
+        if buf.size < self.workspace_size:
+            raise ValueError(f"workspace: the plan needs {self.workspace_size} bytes, got a buffer of {buf.size}")
+        return buf
+
     def prepare_workspace(self, device: Any, buffer: Any) -> None:
         self.workspace.prepare(device, buffer)
 
@@ -148,10 +168,11 @@ class Plan:
         `device`). `workspace`: a Buffer of at least `workspace_size` bytes, else one from the
         device's pool. The workspace's regions are added to `env` under their names, and the
         whole workspace as i32 and f32 words under `ws_i` and `ws_f`."""
-        buf = workspace if workspace is not None else WORKSPACE_POOL.get(device, self.workspace_size)
+        if workspace is not None:
+            buf = self.check_workspace(device, workspace)
+        else:
+            buf = WORKSPACE_POOL.get(device, self.workspace_size)
         if buf is not None:
-            if buf.device is not device:
-                raise ValueError(f"workspace: a buffer of {buf.device.name}, but the plan runs on {device.name}")
             self.prepare_workspace(device, buf)
         full = dict(env)
         if buf is not None:
