@@ -65,7 +65,8 @@ def run_case(arch: str, dtype: str, hdim: int, causal: bool) -> None:
     window = r.get("window", (-1, -1))
     # The kernel's own argument convention: a causal kind takes (window_left, 0).
     left, right = window[0], (0 if r.get("causal") else window[1])
-    launch(kernel, q, k, v, out, lse, sink, cu_q, cu_k, scale, softcap, left, right, nseq, max_sq,
+    unused_acc = np.zeros((1, batch, hq, sq, d), np.float32), np.zeros((1, batch, hq, sq), np.float32)
+    launch(kernel, q, k, v, out, lse, sink, *unused_acc, cu_q, cu_k, scale, softcap, left, right, nseq, max_sq, 1,
            device=EmulatorDevice(arch))
 
     f64 = [np.asarray(x, np.float64) for x in (q, k, v)]

@@ -206,7 +206,8 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
              sink: np.ndarray | None = None, cu_seqlens_q: np.ndarray | None = None,
              cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
              max_seqlen_k: int | None = None, return_lse: bool = False, layout: str = "bshd",
-             arch: str | None = None, device: Any = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+             arch: str | None = None, device: Any = None,
+             num_splits: int = 1) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Attention forward: softmax(mask(cap(scale * q k^T))) v, fp16/bf16 in, f32 accumulation.
 
     Shapes and conventions are flash-attention's (see `tiledsl.reference.fmha_fwd_reference`, the
@@ -220,7 +221,13 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]). q, k, v may be numpy arrays (copied to the
     device and back) or `tiledsl.device_array.DeviceArray`s (used in place; the outputs are then
     DeviceArrays on the same device).
+    num_splits: split-KV (docs/inference.md): 1 (the default) runs one kernel; >= 2 cuts each
+    query block's keys into that many ranges (clamped to the key blocks there are) whose partial
+    results a second kernel combines, for grids too small to fill the GPU (decode); 0 lets
+    `fmha_num_splits` choose.
     """
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
+        raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
     c = validate_attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, sink=sink,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                            max_seqlen_k=max_seqlen_k, layout=layout, arch=arch, device=device)
@@ -252,19 +259,52 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
         aligned = tuple(name for name, x in (("q", q4), ("k", k4), ("v", v4), ("o", out4))
                         if all(n == 1 or s % VECTOR_ELEMS == 0
                                for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True)))
-        kernel = compile_fmha_fwd(arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
-                                  sink=sink32 is not None, softcap=float(softcap), contiguous=contiguous,
-                                  aligned=aligned, cache=Cache.from_env())
-        launch(kernel, q4, k4, v4, out4, lse, sink_arg, cuq, cuk, float(scale), float(softcap) or 1.0,
-               mask.left, mask.right, batch, max_q, device=device)
+        env = {"q": q4, "k": k4, "v": v4, "o": out4, "lse": lse, "sink": sink_arg, "cu_seqlens_q": cuq,
+               "cu_seqlens_k": cuk, "scale": float(scale), "softcap": float(softcap) or 1.0,
+               "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q}
+        splits = _splits_for(num_splits, c, arch)
+        if splits > 1:
+            from tiledsl.fmha_splitkv import SplitShape, build_splitkv_plan
+
+            plan = build_splitkv_plan(SplitShape(
+                arch=arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
+                sink=sink32 is not None, softcap=float(softcap) > 0, contiguous=contiguous, aligned=aligned,
+                num_splits=splits, b=b, hq=hq, sq=sq))
+            plan.run(device, env)
+        else:
+            kernel = compile_fmha_fwd(arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen,
+                                      lse=return_lse, sink=sink32 is not None, softcap=float(softcap),
+                                      contiguous=contiguous, aligned=aligned, cache=Cache.from_env())
+            launch(kernel, device=device, o_acc=_unused_acc(b, hq, sq, dv), lse_acc=_unused_acc(b, hq, sq),
+                   num_splits=1, **env)
     if not return_lse:
         return out
     return out, ((lse.squeeze0() if on_device else lse[0]) if varlen else lse)
 
 
+def _unused_acc(b: int, hq: int, sq: int, dv: int | None = None) -> np.ndarray:
+    """A stand-in for the split-KV partials the one-stage kernel never touches: shapes that agree
+    with the other tensors' symbols, one row of memory."""
+    if dv is None:
+        return np.broadcast_to(np.zeros(max(sq, 1), np.float32)[:sq], (1, b, hq, sq))
+    return np.broadcast_to(np.zeros(max(dv, 1), np.float32)[:dv], (1, b, hq, sq, dv))
+
+
+def _splits_for(num_splits: int, c: AttentionCall, arch: str) -> int:
+    """The split count a call runs with: the heuristic for 0, else the request clamped to the key
+    blocks of the longest sequence (a split with nothing to do is never launched)."""
+    from tiledsl.fmha_splitkv import fmha_num_splits, key_blocks
+
+    if num_splits == 0:
+        return fmha_num_splits(arch, batch=c.batch, nhead_q=c.hq, max_seqlen_q=c.max_q, max_seqlen_k=c.max_k,
+                               hdim_q=c.d, hdim_v=c.dv, masked=c.mask.kind != "none")
+    return max(1, min(num_splits, key_blocks(arch, c.d, c.dv, c.mask.kind != "none", c.max_k)))
+
+
 def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: MaskParams, varlen: bool = False,
                      lse: bool = False, sink: bool = False, softcap: float = 0.0, contiguous: bool = True,
-                     aligned: Sequence[str] = ("k", "o", "q", "v"), cache: Cache | None = None) -> CompiledKernel:
+                     aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False,
+                     cache: Cache | None = None) -> CompiledKernel:
     """The fmha_fwd variant `fmha_fwd` launches for these features, compiled through `cache` (a hit
     loads it: `tiledsl prebuild fmha_fwd` fills a cache ahead of time). contiguous: the head dim
     of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
@@ -272,7 +312,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     from tiledsl.options import CompileOptions
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
-                           sink=sink, softcap=softcap)
+                           sink=sink, softcap=softcap, split=split)
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v))

@@ -46,6 +46,7 @@ class Arch:
     product: str
     llvm_features: str
     matrix_ops: tuple[MatrixOp, ...] = field(default=())
+    compute_units: int = 0  # of the product named above (one GCD of an MI250X): the split-KV heuristic
 
     @property
     def is_cdna(self) -> bool:
@@ -99,31 +100,31 @@ ARCHS: dict[str, Arch] = {
         "", _cdna_ops(8, 16, {
             "f16": ("v_mfma_f32_32x32x8f16", "v_mfma_f32_16x16x16f16"),
             "bf16": ("v_mfma_f32_32x32x8bf16_1k", "v_mfma_f32_16x16x16bf16_1k"),
-        })),
+        }), compute_units=110),
     "gfx942": Arch(
         "gfx942", "CDNA3", 64, 64 * 1024, 512, 256, 102, 4, 8, 512, "fnuz", 1307.0, "MI300X",
         "", _cdna_ops(8, 16, {
             "f16": ("v_mfma_f32_32x32x8_f16", "v_mfma_f32_16x16x16_f16"),
             "bf16": ("v_mfma_f32_32x32x8_bf16", "v_mfma_f32_16x16x16_bf16"),
-        })),
+        }), compute_units=304),
     "gfx950": Arch(
         "gfx950", "CDNA4", 64, 160 * 1024, 512, 256, 102, 4, 8, 512, "ocp", 2500.0, "MI355X",
         "", _cdna_ops(16, 32, {
             "f16": ("v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_f16"),
             "bf16": ("v_mfma_f32_32x32x16_bf16", "v_mfma_f32_16x16x32_bf16"),
-        })),
+        }), compute_units=256),
     "gfx1100": Arch(
         "gfx1100", "RDNA3", 32, 64 * 1024, 256, 0, 106, 2, 16, 1536, None, 123.0, "RX 7900 XTX",
         "+wavefrontsize32", (
             MatrixOp("wmma_gfx11", 16, 16, 16, "f16", 16, "v_wmma_f32_16x16x16_f16"),
             MatrixOp("wmma_gfx11", 16, 16, 16, "bf16", 16, "v_wmma_f32_16x16x16_bf16"),
-        )),
+        ), compute_units=96),
     "gfx1201": Arch(
         "gfx1201", "RDNA4", 32, 64 * 1024, 256, 0, 106, 2, 16, 1536, "ocp", 195.0, "RX 9070 XT",
         "+wavefrontsize32", (
             MatrixOp("wmma_gfx12", 16, 16, 16, "f16", 8, "v_wmma_f32_16x16x16_f16"),
             MatrixOp("wmma_gfx12", 16, 16, 16, "bf16", 8, "v_wmma_f32_16x16x16_bf16"),
-        )),
+        ), compute_units=64),
 }
 
 ARCH_NAMES: tuple[str, ...] = tuple(ARCHS)

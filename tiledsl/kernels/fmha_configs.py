@@ -106,7 +106,7 @@ def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, i
 
 def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
                  mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
-                 sink: bool = False, softcap: float = 0.0,
+                 sink: bool = False, softcap: float = 0.0, split: bool = False,
                  config: FmhaConfig | None = None) -> dict[str, str]:
     """All constexprs of one fmha_fwd variant (the -D values), from what a call needs."""
     if dtype not in ("f16", "bf16"):
@@ -122,5 +122,6 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         "DT": dtype, "HDIM": str(dq), "HDIM_V": str(dv), **cfg.defines(),
         "MASK": mask.kind if mask is not None else "none",
         "VARLEN": flag(varlen), "HAS_LSE": flag(lse), "HAS_SINK": flag(sink), "SOFTCAP": flag(softcap > 0),
+        "SPLIT": flag(split),
         "PAD_D": flag(dq != hdim_q or dv != hdim_v),
     }

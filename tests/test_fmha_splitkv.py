@@ -1,0 +1,94 @@
+"""Split-KV forward (fmha_fwd with num_splits): producers + combine over one workspace, on every
+arch against the float64 reference, and the split heuristic."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.fmha_splitkv import MAX_SPLITS, fmha_num_splits, key_blocks
+from tiledsl.ops import fmha_fwd
+from tiledsl.reference import fmha_fwd_reference
+
+pytestmark = pytest.mark.emulator
+
+
+def check(out, lse, ref, ref_lse, tol):
+    out = np.asarray(out, np.float64)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref, atol=tol, rtol=tol)
+    assert np.array_equal(np.isfinite(lse), np.isfinite(ref_lse))
+    finite = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
+
+
+def launched(dev) -> list[str]:
+    return [x["kernel"] for x in dev.launches]
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_decode_gqa_causal_lse(arch):
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((2, 3, 8, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((2, 333, 2, 64)).astype(np.float16) for _ in range(2))
+    dev = EmulatorDevice(arch)
+    out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, num_splits=3, device=dev)
+    assert launched(dev) == ["fmha_fwd", "fmha_fwd_combine"]
+    check(out, lse, *fmha_fwd_reference(q, k, v, causal=True, return_lse=True), 2e-3)
+    one, one_lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(arch))
+    np.testing.assert_allclose(out.astype(np.float64), one.astype(np.float64), atol=2e-3)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_varlen_window_sink_padded_bf16(arch):
+    rng = np.random.default_rng(2)
+    cu_q = np.array([0, 2, 2, 7], np.int32)  # the middle sequence is empty
+    cu_k = np.array([0, 150, 170, 400], np.int32)
+    q = rng.standard_normal((7, 4, 48)).astype(ml_dtypes.bfloat16)
+    k, v = (rng.standard_normal((400, 1, 48)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    sink = rng.standard_normal(4).astype(np.float32)
+    opts = dict(window=(90, 3), sink=sink, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+    out, lse = fmha_fwd(q, k, v, num_splits=4, device=EmulatorDevice(arch), **opts)
+    check(out, lse, *fmha_fwd_reference(q, k, v, **opts), 2e-2)
+
+
+def test_more_splits_than_keys_and_fully_masked_rows():
+    """Splits past the keys there are are clamped; splits a window hides entirely, and rows with
+    no key at all, give 0 and LSE -inf (the sink's logit with a sink), never NaN."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 20, 2, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 6, 2, 64)).astype(np.float16) for _ in range(2))
+    dev = EmulatorDevice("gfx1201")
+    out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, num_splits=50, device=dev)
+    check(out, lse, *fmha_fwd_reference(q, k, v, causal=True, return_lse=True), 2e-3)
+    assert not np.isfinite(lse[:, :, :14]).any()  # bottom-right causal: rows 0..13 see no key
+    rng_k = rng.standard_normal((1, 300, 2, 64)).astype(np.float16)
+    sink = np.array([0.5, -0.5], np.float32)
+    opts = dict(window=(3, 0), sink=sink, return_lse=True)
+    out, lse = fmha_fwd(q, rng_k, rng_k, num_splits=4, device=dev, **opts)  # splits 0..2 see nothing
+    check(out, lse, *fmha_fwd_reference(q, rng_k, rng_k, **opts), 2e-3)
+
+
+def test_heuristic_fills_the_compute_units_and_declines_full_grids():
+    for arch in ARCH_NAMES:
+        cus = get_arch(arch).compute_units
+        g = fmha_num_splits(arch, batch=1, nhead_q=8, max_seqlen_q=1, max_seqlen_k=8192, hdim_q=128)
+        assert g == min(-(-cus // 8), key_blocks(arch, 128, 128, False, 8192), MAX_SPLITS) and g > 1
+        assert fmha_num_splits(arch, batch=64, nhead_q=32, max_seqlen_q=2048, max_seqlen_k=2048, hdim_q=128) == 1
+        assert fmha_num_splits(arch, batch=1, nhead_q=1, max_seqlen_q=1, max_seqlen_k=10, hdim_q=64) == 1
+
+
+def test_heuristic_through_the_api_and_bad_values():
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 1, 4, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 700, 4, 64)).astype(np.float16) for _ in range(2))
+    dev = EmulatorDevice("gfx942")
+    out, lse = fmha_fwd(q, k, v, return_lse=True, num_splits=0, device=dev)
+    assert launched(dev) == ["fmha_fwd", "fmha_fwd_combine"]
+    check(out, lse, *fmha_fwd_reference(q, k, v, return_lse=True), 2e-3)
+    for bad in (-1, 1.5, True, "auto"):
+        with pytest.raises(ValueError, match="num_splits: expected an int >= 0"):
+            fmha_fwd(q, k, v, num_splits=bad, device=dev)
