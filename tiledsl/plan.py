@@ -117,11 +117,6 @@ class Stage:
             out[param] = value
         return out
 
-    def grid(self, env: Mapping[str, Any]) -> tuple[int, int, int]:
-        from tiledsl.launcher import prepare
-
-        return prepare(self.kernel.manifest, (), self.bind(env)).grid
-
 
 @dataclass
 class Plan:
@@ -182,7 +177,7 @@ class Plan:
         for stage in self.stages:
             launch(stage.kernel, device=device, **stage.bind(full))
 
-    def describe(self, env: Mapping[str, Any] | None = None) -> str:
+    def describe(self) -> str:
         """The plan as a table (stage, kernel, grid, registers, LDS) and its workspace layout."""
         from tiledsl.cli import format_table
 
@@ -200,28 +195,30 @@ class Plan:
 
 
 class WorkspacePool:
-    """One growing workspace buffer per device, reused by every plan run on it without its own."""
+    """One growing workspace buffer per device, reused by every plan run on it without its own.
+    The buffer hangs on the device object, so it goes when the device does."""
 
-    def __init__(self) -> None:
-        self._buffers: dict[int, Any] = {}
+    ATTR = "_tiledsl_workspace"
 
     def get(self, device: Any, size: int) -> Any:
         if size == 0:
             return None
-        key = id(device)
-        buf = self._buffers.get(key)
-        if buf is not None and (buf.freed or buf.device is not device):
-            buf = None
-        if buf is None or buf.size < size:
-            if buf is not None:
+        buf = getattr(device, self.ATTR, None)
+        if buf is not None and (buf.freed or buf.size < size):
+            if not buf.freed:
                 device.free(buf)
-            buf = self._buffers[key] = device.alloc(size, "workspace")
+            buf = None
+        if buf is None:
+            buf = device.alloc(size, "workspace")
+            setattr(device, self.ATTR, buf)
         return buf
 
     def release(self, device: Any) -> None:
-        buf = self._buffers.pop(id(device), None)
-        if buf is not None and not buf.freed:
-            device.free(buf)
+        buf = getattr(device, self.ATTR, None)
+        if buf is not None:
+            delattr(device, self.ATTR)
+            if not buf.freed:
+                device.free(buf)
 
 
 WORKSPACE_POOL = WorkspacePool()
