@@ -11,6 +11,7 @@ from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.fmha_splitkv import MAX_SPLITS, fmha_num_splits, key_blocks
 from tiledsl.ops import fmha_fwd
+from tiledsl.ops import fmha_num_splits as ops_num_splits
 from tiledsl.reference import fmha_fwd_reference
 
 pytestmark = pytest.mark.emulator
@@ -79,6 +80,7 @@ def test_heuristic_fills_the_compute_units_and_declines_full_grids():
         assert g == min(-(-cus // 8), key_blocks(arch, 128, 128, False, 8192), MAX_SPLITS) and g > 1
         assert fmha_num_splits(arch, batch=64, nhead_q=32, max_seqlen_q=2048, max_seqlen_k=2048, hdim_q=128) == 1
         assert fmha_num_splits(arch, batch=1, nhead_q=1, max_seqlen_q=1, max_seqlen_k=10, hdim_q=64) == 1
+        assert ops_num_splits(arch, batch=1, nhead_q=8, max_seqlen_q=1, max_seqlen_k=8192, hdim_q=128) == g
 
 
 def test_heuristic_through_the_api_and_bad_values():

@@ -1,4 +1,5 @@
-"""The attention library's Python API: `fmha_fwd`.
+"""The attention library's Python API: `fmha_fwd` (with split-KV, `fmha_num_splits`), `fmha_bwd`,
+`fmha_bwd_plan`.
 
 Each call validates every argument before anything runs (a ValueError naming the argument, what
 was expected and what was given), picks the kernel variant (constexprs) for the request, compiles
@@ -280,6 +281,17 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     if not return_lse:
         return out
     return out, ((lse.squeeze0() if on_device else lse[0]) if varlen else lse)
+
+
+def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, max_seqlen_k: int,
+                    hdim_q: int, hdim_v: int | None = None, causal: CausalArg = False,
+                    window: tuple[int, int] = (-1, -1)) -> int:
+    """The split count `fmha_fwd(..., num_splits=0)` picks for these sizes (docs/inference.md)."""
+    from tiledsl.fmha_splitkv import fmha_num_splits as heuristic
+
+    masked = fmha_mask_params(causal, tuple(window)).kind != "none"  # type: ignore[arg-type]
+    return heuristic(arch, batch=batch, nhead_q=nhead_q, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                     hdim_q=hdim_q, hdim_v=hdim_v, masked=masked)
 
 
 def _unused_acc(b: int, hq: int, sq: int, dv: int | None = None) -> np.ndarray:
