@@ -264,6 +264,8 @@ class _Assigner:
             return v
         if not isinstance(v.owner, ir.Block) and v.owner.name == "tile.broadcast":
             return self.rebroadcast(v.owner, need, user)
+        if self.from_broadcasts(v):
+            return self.redo_elementwise(v.owner, need, user)
         with ir.InsertionPoint(user), user.location:
             return tile_op("convert_layout", [v], [_with_layout(v.type, need)]).result
 
@@ -276,9 +278,44 @@ class _Assigner:
                and src.owner.name == "tile.convert_layout"):  # a conversion materialise inserted
             src = src.owner.operands[0]
         src = self.materialise(src, self.broadcast_source(op, need), user)
-        self.maybe_dead.append(op)
         with ir.InsertionPoint(user), user.location:
             return tile_op("broadcast", [src], [_with_layout(op.result.type, need)]).result
+
+    def from_broadcasts(self, v: ir.Value, depth: int = 8) -> bool:
+        """Is v an elementwise function (up to `depth` levels) of broadcasts and free values, with at
+        least one broadcast? Then converting it costs more than converting the broadcasts' sources."""
+        if isinstance(v.owner, ir.Block) or depth == 0:
+            return False
+        op = v.owner
+        if len(op.results) != 1 or not op.name.startswith(ELEMENTWISE_PREFIXES):
+            return False
+        found = False
+        for x in op.operands:
+            if not is_tile(x):
+                continue
+            if isinstance(x.owner, ir.Block):
+                return False
+            if x.owner.name == "tile.broadcast":
+                found = True
+            elif self.of(x) is None:
+                continue  # free: rematerialised in any layout
+            elif self.from_broadcasts(x, depth - 1):
+                found = True
+            else:
+                return False
+        return found
+
+    def redo_elementwise(self, op: ir.Operation, need: str, user: ir.Operation) -> ir.Value:
+        """An elementwise function of broadcasts wanted in another layout is computed again in
+        that layout from its operands: the conversions move to the broadcasts' small sources.
+        (Addresses built from a loaded row vector, such as a paged cache's page per key, would
+        otherwise convert a whole [rows, cols] i32 tile through LDS.)"""
+        operands = [self.materialise(x, need, user) if is_tile(x) else x for x in op.operands]
+        attrs = {a: op.attributes[a] for a in op.attributes}
+        with ir.InsertionPoint(user), user.location:
+            new = ir.Operation.create(op.name, results=[_with_layout(op.results[0].type, need)],
+                                      operands=operands, attributes=attrs)
+        return new.result
 
     def remat(self, v: ir.Value, need: str) -> ir.Value:
         key = (v, need)
@@ -328,7 +365,6 @@ class _Assigner:
 
     def run(self) -> None:
         self.memo: dict = {}
-        self.maybe_dead: list[ir.Operation] = []
         body = self.fn.regions[0].blocks[0]
         self.analyse_block(body)
         self.check_registers(body)
@@ -336,21 +372,34 @@ class _Assigner:
         for op in reversed(self.free_ops):  # originals of rematerialised values are now unused
             if all(len(list(r.uses)) == 0 for r in op.results):
                 op.erase()
-        _erase_unused(self.maybe_dead)
+        _erase_dead(body)
 
 
-def _erase_unused(ops: list[ir.Operation]) -> None:
-    """Erase broadcasts that were done again in another layout, and the layout conversions that
-    fed only them: a conversion through LDS has barriers, so nothing later would drop it."""
-    todo = list(ops)
-    while todo:
-        op = todo.pop()
-        if any(len(list(r.uses)) for r in op.results):
-            continue
-        feeders = [x.owner for x in op.operands if not isinstance(x.owner, ir.Block)
-                   and x.owner.name in ("tile.convert_layout", "tile.broadcast", "tile.expand_dims")]
-        op.erase()
-        todo.extend(feeders)
+DEAD_KINDS = ("tile.convert_layout", "tile.broadcast", "tile.expand_dims")
+
+
+def _erase_dead(body: ir.Block) -> None:
+    """Erase the tile ops left unused once values were done again in another layout (broadcasts,
+    elementwise chains) and the layout conversions that fed only them: a conversion through LDS
+    has barriers, so nothing later would drop it. Repeats until nothing more dies."""
+    def walk(block: ir.Block) -> list[ir.Operation]:
+        out = []
+        for op in ops_in(block):
+            out.append(op)
+            for region in op.regions:
+                for b in region.blocks:
+                    out.extend(walk(b))
+        return out
+
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(walk(body)):  # users before their producers
+            pure = op.name in DEAD_KINDS or (op.name.startswith(ELEMENTWISE_PREFIXES) and len(op.results) == 1
+                                              and is_tile(op.results[0]))
+            if pure and not any(len(list(r.uses)) for r in op.results):
+                op.erase()
+                changed = True
 
 
 def _reduced_along_columns(v: ir.Value) -> bool:

@@ -1,4 +1,4 @@
-"""The split-KV forward as a plan: producers (fmha_fwd.tile with SPLIT) -> combine.
+"""The forward as a plan: one kernel, or split-KV producers (fmha_fwd.tile with SPLIT) -> combine.
 
 Decode has one or a few query rows per sequence: one workgroup per (query block, head, sequence)
 leaves most of a GPU idle. Split-KV cuts each query block's key range into G contiguous ranges,
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tiledsl.backends.rocm.arch import get_arch
-from tiledsl.kernels.fmha_configs import fmha_config, fmha_dim_units, padded_hdim
+from tiledsl.kernels.fmha_configs import fmha_config, fmha_dim_units, pack_gqa, padded_hdim
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words
 from tiledsl.reference import MaskParams
 
@@ -30,14 +30,20 @@ def key_blocks(arch: str, hdim_q: int, hdim_v: int, masked: bool, max_seqlen_k: 
 
 
 def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, max_seqlen_k: int,
-                    hdim_q: int, hdim_v: int | None = None, masked: bool = False) -> int:
-    """The split count `fmha_fwd(..., num_splits=0)` uses: 1 when the one-stage grid already gives
-    every compute unit a workgroup; otherwise enough splits to do so (from the arch table's CU
-    count), at most one per key block and at most MAX_SPLITS."""
+                    hdim_q: int, hdim_v: int | None = None, masked: bool = False,
+                    nhead_k: int | None = None) -> int:
+    """The split count `fmha_fwd(..., num_splits=0)` uses: 1 when the one-stage grid (one block
+    per kv head when the call packs GQA heads, see `pack_gqa`) already gives every compute unit a
+    workgroup; otherwise enough splits to do so (from the arch table's CU count), at most one per
+    key block and at most MAX_SPLITS."""
     a = get_arch(arch)
     hdim_v = hdim_q if hdim_v is None else hdim_v
     cfg = fmha_config(a.name, hdim_q, hdim_v, masked=masked)
-    workgroups = max(1, -(-max_seqlen_q // cfg.block_m)) * nhead_q * batch
+    nhead_k = nhead_q if nhead_k is None else nhead_k
+    if pack_gqa(a.name, hdim_q, hdim_v, masked, max_seqlen_q, nhead_q, nhead_k):  # a block per kv head
+        workgroups = max(1, -(-max_seqlen_q * (nhead_q // nhead_k) // cfg.block_m)) * nhead_k * batch
+    else:
+        workgroups = max(1, -(-max_seqlen_q // cfg.block_m)) * nhead_q * batch
     if workgroups >= a.compute_units:
         return 1
     wanted = -(-a.compute_units // workgroups)
@@ -46,7 +52,7 @@ def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, m
 
 @dataclass(frozen=True)
 class SplitShape:
-    """Everything a split-KV plan depends on (its cache key)."""
+    """Everything an attention plan depends on (its cache key)."""
 
     arch: str
     dtype: str
@@ -59,34 +65,54 @@ class SplitShape:
     softcap: bool
     contiguous: bool
     aligned: tuple[str, ...]
-    num_splits: int
+    num_splits: int  # 1: the one-stage kernel
     b: int  # tensors' batch dim (1 in group mode)
     hq: int
     sq: int  # tensors' sequence dim (total tokens in group mode)
+    kv_cache: str = "none"  # fmha_fwd.tile's KV_CACHE
+    heads_per_block: int = 1  # > 1: PACK_GQA with this many query heads per kv head
+    q_name: str = "q"  # the call's name for the queries (the rotated copy with rotary)
 
 
-def splitkv_workspace(shape: SplitShape) -> WorkspaceLayout:
-    """o_acc f32 [G, B, Hq, Sq, Dv] then lse_acc f32 [G, B, Hq, Sq], split-major. Every row a
-    producer owns is written (0 and -inf for a range with no key), so nothing needs zeroing."""
+def splitkv_workspace(shape: SplitShape, at: int = 0) -> tuple[Region, ...]:
+    """o_acc f32 [G, B, Hq, Sq, Dv] then lse_acc f32 [G, B, Hq, Sq], split-major, from word `at`.
+    Every row a producer owns is written (0 and -inf for a range with no key), so nothing needs
+    zeroing. None without splits."""
+    if shape.num_splits == 1:
+        return ()
     g, b, hq, sq, dv = shape.num_splits, shape.b, shape.hq, shape.sq, shape.hdim_v
     o_words = g * b * hq * sq * dv
-    regions = (Region("o_acc", 0, align_words(o_words), "f32", (g, b, hq, sq, dv)),
-               Region("lse_acc", align_words(o_words), align_words(g * b * hq * sq), "f32", (g, b, hq, sq)))
-    return WorkspaceLayout(regions)
+    return (Region("o_acc", at, align_words(o_words), "f32", (g, b, hq, sq, dv)),
+            Region("lse_acc", at + align_words(o_words), align_words(g * b * hq * sq), "f32", (g, b, hq, sq)))
 
 
-@functools.lru_cache(maxsize=64)
-def build_splitkv_plan(shape: SplitShape) -> Plan:
+# fmha_fwd.tile's arguments that come from the call (the rest are fixed by the plan).
+FWD_ARGS = ("k", "v", "o", "lse", "sink", "cu_seqlens_q", "cu_seqlens_k", "cache_seqlens", "cache_batch_idx",
+            "block_table", "scale", "softcap", "window_left", "window_right", "batch", "max_seqlen_q",
+            "seqlen_new", "page_shift")
+
+
+def attention_stages(shape: SplitShape) -> list[Stage]:
+    """The forward's stages: "attention" (one kernel), or "producers" and "combine" with splits
+    (their workspace is `splitkv_workspace`)."""
     from tiledsl.cache import Cache
     from tiledsl.driver import compile_source
-    from tiledsl.ops import compile_fmha_fwd
+    from tiledsl.ops import _unused_acc, compile_fmha_fwd
     from tiledsl.options import CompileOptions
 
-    # The sink joins the denominator once, in the combine: the producers run without it.
-    producer = compile_fmha_fwd(shape.arch, dtype=shape.dtype, hdim_q=shape.hdim_q, hdim_v=shape.hdim_v,
-                                mask=shape.mask, varlen=shape.varlen, lse=False, sink=False,
-                                softcap=1.0 if shape.softcap else 0.0, contiguous=shape.contiguous,
-                                aligned=shape.aligned, split=True, cache=Cache.from_env())
+    split = shape.num_splits > 1
+    # With splits the sink joins the denominator once, in the combine: the producers run without it.
+    kernel = compile_fmha_fwd(shape.arch, dtype=shape.dtype, hdim_q=shape.hdim_q, hdim_v=shape.hdim_v,
+                              mask=shape.mask, varlen=shape.varlen, lse=shape.lse and not split,
+                              sink=shape.sink and not split, softcap=1.0 if shape.softcap else 0.0,
+                              contiguous=shape.contiguous, aligned=shape.aligned, split=split,
+                              kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, cache=Cache.from_env())
+    args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
+        ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block))
+    if not split:
+        unused = (("o_acc", _unused_acc(shape.b, shape.hq, shape.sq, shape.hdim_v)),
+                  ("lse_acc", _unused_acc(shape.b, shape.hq, shape.sq)))
+        return [Stage("attention", kernel, args + unused)]
     hd_v = padded_hdim(shape.hdim_v)
     flag = {True: "true", False: "false"}
     defines = {"DT": shape.dtype, "HDIM_V": str(hd_v), "BLOCK_M": str(max(16, min(64, 8192 // hd_v))),
@@ -96,12 +122,16 @@ def build_splitkv_plan(shape: SplitShape) -> Plan:
     options = CompileOptions.make(shape.arch, defines, unit_last_stride=shape.contiguous, dim_units=units)
     source = KERNELS / "fmha_fwd_combine.tile"
     combine = compile_source(source.read_text(), str(source), shape.arch, defines, options, cache=Cache.from_env())
-    names = ("q", "k", "v", "o", "lse", "sink", "o_acc", "lse_acc", "cu_seqlens_q", "cu_seqlens_k", "scale",
-             "softcap", "window_left", "window_right", "batch", "max_seqlen_q")
-    stages = [
-        Stage("producers", producer, tuple((n, Ref(n)) for n in names) + (("num_splits", shape.num_splits),)),
+    return [
+        Stage("producers", kernel, args + (("o_acc", Ref("o_acc")), ("lse_acc", Ref("lse_acc")))),
         Stage("combine", combine, tuple((n, Ref(n)) for n in ("o_acc", "lse_acc", "o", "lse", "sink", "cu_seqlens_q",
                                                               "batch", "max_seqlen_q"))),
     ]
-    return Plan("fmha_fwd split-KV", stages, splitkv_workspace(shape),
-                {"arch": shape.arch, "num_splits": shape.num_splits})
+
+
+@functools.lru_cache(maxsize=64)
+def build_attention_plan(shape: SplitShape) -> Plan:
+    """fmha_fwd's plan: one kernel, or split-KV producers and combine over one workspace."""
+    op = "fmha_fwd split-KV" if shape.num_splits > 1 else "fmha_fwd"
+    return Plan(op, attention_stages(shape), WorkspaceLayout(splitkv_workspace(shape)),
+                {"arch": shape.arch, "num_splits": shape.num_splits, "heads_per_block": shape.heads_per_block})

@@ -26,7 +26,7 @@ I32_MAX = 2**31 - 1
 def numpy_dtype(dtype: str) -> np.dtype:
     import ml_dtypes
 
-    return np.dtype({"f32": np.float32, "f16": np.float16, "i32": np.int32, "i1": np.bool_,
+    return np.dtype({"f32": np.float32, "f16": np.float16, "i32": np.int32, "i64": np.int64, "i1": np.bool_,
                      "bf16": ml_dtypes.bfloat16, "f8e4m3": ml_dtypes.float8_e4m3fn,
                      "f8e5m2": ml_dtypes.float8_e5m2}[dtype])
 

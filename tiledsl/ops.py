@@ -1,5 +1,5 @@
-"""The attention library's Python API: `fmha_fwd` (with split-KV, `fmha_num_splits`), `fmha_bwd`,
-`fmha_bwd_plan`.
+"""The attention library's Python API: `fmha_fwd` (with split-KV, `fmha_num_splits`),
+`fmha_fwd_kvcache`, `fmha_bwd`, `fmha_bwd_plan`.
 
 Each call validates every argument before anything runs (a ValueError naming the argument, what
 was expected and what was given), picks the kernel variant (constexprs) for the request, compiles
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
-from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_units
-from tiledsl.launcher import launch, numpy_dtype
+from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_units, pack_gqa
+from tiledsl.launcher import numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, fmha_mask_params
 
 if TYPE_CHECKING:
@@ -75,6 +75,49 @@ def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
     return np.ascontiguousarray(cu, dtype=np.int32)
 
 
+def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg, window: Any,
+                  sink: Any, hq: int) -> tuple[float, MaskParams, np.ndarray | None]:
+    """Check the attention options every forward/backward entry point shares: (scale, mask, sink
+    as f32 or None), or a ValueError naming the argument."""
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    if not isinstance(scale, int | float) or not math.isfinite(scale):
+        raise ValueError(f"scale: expected a finite number, got {scale!r}")
+    if not isinstance(softcap, int | float) or not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {softcap!r}")
+    if not (isinstance(window, tuple | list) and len(window) == 2 and all(isinstance(w, int) for w in window)):
+        raise ValueError(f"window: expected a pair of ints (left, right), got {window!r}")
+    try:
+        mask = fmha_mask_params(causal, tuple(window))  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ValueError(f"{'causal' if 'causal' in str(exc) else 'window'}: {exc}") from None
+    sink32 = None
+    if sink is not None:
+        sink_arr = np.asarray(sink)
+        if sink_arr.shape != (hq,) or not np.issubdtype(sink_arr.dtype, np.floating):
+            raise ValueError(f"sink: expected a float array of shape ({hq},) (one logit per query head), "
+                             f"got {sink_arr.dtype} {sink_arr.shape}")
+        sink32 = np.ascontiguousarray(sink_arr, dtype=np.float32)
+    return float(scale), mask, sink32
+
+
+def resolve_device(device: Any, on_device: bool, q: Any, arch: str | None) -> tuple[Any, str]:
+    """The device a call runs on (q's for DeviceArrays, else the default for `arch`) and its arch."""
+    from tiledsl.backends.rocm.arch import get_arch
+    from tiledsl.backends.rocm.runtime import default_device
+
+    if device is None and on_device:
+        device = q.device
+    if device is None:
+        if arch is None:
+            raise ValueError("arch: expected one of gfx90a, gfx942, gfx950, gfx1100, gfx1201 "
+                             "(or pass device=...), got None")
+        device = default_device(arch)
+    dev_arch = getattr(getattr(device, "arch", None), "name", getattr(device, "arch", None))
+    if arch is not None and dev_arch is not None and get_arch(arch).name != dev_arch:
+        raise ValueError(f"arch: {arch} does not match the device's arch {dev_arch}")
+    return device, dev_arch or arch
+
+
 @dataclass
 class AttentionCall:
     """A checked attention call: [B, S, H, D] views of q/k/v, sizes, options and the device."""
@@ -111,9 +154,6 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
                        max_seqlen_k: int | None, layout: str, arch: str | None, device: Any) -> AttentionCall:
     """Check the arguments shared by the forward and the backward (each problem a ValueError
     naming the argument) and resolve the device."""
-    from tiledsl.backends.rocm.arch import get_arch
-    from tiledsl.backends.rocm.runtime import default_device
-
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"layout: expected 'bshd' or 'bhsd', got {layout!r}")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -150,25 +190,7 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
             raise ValueError(f"{name}: head dim {hd} is not supported: expected 1..{MAX_HDIM}")
     if hk == 0 or hq % hk:
         raise ValueError(f"k: the number of query heads ({hq}) must be a multiple of key/value heads, got {hk}")
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    if not isinstance(scale, int | float) or not math.isfinite(scale):
-        raise ValueError(f"scale: expected a finite number, got {scale!r}")
-    if not isinstance(softcap, int | float) or not math.isfinite(softcap) or softcap < 0:
-        raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {softcap!r}")
-    if not (isinstance(window, tuple | list) and len(window) == 2 and all(isinstance(w, int) for w in window)):
-        raise ValueError(f"window: expected a pair of ints (left, right), got {window!r}")
-    try:
-        mask = fmha_mask_params(causal, tuple(window))  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise ValueError(f"{'causal' if 'causal' in str(exc) else 'window'}: {exc}") from None
-    sink32 = None
-    if sink is not None:
-        sink_arr = np.asarray(sink)
-        if sink_arr.shape != (hq,) or not np.issubdtype(sink_arr.dtype, np.floating):
-            raise ValueError(f"sink: expected a float array of shape ({hq},) (one logit per query head), "
-                             f"got {sink_arr.dtype} {sink_arr.shape}")
-        sink32 = np.ascontiguousarray(sink_arr, dtype=np.float32)
-
+    scale, mask, sink32 = check_options(scale, d, softcap, causal, window, sink, hq)
     if varlen:
         cuq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, sq)
         cuk = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, sk)
@@ -184,17 +206,7 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
             raise ValueError(f"{name}: expected an int >= the longest sequence ({longest}), got {given!r}")
     max_q = longest_q if max_seqlen_q is None else max_seqlen_q
 
-    if device is None and on_device:
-        device = q.device
-    if device is None:
-        if arch is None:
-            raise ValueError("arch: expected one of gfx90a, gfx942, gfx950, gfx1100, gfx1201 "
-                             "(or pass device=...), got None")
-        device = default_device(arch)
-    dev_arch = getattr(getattr(device, "arch", None), "name", getattr(device, "arch", None))
-    if arch is not None and dev_arch is not None and get_arch(arch).name != dev_arch:
-        raise ValueError(f"arch: {arch} does not match the device's arch {dev_arch}")
-    arch = dev_arch or arch
+    device, arch = resolve_device(device, on_device, q, arch)
 
     max_k = longest_k if max_seqlen_k is None else max_seqlen_k
     return AttentionCall(q4=q4, k4=k4, v4=v4, dtype=dt, on_device=on_device, varlen=varlen, batch=batch, b=b, sq=sq,
@@ -251,8 +263,6 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     sink_arg = sink32 if sink32 is not None else np.zeros(hq, np.float32)
 
     if batch and sq and max_q:
-        from tiledsl.cache import Cache
-
         # Vector memory access needs contiguous head dims; other strides get the general variant.
         contiguous = all(x.shape[-1] == 1 or x.strides[-1] == (x.dtype.itemsize if isinstance(x, np.ndarray) else 1)
                          for x in (q4, k4, v4))
@@ -262,36 +272,47 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
                                for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True)))
         env = {"q": q4, "k": k4, "v": v4, "o": out4, "lse": lse, "sink": sink_arg, "cu_seqlens_q": cuq,
                "cu_seqlens_k": cuk, "scale": float(scale), "softcap": float(softcap) or 1.0,
-               "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q}
-        splits = _splits_for(num_splits, c, arch)
-        if splits > 1:
-            from tiledsl.fmha_splitkv import SplitShape, build_splitkv_plan
+               "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
+               **NO_KV_CACHE}
+        from tiledsl.fmha_splitkv import SplitShape, build_attention_plan
 
-            plan = build_splitkv_plan(SplitShape(
-                arch=arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
-                sink=sink32 is not None, softcap=float(softcap) > 0, contiguous=contiguous, aligned=aligned,
-                num_splits=splits, b=b, hq=hq, sq=sq))
-            plan.run(device, env)
-        else:
-            kernel = compile_fmha_fwd(arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen,
-                                      lse=return_lse, sink=sink32 is not None, softcap=float(softcap),
-                                      contiguous=contiguous, aligned=aligned, cache=Cache.from_env())
-            launch(kernel, device=device, o_acc=_unused_acc(b, hq, sq, dv), lse_acc=_unused_acc(b, hq, sq),
-                   num_splits=1, **env)
+        masked = mask.kind != "none"
+        packed = pack_gqa(arch, d, dv, masked, max_q, hq, c.hk)
+        plan = build_attention_plan(SplitShape(
+            arch=arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
+            sink=sink32 is not None, softcap=float(softcap) > 0, contiguous=contiguous, aligned=aligned,
+            num_splits=_splits_for(num_splits, c, arch), b=b, hq=hq, sq=sq,
+            heads_per_block=hq // c.hk if packed else 1))
+        plan.run(device, env)
     if not return_lse:
         return out
     return out, ((lse.squeeze0() if on_device else lse[0]) if varlen else lse)
 
 
+def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, **options: Any) -> Any:
+    """Attention against a KV cache, contiguous or paged, with an optional append and rotary
+    embedding first: see `tiledsl.fmha_kvcache.fmha_fwd_kvcache` (the keywords) and
+    docs/inference.md."""
+    from tiledsl.fmha_kvcache import fmha_fwd_kvcache as run
+
+    return run(q, k_cache, v_cache, **options)
+
+
 def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, max_seqlen_k: int,
                     hdim_q: int, hdim_v: int | None = None, causal: CausalArg = False,
-                    window: tuple[int, int] = (-1, -1)) -> int:
-    """The split count `fmha_fwd(..., num_splits=0)` picks for these sizes (docs/inference.md)."""
+                    window: tuple[int, int] = (-1, -1), nhead_k: int | None = None) -> int:
+    """The split count `fmha_fwd(..., num_splits=0)` (and `fmha_fwd_kvcache`) picks for these
+    sizes (docs/inference.md); nhead_k: kv heads (default nhead_q), for GQA packing."""
     from tiledsl.fmha_splitkv import fmha_num_splits as heuristic
 
     masked = fmha_mask_params(causal, tuple(window)).kind != "none"  # type: ignore[arg-type]
     return heuristic(arch, batch=batch, nhead_q=nhead_q, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                     hdim_q=hdim_q, hdim_v=hdim_v, masked=masked)
+                     hdim_q=hdim_q, hdim_v=hdim_v, masked=masked, nhead_k=nhead_k)
+
+
+# The KV-cache arguments of fmha_fwd.tile for a call without a cache (never read).
+NO_KV_CACHE = {"cache_seqlens": np.zeros(1, np.int32), "cache_batch_idx": np.zeros(1, np.int32),
+               "block_table": np.zeros((1, 1), np.int32), "seqlen_new": 0, "page_shift": 0}
 
 
 def _unused_acc(b: int, hq: int, sq: int, dv: int | None = None) -> np.ndarray:
@@ -303,20 +324,26 @@ def _unused_acc(b: int, hq: int, sq: int, dv: int | None = None) -> np.ndarray:
 
 
 def _splits_for(num_splits: int, c: AttentionCall, arch: str) -> int:
+    return _splits_count(num_splits, arch, batch=c.batch, hq=c.hq, hk=c.hk, max_q=c.max_q, max_k=c.max_k,
+                         d=c.d, dv=c.dv, masked=c.mask.kind != "none")
+
+
+def _splits_count(num_splits: int, arch: str, *, batch: int, hq: int, hk: int, max_q: int, max_k: int, d: int,
+                  dv: int, masked: bool) -> int:
     """The split count a call runs with: the heuristic for 0, else the request clamped to the key
     blocks of the longest sequence (a split with nothing to do is never launched)."""
     from tiledsl.fmha_splitkv import fmha_num_splits, key_blocks
 
     if num_splits == 0:
-        return fmha_num_splits(arch, batch=c.batch, nhead_q=c.hq, max_seqlen_q=c.max_q, max_seqlen_k=c.max_k,
-                               hdim_q=c.d, hdim_v=c.dv, masked=c.mask.kind != "none")
-    return max(1, min(num_splits, key_blocks(arch, c.d, c.dv, c.mask.kind != "none", c.max_k)))
+        return fmha_num_splits(arch, batch=batch, nhead_q=hq, max_seqlen_q=max_q, max_seqlen_k=max_k,
+                               hdim_q=d, hdim_v=dv, masked=masked, nhead_k=hk)
+    return max(1, min(num_splits, key_blocks(arch, d, dv, masked, max_k)))
 
 
 def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: MaskParams, varlen: bool = False,
                      lse: bool = False, sink: bool = False, softcap: float = 0.0, contiguous: bool = True,
-                     aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False,
-                     cache: Cache | None = None) -> CompiledKernel:
+                     aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False, kv_cache: str = "none",
+                     pack_gqa: bool = False, cache: Cache | None = None) -> CompiledKernel:
     """The fmha_fwd variant `fmha_fwd` launches for these features, compiled through `cache` (a hit
     loads it: `tiledsl prebuild fmha_fwd` fills a cache ahead of time). contiguous: the head dim
     of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
@@ -324,7 +351,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     from tiledsl.options import CompileOptions
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
-                           sink=sink, softcap=softcap, split=split)
+                           sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa)
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v))

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
-from tiledsl.launcher import launch
+from tiledsl.launcher import launch, numpy_dtype
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Region:
     name: str
     offset: int  # in 4-byte words from the start of the workspace
     words: int
-    dtype: str  # "i32", "i64", "f32"
+    dtype: str  # "i32", "i64", "f32", "f16", "bf16"
     shape: tuple[int, ...]
     zero: bool = False  # `prepare` zeroes it
 
@@ -59,7 +59,7 @@ class WorkspaceLayout:
         """Each region as a contiguous DeviceArray of `buffer`, by name."""
         out = {}
         for r in self.regions:
-            dt = np.dtype({"i32": np.int32, "i64": np.int64, "f32": np.float32}[r.dtype])
+            dt = numpy_dtype(r.dtype)
             strides = tuple(int(np.prod(r.shape[i + 1:])) for i in range(len(r.shape)))
             out[r.name] = DeviceArray(buffer, r.shape, dt, strides, r.offset * 4 // dt.itemsize)
         return out

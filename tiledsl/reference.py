@@ -289,3 +289,91 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
     out = rounded.astype(np.uint32).view(np.float32)
     nan = np.isnan(np.asarray(x, dtype=np.float32))
     return np.where(nan, np.float32(np.nan), out)
+
+
+def rotary_reference(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, positions: np.ndarray,
+                     interleaved: bool = False) -> np.ndarray:
+    """Rotary embedding (flash-attention's convention) of x [..., S, H, D] at `positions` [..., S],
+    computed in float64 and rounded to x's dtype. cos/sin [S_ro, R/2] rotate the first R columns:
+    in pairs (2a, 2a + 1) when interleaved, else (a, a + R/2); the rest are copied."""
+    half = cos.shape[1]
+    out = x.astype(np.float64)
+    c = np.asarray(cos, np.float64)[positions][..., None, :]  # [..., S, 1, R/2]
+    s = np.asarray(sin, np.float64)[positions][..., None, :]
+    if interleaved:
+        a, b = out[..., 0:2 * half:2].copy(), out[..., 1:2 * half:2].copy()
+        out[..., 0:2 * half:2], out[..., 1:2 * half:2] = a * c - b * s, a * s + b * c
+    else:
+        a, b = out[..., :half].copy(), out[..., half:2 * half].copy()
+        out[..., :half], out[..., half:2 * half] = a * c - b * s, a * s + b * c
+    return out.astype(x.dtype)
+
+
+def fmha_fwd_kvcache_reference(
+    q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, *, cache_seqlens: np.ndarray | int,
+    block_table: np.ndarray | None = None, cache_batch_idx: np.ndarray | None = None,
+    k: np.ndarray | None = None, v: np.ndarray | None = None, rotary_cos: np.ndarray | None = None,
+    rotary_sin: np.ndarray | None = None, rotary_interleaved: bool = False,
+    cu_seqlens_q: np.ndarray | None = None, scale: float | None = None, causal: CausalArg = False,
+    window: tuple[int, int] = (-1, -1), softcap: float = 0.0, sink: np.ndarray | None = None,
+    return_lse: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """The numpy model of `tiledsl.ops.fmha_fwd_kvcache` (flash-attention's
+    flash_attn_with_kvcache): appends k/v (rotated when rotary_cos/sin are given) into the caches
+    *in place* at rows cache_seqlens[b].., then attends q (rotated at positions cache_seqlens[b] +
+    i when causal or windowed, else all at cache_seqlens[b]) to each sequence's
+    cache_seqlens[b] + S_new keys, with fmha_fwd_reference's conventions (causal: bottom-right).
+    Caches: contiguous [B_cache, S_cache, Hk, D] (sequence b in entry cache_batch_idx[b], default
+    b) or paged [pages, page_size, Hk, D] with block_table [B, max_pages] (key j of sequence b in
+    page block_table[b, j // page_size], slot j % page_size). q: [B, Sq, Hq, D], or packed
+    [total_q, Hq, D] with cu_seqlens_q. Returns out (float64) [and the LSE] like fmha_fwd_reference."""
+    varlen = cu_seqlens_q is not None
+    if varlen:
+        cu_q = np.asarray(cu_seqlens_q, np.int64)
+        qp = q
+    else:
+        cu_q = np.arange(q.shape[0] + 1, dtype=np.int64) * q.shape[1]
+        qp = q.reshape(-1, *q.shape[2:])
+    batch = len(cu_q) - 1
+    seqlens = np.broadcast_to(np.asarray(cache_seqlens, np.int64), (batch,))
+    s_new = 0 if k is None else k.shape[1]
+    page = k_cache.shape[1]
+
+    def where(b: int, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # cache (entry, row) of key j
+        if block_table is not None:
+            return np.asarray(block_table)[b, j // page], j % page
+        entry = b if cache_batch_idx is None else int(np.asarray(cache_batch_idx)[b])
+        return np.full_like(j, entry), j
+
+    rotate = rotary_cos is not None
+    if k is not None:
+        for b in range(batch):
+            rows = seqlens[b] + np.arange(s_new)
+            kb = k[b][None]
+            if rotate:
+                kb = rotary_reference(kb, rotary_cos, rotary_sin, rows[None], rotary_interleaved)
+            e, r = where(b, rows)
+            k_cache[e, r] = kb[0]
+            v_cache[e, r] = v[b]
+    mask = fmha_mask_params(causal, window)
+    ks, vs, cu_k, qs = [], [], [0], []
+    for b in range(batch):
+        n = int(seqlens[b]) + s_new
+        e, r = where(b, np.arange(n))
+        ks.append(k_cache[e, r])
+        vs.append(v_cache[e, r])
+        cu_k.append(cu_k[-1] + n)
+        qb = qp[cu_q[b]:cu_q[b + 1]]
+        if rotate:
+            per_row = mask.kind != "none"
+            pos = seqlens[b] + (np.arange(len(qb)) if per_row else np.zeros(len(qb), np.int64))
+            qb = rotary_reference(qb[None], rotary_cos, rotary_sin, pos[None], rotary_interleaved)[0]
+        qs.append(qb)
+    result = fmha_fwd_reference(np.concatenate(qs), np.concatenate(ks), np.concatenate(vs), scale=scale,
+                                causal=causal, window=window, softcap=softcap, sink=sink, cu_seqlens_q=cu_q,
+                                cu_seqlens_k=np.asarray(cu_k), return_lse=True)
+    out, lse = result
+    if not varlen:
+        out = out.reshape(q.shape[0], q.shape[1], *out.shape[1:])
+        lse = lse.reshape(lse.shape[0], q.shape[0], q.shape[1]).transpose(1, 0, 2)
+    return (out, lse) if return_lse else out

@@ -106,9 +106,11 @@ def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, i
 
 def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
                  mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
-                 sink: bool = False, softcap: float = 0.0, split: bool = False,
-                 config: FmhaConfig | None = None) -> dict[str, str]:
+                 sink: bool = False, softcap: float = 0.0, split: bool = False, kv_cache: str = "none",
+                 pack_gqa: bool = False, config: FmhaConfig | None = None) -> dict[str, str]:
     """All constexprs of one fmha_fwd variant (the -D values), from what a call needs."""
+    if kv_cache not in ("none", "contiguous", "paged"):
+        raise TileError(f"kv_cache: expected none, contiguous or paged, got {kv_cache}")
     if dtype not in ("f16", "bf16"):
         raise TileError(f"fmha_fwd supports f16 and bf16, got {dtype}")
     hdim_v = hdim_q if hdim_v is None else hdim_v
@@ -122,6 +124,15 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         "DT": dtype, "HDIM": str(dq), "HDIM_V": str(dv), **cfg.defines(),
         "MASK": mask.kind if mask is not None else "none",
         "VARLEN": flag(varlen), "HAS_LSE": flag(lse), "HAS_SINK": flag(sink), "SOFTCAP": flag(softcap > 0),
-        "SPLIT": flag(split),
+        "SPLIT": flag(split), "KV_CACHE": kv_cache, "PACK_GQA": flag(pack_gqa),
         "PAD_D": flag(dq != hdim_q or dv != hdim_v),
     }
+
+
+def pack_gqa(arch: str, hdim_q: int, hdim_v: int, masked: bool, max_seqlen_q: int, nhead_q: int,
+             nhead_k: int) -> bool:
+    """Whether a call packs the query heads of each kv head into one block's rows (PACK_GQA):
+    with GQA/MQA when a query block would be at most half full otherwise (decode, short
+    queries). The group's heads then share every K/V load, and fewer, fuller blocks run."""
+    block_m = fmha_config(arch, hdim_q, hdim_v, masked=masked).block_m
+    return nhead_q > nhead_k and 2 * max_seqlen_q <= block_m

@@ -1,0 +1,338 @@
+"""Attention against a KV cache: `fmha_fwd_kvcache` (flash-attention's flash_attn_with_kvcache).
+
+A call is a plan (tiledsl.plan) over one workspace:
+
+    append_kv   fmha_kv_append.tile (TARGET cache)  new k (rotated) and v into the cache, in place
+    rotary_q    fmha_kv_append.tile (TARGET query)  q rotated into the workspace (q_rot)
+    attention   fmha_fwd.tile (KV_CACHE)            or producers + combine with split-KV
+
+The first two only run when asked for (k/v given, rotary_cos/sin given). Every argument is
+checked on the host before anything is launched, including every block-table entry a sequence
+reads or writes and every row an append writes, so a validated call never touches memory outside
+its tensors (docs/inference.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiledsl.device_array import DeviceArray
+from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
+from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, pack_gqa, padded_hdim
+from tiledsl.launcher import numpy_dtype
+from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words
+from tiledsl.reference import CausalArg
+
+KERNELS = Path(__file__).resolve().parent / "kernels"
+
+
+@dataclass(frozen=True)
+class KvCacheShape:
+    """Everything a KV-cache plan depends on (its cache key)."""
+
+    attention: SplitShape
+    batch: int  # sequences
+    hk: int
+    s_new: int  # rows appended per sequence (0: no append)
+    rotary: str  # "none", "interleaved", "half"
+    q_positions: str  # "rows" (causal or local) or "first"
+
+
+def _append_kernel(shape: KvCacheShape, target: str) -> Any:
+    from tiledsl.cache import Cache
+    from tiledsl.driver import compile_source
+    from tiledsl.options import CompileOptions
+
+    a = shape.attention
+    flag = {True: "true", False: "false"}
+    defines = {"DT": a.dtype, "HDIM": str(padded_hdim(a.hdim_q)), "HDIM_V": str(padded_hdim(a.hdim_v)),
+               "TARGET": target, "PAGED": flag[a.kv_cache == "paged"], "ROTARY": shape.rotary,
+               "POSITIONS": shape.q_positions, "VARLEN": flag[target == "query" and a.varlen]}
+    options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous)
+    source = KERNELS / "fmha_kv_append.tile"
+    return compile_source(source.read_text(), str(source), a.arch, defines, options, cache=Cache.from_env())
+
+
+def _unused(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """A read-only stand-in for a tensor a kernel variant never touches: one row of memory (the
+    last dim keeps stride 1, as the kernels are compiled for)."""
+    return np.broadcast_to(np.zeros(shape[-1], numpy_dtype(dtype)), shape)
+
+
+@functools.lru_cache(maxsize=64)
+def build_kvcache_plan(shape: KvCacheShape) -> Plan:
+    a = shape.attention
+    common = tuple((n, Ref(n)) for n in ("cache_seqlens", "cache_batch_idx", "block_table"))
+    rotary = (("rotary_cos", Ref("rotary_cos")), ("rotary_sin", Ref("rotary_sin")))
+    stages, regions = [], []
+    if shape.s_new:
+        new = (shape.batch, shape.s_new, shape.hk)  # the new rows' sequences, rows and heads
+        stages.append(Stage("append_kv", _append_kernel(shape, "cache"), (
+            ("x", Ref("k_new")), ("v_new", Ref("v_new")), ("x_rot", _unused((*new, a.hdim_q), a.dtype)),
+            ("k_cache", Ref("k")), ("v_cache", Ref("v")), *common, ("cu_seqlens_q", np.zeros(1, np.int32)),
+            *rotary, ("page_shift", Ref("page_shift")), ("batch", Ref("batch")), ("max_rows", shape.s_new))))
+    if shape.rotary != "none":
+        q_shape = (a.b, a.sq, a.hq)
+        words = align_words(-(-a.b * a.sq * a.hq * a.hdim_q // 2))
+        regions.append(Region("q_rot", 0, words, a.dtype, (*q_shape, a.hdim_q)))
+        stages.append(Stage("rotary_q", _append_kernel(shape, "query"), (
+            ("x", Ref("q")), ("v_new", _unused((*q_shape, a.hdim_v), a.dtype)), ("x_rot", Ref("q_rot")),
+            ("k_cache", _unused((1, 1, a.hq, a.hdim_q), a.dtype)),
+            ("v_cache", _unused((1, 1, a.hq, a.hdim_v), a.dtype)),
+            *common, ("cu_seqlens_q", Ref("cu_seqlens_q")), *rotary, ("page_shift", Ref("page_shift")),
+            ("batch", Ref("batch")), ("max_rows", Ref("max_seqlen_q")))))
+    at = sum(r.words for r in regions)
+    regions.extend(splitkv_workspace(a, at))
+    stages.extend(attention_stages(a))
+    info = {"arch": a.arch, "kv_cache": a.kv_cache, "num_splits": a.num_splits, "heads_per_block": a.heads_per_block}
+    return Plan("fmha_fwd_kvcache", stages, WorkspaceLayout(tuple(regions)), info)
+
+
+def _host_ints(name: str, x: Any, shape: tuple[int, ...] | None, what: str) -> np.ndarray:
+    """An integer argument's values on the host (a DeviceArray is copied back to check them)."""
+    arr = x.numpy() if isinstance(x, DeviceArray) else np.asarray(x)
+    if not np.issubdtype(arr.dtype, np.integer) or (shape is not None and arr.shape != shape):
+        want = f"shape {shape}" if shape is not None else what
+        raise ValueError(f"{name}: expected an integer array of {want} ({what}), got {arr.dtype} {arr.shape}")
+    return arr.astype(np.int64)
+
+
+def _kernel_ints(x: Any, host: np.ndarray) -> Any:
+    """What a kernel gets for an integer argument: the caller's int32 DeviceArray, else int32 numpy."""
+    if isinstance(x, DeviceArray) and x.dtype == np.int32:
+        return x
+    return np.ascontiguousarray(host, dtype=np.int32)
+
+
+def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, block_table: Any = None,
+                     cache_batch_idx: Any = None, k: Any = None, v: Any = None, rotary_cos: Any = None,
+                     rotary_sin: Any = None, rotary_interleaved: bool = False, cu_seqlens_q: Any = None,
+                     max_seqlen_q: int | None = None, scale: float | None = None, causal: CausalArg = False,
+                     window: tuple[int, int] = (-1, -1), softcap: float = 0.0, sink: Any = None,
+                     num_splits: int = 0, return_lse: bool = False, arch: str | None = None,
+                     device: Any = None) -> Any:
+    """Attention of q against a KV cache (see `tiledsl.reference.fmha_fwd_kvcache_reference`, the
+    numpy model, and docs/inference.md).
+
+    q [B, Sq, Hq, D], or packed [total_q, Hq, D] with cu_seqlens_q (batch prefill). Caches:
+    contiguous k_cache/v_cache [B_cache, S_cache, Hk, D(v)] (sequence b in entry cache_batch_idx[b],
+    default b), or paged [num_pages, page_size, Hk, D(v)] with block_table int32 [B, max_pages]
+    (page_size a power of two; pages in any order). cache_seqlens: int32 [B] (or an int), the keys
+    each sequence holds before this call. k/v [B, S_new, Hk, D(v)]: new rows written into the
+    caches at cache_seqlens[b] (in place: numpy caches are updated, DeviceArrays stay on the device),
+    rotated with rotary_cos/rotary_sin [S_ro, R/2] when given (q too: at positions cache_seqlens[b]
+    + i when causal or windowed, else at cache_seqlens[b]; interleaved pairs or halves like
+    flash-attention). Sequence b then attends to its cache_seqlens[b] + S_new keys; causal is
+    bottom-right aligned to them. Other options as `fmha_fwd`; num_splits: 0 = heuristic.
+    Returns out [and the LSE] like fmha_fwd (numpy in, numpy out; DeviceArrays in, DeviceArrays out).
+    """
+    from tiledsl.ops import (
+        _check_array,
+        _check_cu_seqlens,
+        _dtype_name,
+        _elem_strides,
+        _splits_count,
+        _to_bshd,
+        check_options,
+        resolve_device,
+    )
+
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
+        raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
+    varlen = cu_seqlens_q is not None
+    q = _check_array("q", q, 3 if varlen else 4, "[total_q, Hq, D]" if varlen else "[B, Sq, Hq, D]")
+    on_device = isinstance(q, DeviceArray)
+    dt = _dtype_name(q)
+    if dt is None:
+        raise ValueError(f"q: expected dtype float16 or bfloat16, got {q.dtype}")
+    paged = block_table is not None
+    what = "[num_pages, page_size, Hk, D]" if paged else "[B_cache, S_cache, Hk, D]"
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _check_array(name, x, 4, what)
+        if isinstance(x, DeviceArray) != on_device:
+            raise ValueError(f"{name}: expected a {'DeviceArray' if on_device else 'numpy array'} like q, "
+                             f"got {type(x).__name__}")
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name}: expected dtype {q.dtype} (the dtype of q), got {x.dtype}")
+    q4 = _to_bshd(q, "bshd", varlen)
+    b4, sq, hq, d = q4.shape
+    n_entries, s_cache, hk, dk = k_cache.shape
+    if dk != d:
+        raise ValueError(f"k_cache: head dim {dk} differs from q's head dim {d}")
+    if tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]):
+        raise ValueError(f"v_cache: expected the first three sizes of k_cache {tuple(k_cache.shape[:3])}, "
+                         f"got {tuple(v_cache.shape[:3])}")
+    dv = v_cache.shape[3]
+    for name, hd in (("q", d), ("v_cache", dv)):
+        if not 1 <= hd <= 256:
+            raise ValueError(f"{name}: head dim {hd} is not supported: expected 1..256")
+    if hk == 0 or hq % hk:
+        raise ValueError(f"k_cache: the number of query heads ({hq}) must be a multiple of its heads, got {hk}")
+    scale, mask, sink32 = check_options(scale, d, softcap, causal, window, sink, hq)
+
+    if varlen:
+        cuq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, sq)
+        batch = len(cuq) - 1
+        seqlens_q = np.diff(cuq)
+    else:
+        cuq = np.zeros(1, np.int32)
+        batch, seqlens_q = b4, np.full(b4, sq)
+    longest_q = int(seqlens_q.max()) if batch else 0
+    if max_seqlen_q is not None and (not isinstance(max_seqlen_q, int) or max_seqlen_q < longest_q):
+        raise ValueError(f"max_seqlen_q: expected an int >= the longest sequence ({longest_q}), got {max_seqlen_q!r}")
+    max_q = longest_q if max_seqlen_q is None else max_seqlen_q
+
+    if isinstance(cache_seqlens, int | np.integer) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = np.full(batch, int(cache_seqlens), np.int32)
+    seqlens = _host_ints("cache_seqlens", cache_seqlens, (batch,), "one per sequence")
+    if (seqlens < 0).any():
+        raise ValueError(f"cache_seqlens: expected values >= 0, got {int(seqlens.min())}")
+
+    # New rows to append.
+    if (k is None) != (v is None):
+        raise ValueError(f"{'v' if k is not None else 'k'}: the new keys and values come together, got only "
+                         f"{'k' if k is not None else 'v'}")
+    s_new = 0
+    if k is not None:
+        for name, x, hd in (("k", k, d), ("v", v, dv)):
+            _check_array(name, x, 4, "[B, S_new, Hk, D]")
+            if isinstance(x, DeviceArray) != on_device:
+                raise ValueError(f"{name}: expected a {'DeviceArray' if on_device else 'numpy array'} like q, "
+                                 f"got {type(x).__name__}")
+            if x.dtype != q.dtype:
+                raise ValueError(f"{name}: expected dtype {q.dtype} (the dtype of q), got {x.dtype}")
+            want = (batch, k.shape[1], hk, hd)
+            if tuple(x.shape) != want:
+                raise ValueError(f"{name}: expected shape {want} ([B, S_new, Hk, D] of the caches' heads and head "
+                                 f"dims), got {tuple(x.shape)}")
+        s_new = k.shape[1]
+        if not on_device:
+            for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+                if not x.flags.writeable:
+                    raise ValueError(f"{name}: the new rows are written into the cache in place, but it is read-only")
+    total = seqlens + s_new  # keys per sequence after the append
+
+    # Where the keys live.
+    if paged:
+        if cache_batch_idx is not None:
+            raise ValueError("cache_batch_idx: not supported with a paged cache (block_table picks the pages)")
+        if s_cache & (s_cache - 1) or s_cache == 0:
+            raise ValueError(f"k_cache: the page size (dim 1) must be a power of two, got {s_cache}")
+        table = _host_ints("block_table", block_table, None, "[B, max_pages]")
+        if table.ndim != 2 or table.shape[0] != batch:
+            raise ValueError(f"block_table: expected shape ({batch}, max_pages), got {table.shape}")
+        pages = -(-total // s_cache)
+        if batch and int(pages.max()) > table.shape[1]:
+            b = int(np.argmax(pages))
+            raise ValueError(f"block_table: sequence {b} needs {int(pages[b])} pages of {s_cache} for "
+                             f"{int(total[b])} keys, but the table has {table.shape[1]} per sequence")
+        for b in range(batch):
+            used = table[b, :pages[b]]
+            bad = (used < 0) | (used >= n_entries)
+            if bad.any():
+                j = int(np.argmax(bad))
+                raise ValueError(f"block_table: entry [{b}, {j}] = {int(used[j])} is not a page of the cache "
+                                 f"(0..{n_entries - 1})")
+        entries = np.zeros(batch, np.int32)  # unused (the kernels' shapes want one per sequence)
+        table_arg = _kernel_ints(block_table, table)
+    else:
+        if batch and int(total.max()) > s_cache:
+            b = int(np.argmax(total))
+            raise ValueError(f"cache_seqlens: sequence {b} holds {int(seqlens[b])} keys and appends {s_new}, "
+                             f"beyond the cache's {s_cache} rows")
+        if cache_batch_idx is None:
+            if batch > n_entries:
+                raise ValueError(f"k_cache: {batch} sequences but {n_entries} cache entries (pass cache_batch_idx)")
+            entries = np.arange(batch, dtype=np.int32)
+        else:
+            idx = _host_ints("cache_batch_idx", cache_batch_idx, (batch,), "one per sequence")
+            bad = (idx < 0) | (idx >= n_entries)
+            if bad.any():
+                b = int(np.argmax(bad))
+                raise ValueError(f"cache_batch_idx: entry {b} = {int(idx[b])} is not an entry of the cache "
+                                 f"(0..{n_entries - 1})")
+            if s_new and len(set(idx.tolist())) != len(idx):
+                raise ValueError("cache_batch_idx: two sequences append into the same cache entry")
+            entries = _kernel_ints(cache_batch_idx, idx)
+        table_arg = np.zeros((batch, 1), np.int32)  # unused
+
+    # Rotary embedding.
+    rotary = "none"
+    cos32 = sin32 = np.zeros((1, 1), np.float32)
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin: rotary embedding needs both")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError("rotary_cos: rotary embedding applies to the new keys; pass k and v")
+        cos, sin = (np.asarray(x.numpy() if isinstance(x, DeviceArray) else x) for x in (rotary_cos, rotary_sin))
+        if cos.ndim != 2 or cos.shape != sin.shape or not np.issubdtype(cos.dtype, np.floating):
+            raise ValueError(f"rotary_cos/rotary_sin: expected two float arrays of one shape [S_ro, rotary_dim / 2], "
+                             f"got {cos.dtype} {cos.shape} and {sin.dtype} {sin.shape}")
+        if not 1 <= 2 * cos.shape[1] <= d:
+            raise ValueError(f"rotary_cos: rotary_dim = 2 * {cos.shape[1]} must be in 2..{d} (the head dim)")
+        last = int(total.max()) if batch else 0
+        if mask.kind != "none" and batch:
+            last = max(last, int((seqlens + seqlens_q).max()))
+        if last > cos.shape[0]:
+            raise ValueError(f"rotary_cos: positions up to {last - 1} are rotated, but it has {cos.shape[0]} rows")
+        rotary = "interleaved" if rotary_interleaved else "half"
+        cos32, sin32 = (np.ascontiguousarray(x, np.float32) for x in (cos, sin))
+
+    device, arch = resolve_device(device, on_device, q, arch)
+    out_shape = tuple(q.shape[:-1]) + (dv,)
+    if on_device:
+        out = DeviceArray.empty(device, out_shape, q.dtype, "out")
+        lse = DeviceArray.from_numpy(device, np.full((b4, hq, sq), -np.inf, np.float32), "lse")
+    else:
+        out = np.zeros(out_shape, dtype=q.dtype)
+        lse = np.full((b4, hq, sq), -np.inf, np.float32)
+    if batch and sq and max_q:
+        tensors = [q4, k_cache, v_cache] + ([k, v] if k is not None else [])
+        contiguous = all(x.shape[-1] == 1 or _elem_strides(x)[-1] == 1 for x in tensors)
+        out4 = _to_bshd(out, "bshd", varlen)
+        aligned = tuple(name for name, x in (("q", q4), ("k", k_cache), ("v", v_cache), ("o", out4))
+                        if all(n == 1 or s % VECTOR_ELEMS == 0
+                               for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True)))
+        if rotary != "none" and "q" in aligned and d % VECTOR_ELEMS:
+            aligned = tuple(n for n in aligned if n != "q")  # q_rot is packed: rows are d elements apart
+        masked = mask.kind != "none"
+        packed = pack_gqa(arch, d, dv, masked, max_q, hq, hk)
+        splits = _splits_count(num_splits, arch, batch=batch, hq=hq, hk=hk, max_q=max_q,
+                               max_k=int(total.max()), d=d, dv=dv, masked=masked)
+        attention = SplitShape(arch=arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
+                               sink=sink32 is not None, softcap=softcap > 0, contiguous=contiguous, aligned=aligned,
+                               num_splits=splits, b=b4, hq=hq, sq=sq, kv_cache="paged" if paged else "contiguous",
+                               heads_per_block=hq // hk if packed else 1,
+                               q_name="q_rot" if rotary != "none" else "q")
+        plan = build_kvcache_plan(KvCacheShape(attention, batch=batch, hk=hk, s_new=s_new, rotary=rotary,
+                                               q_positions="rows" if masked else "first"))
+        owned = []
+        caches = (k_cache, v_cache)
+        if s_new and not on_device:  # the append and the attention share one device copy of each cache
+            caches = tuple(DeviceArray.from_numpy(device, np.ascontiguousarray(x), n)
+                           for x, n in ((k_cache, "k_cache"), (v_cache, "v_cache")))
+            owned.extend(caches)
+        env = {"q": q4, "k": caches[0], "v": caches[1], "k_new": k, "v_new": v, "o": out4, "lse": lse,
+               "sink": sink32 if sink32 is not None else np.zeros(hq, np.float32), "cu_seqlens_q": cuq,
+               "cu_seqlens_k": np.zeros(1, np.int32), "cache_seqlens": _kernel_ints(cache_seqlens, seqlens),
+               "cache_batch_idx": entries, "block_table": table_arg, "scale": scale, "softcap": softcap or 1.0,
+               "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
+               "seqlen_new": s_new, "page_shift": s_cache.bit_length() - 1 if paged else 0,
+               "rotary_cos": cos32, "rotary_sin": sin32}
+        try:
+            plan.run(device, env)
+            if owned:
+                k_cache[...] = owned[0].numpy()
+                v_cache[...] = owned[1].numpy()
+        finally:
+            for arr in owned:
+                arr.free()
+    if not return_lse:
+        return out
+    return out, ((lse.squeeze0() if on_device else lse[0]) if varlen else lse)
+
