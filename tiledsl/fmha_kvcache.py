@@ -52,7 +52,8 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
     flag = {True: "true", False: "false"}
     defines = {"DT": a.dtype, "HDIM": str(padded_hdim(a.hdim_q)), "HDIM_V": str(padded_hdim(a.hdim_v)),
                "TARGET": target, "PAGED": flag[a.kv_cache == "paged"], "ROTARY": shape.rotary,
-               "POSITIONS": shape.q_positions, "VARLEN": flag[target == "query" and a.varlen]}
+               "POSITIONS": shape.q_positions if target == "query" else "rows",
+               "VARLEN": flag[target == "query" and a.varlen]}
     options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous)
     source = KERNELS / "fmha_kv_append.tile"
     return compile_source(source.read_text(), str(source), a.arch, defines, options, cache=Cache.from_env())
@@ -319,7 +320,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
             owned.extend(caches)
         env = {"q": q4, "k": caches[0], "v": caches[1], "k_new": k, "v_new": v, "o": out4, "lse": lse,
                "sink": sink32 if sink32 is not None else np.zeros(hq, np.float32), "cu_seqlens_q": cuq,
-               "cu_seqlens_k": np.zeros(1, np.int32), "cache_seqlens": _kernel_ints(cache_seqlens, seqlens),
+               "cu_seqlens_k": np.zeros_like(cuq), "cache_seqlens": _kernel_ints(cache_seqlens, seqlens),
                "cache_batch_idx": entries, "block_table": table_arg, "scale": scale, "softcap": softcap or 1.0,
                "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
                "seqlen_new": s_new, "page_shift": s_cache.bit_length() - 1 if paged else 0,

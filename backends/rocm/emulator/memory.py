@@ -46,6 +46,7 @@ class Heap:
     def __init__(self, capacity: int = 1 << 20, data: np.ndarray | None = None, base: int = HEAP_BASE) -> None:
         self.data = np.zeros(capacity, dtype=np.uint8) if data is None else data
         self.base = base
+        self.loaded_bytes = 0  # bytes read by vector memory loads (`gather`), for traffic figures
         self.external = data is not None  # memory and allocations belong to someone else (see `adopt`)
         self.top = 0
         self._starts: list[int] = []  # sorted allocation start addresses
@@ -177,6 +178,7 @@ class Heap:
     def gather(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:
         """Bytes [lanes, nbytes] at the (already checked) addresses."""
         off = (addrs - np.uint64(self.base)).astype(np.int64)
+        self.loaded_bytes += off.size * nbytes
         if nbytes % 4 == 0 and not (off & 3).any():
             words = self.data.view(np.uint32)
             idx = (off >> 2)[:, None] + np.arange(nbytes // 4)

@@ -131,6 +131,8 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
     packet = None
     t0 = time.perf_counter()
     count = 0
+    longest = 0  # the most wave-instructions one workgroup ran
+    loaded = heap.loaded_bytes
     try:
         heap.write(karg, args)
         packet = alloc(64, "dispatch packet")
@@ -143,10 +145,14 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
             if rng is not None:
                 order = [order[i] for i in rng.permutation(len(order))]
             for wg in order:
-                count += run_workgroup(bk, heap, wg, g, b, karg, packet, dynamic_lds, rng)
+                n = run_workgroup(bk, heap, wg, g, b, karg, packet, dynamic_lds, rng)
+                count += n
+                longest = max(longest, n)
     finally:
         free(karg)
         if packet is not None:
             free(packet)
     dt = time.perf_counter() - t0
-    return {"wave_instructions": count, "seconds": dt, "wave_instructions_per_s": count / dt if dt > 0 else 0.0}
+    return {"wave_instructions": count, "seconds": dt, "wave_instructions_per_s": count / dt if dt > 0 else 0.0,
+            "workgroups": g[0] * g[1] * g[2], "max_workgroup_instructions": longest,
+            "global_load_bytes": heap.loaded_bytes - loaded}

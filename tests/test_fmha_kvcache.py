@@ -1,0 +1,182 @@
+"""Attention against a KV cache (fmha_fwd_kvcache): contiguous and paged caches, append with rotary
+embedding, batch prefill, GQA packing and split-KV, on every arch against the float64 reference;
+the memory traffic of a GQA decode step; and every validation error before any launch."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.fmha_splitkv import key_blocks
+from tiledsl.ops import fmha_fwd_kvcache
+from tiledsl.reference import fmha_fwd_kvcache_reference
+
+pytestmark = pytest.mark.emulator
+
+
+def check(got, ref, tol):
+    out, lse = got
+    ref_out, ref_lse = ref
+    out = np.asarray(out, np.float64)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref_out, atol=tol, rtol=tol)
+    assert np.array_equal(np.isfinite(lse), np.isfinite(ref_lse))
+    finite = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
+
+
+def kernels(dev) -> list[str]:
+    return [x["kernel"] for x in dev.launches]
+
+
+def paged_cache(rng, pages, page, hk, d, dtype=np.float16):
+    return tuple(rng.standard_normal((pages, page, hk, d)).astype(dtype) for _ in range(2))
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_decode_paged_gqa_8_to_1_shuffled_pages(arch):
+    """Sq = 1, GQA 8:1 packed into one block, pages of 16 in a shuffled order, the last one
+    partial, split counts 1, 2, 3, 16 and the heuristic: all match the reference."""
+    rng = np.random.default_rng(3)
+    page, pages = 16, 40
+    kc, vc = paged_cache(rng, pages, page, 1, 64)
+    table = rng.permutation(pages)[:36].reshape(2, 18).astype(np.int32)
+    seqlens = np.array([275, 81], np.int32)  # 17.2 and 5.1 pages
+    q = rng.standard_normal((2, 1, 8, 64)).astype(np.float16)
+    opts = dict(cache_seqlens=seqlens, block_table=table, causal=True, return_lse=True)
+    ref = fmha_fwd_kvcache_reference(q, kc, vc, **opts)
+    for splits in (1, 2, 3, 16, 0):
+        dev = EmulatorDevice(arch)
+        got = fmha_fwd_kvcache(q, kc, vc, num_splits=splits, device=dev, **opts)
+        check(got, ref, 2e-3)
+        assert kernels(dev)[-1] == ("fmha_fwd" if splits == 1 else "fmha_fwd_combine")
+        if splits:  # one block per (sequence, kv head, split): the 8 query heads are packed
+            assert dev.launches[0]["workgroups"] == 2 * min(splits, key_blocks(arch, 64, 64, True, 275))
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_append_rotary_contiguous_cache_batch_idx(arch):
+    """New rows appended into a contiguous cache at cache_seqlens (entries picked by
+    cache_batch_idx), keys and queries rotated (half-split pairs, positions per row because
+    causal), bf16 with a window, soft-cap and sink: the cache and the output match the model."""
+    rng = np.random.default_rng(4)
+    dt = ml_dtypes.bfloat16
+    kc, vc = (rng.standard_normal((3, 200, 2, 80)).astype(dt) for _ in range(2))
+    q = rng.standard_normal((2, 5, 4, 80)).astype(dt)
+    k, v = (rng.standard_normal((2, 5, 2, 80)).astype(dt) for _ in range(2))
+    ang = rng.uniform(0, 6, (256, 24))
+    opts = dict(cache_seqlens=np.array([0, 150], np.int32), cache_batch_idx=np.array([2, 0], np.int32), k=k, v=v,
+                rotary_cos=np.cos(ang), rotary_sin=np.sin(ang), causal=True, window=(60, 0), softcap=20.0,
+                sink=rng.standard_normal(4).astype(np.float32), return_lse=True)
+    kc_ref, vc_ref = kc.copy(), vc.copy()
+    ref = fmha_fwd_kvcache_reference(q, kc_ref, vc_ref, **opts)
+    dev = EmulatorDevice(arch)
+    got = fmha_fwd_kvcache(q, kc, vc, num_splits=2, device=dev, **opts)
+    assert kernels(dev) == ["fmha_kv_append", "fmha_kv_append", "fmha_fwd", "fmha_fwd_combine"]
+    # The kernel rotates in f32, the model in f64: at most one bf16 rounding step apart.
+    np.testing.assert_allclose(kc.astype(np.float64), kc_ref.astype(np.float64), atol=1e-2, rtol=1e-2)
+    assert np.array_equal(vc, vc_ref)
+    check(got, ref, 2e-2)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_batch_prefill_paged_varlen_empty_sequence_interleaved_rotary(arch):
+    """Packed queries of different lengths (one empty) against a paged cache of pages of 32,
+    appending 3 rows each with interleaved rotary embedding, not causal (q rotated at
+    cache_seqlens), heuristic splits."""
+    rng = np.random.default_rng(5)
+    kc, vc = paged_cache(rng, 24, 32, 2, 64)
+    table = rng.permutation(24)[:24].reshape(3, 8).astype(np.int32)
+    cu_q = np.array([0, 7, 7, 20], np.int32)
+    q = rng.standard_normal((20, 2, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((3, 3, 2, 64)).astype(np.float16) for _ in range(2))
+    ang = rng.uniform(0, 6, (256, 32))
+    opts = dict(cache_seqlens=np.array([100, 0, 61], np.int32), block_table=table, k=k, v=v, cu_seqlens_q=cu_q,
+                rotary_cos=np.cos(ang), rotary_sin=np.sin(ang), rotary_interleaved=True, return_lse=True)
+    kc_ref, vc_ref = kc.copy(), vc.copy()
+    ref = fmha_fwd_kvcache_reference(q, kc_ref, vc_ref, **opts)
+    got = fmha_fwd_kvcache(q, kc, vc, device=EmulatorDevice(arch), **opts)
+    np.testing.assert_allclose(kc.astype(np.float64), kc_ref.astype(np.float64), atol=2e-3, rtol=2e-3)
+    assert np.array_equal(vc, vc_ref)
+    check(got, ref, 2e-3)
+
+
+def test_device_arrays_stay_on_the_device():
+    """DeviceArrays in: the append updates the device cache, the output is a DeviceArray."""
+    from tiledsl.device_array import DeviceArray
+
+    rng = np.random.default_rng(6)
+    dev = EmulatorDevice("gfx942")
+    kc, vc = paged_cache(rng, 8, 64, 1, 32)
+    q = rng.standard_normal((1, 2, 4, 32)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 2, 1, 32)).astype(np.float16) for _ in range(2))
+    table = np.array([[5, 2, 7]], np.int32)
+    opts = dict(cache_seqlens=np.array([130], np.int32), block_table=table, causal=True)
+    kc_ref, vc_ref = kc.copy(), vc.copy()
+    ref = fmha_fwd_kvcache_reference(q, kc_ref, vc_ref, k=k, v=v, **opts)
+    d = {n: DeviceArray.from_numpy(dev, x, n) for n, x in (("q", q), ("kc", kc), ("vc", vc), ("k", k), ("v", v))}
+    out = fmha_fwd_kvcache(d["q"], d["kc"], d["vc"], k=d["k"], v=d["v"], **opts)
+    assert isinstance(out, DeviceArray)
+    np.testing.assert_allclose(out.numpy().astype(np.float64), ref, atol=2e-3)
+    assert np.array_equal(d["kc"].numpy(), kc_ref) and np.array_equal(d["vc"].numpy(), vc_ref)
+
+
+def test_decode_reads_the_cache_once_with_gqa():
+    """A GQA 8:1 decode step reads each cached K/V row at most 1.1 times (plus the partials and
+    the block table): the packed heads share every load."""
+    rng = np.random.default_rng(7)
+    kc, vc = paged_cache(rng, 64, 64, 1, 128)
+    table = rng.permutation(64).reshape(1, 64).astype(np.int32)
+    q = rng.standard_normal((1, 1, 8, 128)).astype(np.float16)
+    dev = EmulatorDevice("gfx942")
+    fmha_fwd_kvcache(q, kc, vc, cache_seqlens=np.array([4096], np.int32), block_table=table, num_splits=8,
+                     device=dev)
+    producers, combine = dev.launches
+    cache_bytes = 2 * 4096 * 128 * 2
+    extra = table.nbytes * 64 + q.nbytes * 64  # per-lane table and q reads, generously
+    assert producers["global_load_bytes"] <= 1.1 * cache_bytes + extra, producers
+    assert combine["global_load_bytes"] <= 2 * 8 * 8 * (128 + 1) * 4
+
+
+def test_bad_input_is_a_value_error_before_any_launch():
+    rng = np.random.default_rng(8)
+    kc, vc = paged_cache(rng, 4, 16, 2, 32)
+    q = rng.standard_normal((2, 1, 4, 32)).astype(np.float16)
+    table = np.array([[0, 1], [2, 3]], np.int32)
+    ok = dict(cache_seqlens=np.array([20, 5], np.int32), block_table=table)
+    dev = EmulatorDevice("gfx942")
+
+    def bad(match, q=q, kc=kc, vc=vc, **changes):
+        with pytest.raises(ValueError, match=match):
+            fmha_fwd_kvcache(q, kc, vc, device=dev, **{**ok, **changes})
+
+    bad(r"block_table: entry \[1, 0\] = 9 is not a page", block_table=np.array([[0, 1], [9, 3]], np.int32))
+    bad(r"block_table: entry \[0, 1\] = -1", block_table=np.array([[0, -1], [2, 3]], np.int32))
+    bad("needs 3 pages of 16", cache_seqlens=np.array([33, 5], np.int32))
+    bad("needs 2 pages", cache_seqlens=np.array([17, 5], np.int32), block_table=np.array([[0], [1]], np.int32))
+    bad("page size .* power of two", kc=kc[:, :12], vc=vc[:, :12])
+    bad("multiple of its heads", q=rng.standard_normal((2, 1, 3, 32)).astype(np.float16))
+    bad("cache_seqlens: expected an integer array of shape", cache_seqlens=np.array([1, 2, 3], np.int32))
+    bad("cache_seqlens: expected values >= 0", cache_seqlens=np.array([-1, 2], np.int32))
+    bad("cache_batch_idx: not supported with a paged cache", cache_batch_idx=np.array([0, 1], np.int32))
+    k = rng.standard_normal((2, 4, 2, 32)).astype(np.float16)
+    bad("v: the new keys and values come together", k=k)
+    bad(r"k: expected shape \(2, 4, 2, 32\)", k=k[:, :, :1], v=k)
+    bad("rotary embedding applies to the new keys", rotary_cos=np.ones((64, 8)), rotary_sin=np.ones((64, 8)))
+    bad("rotary_cos and rotary_sin", k=k, v=k, rotary_cos=np.ones((64, 8)))
+    bad("positions up to 23 are rotated, but it has 10 rows", k=k, v=k, rotary_cos=np.ones((10, 8)),
+        rotary_sin=np.ones((10, 8)))
+    bad("rotary_dim = 2 \\* 20 must be in 2..32", k=k, v=k, rotary_cos=np.ones((64, 20)), rotary_sin=np.ones((64, 20)))
+    bad("num_splits", num_splits=-1)
+    ckc, cvc = (rng.standard_normal((2, 24, 2, 32)).astype(np.float16) for _ in range(2))
+    contiguous = dict(block_table=None, kc=ckc, vc=cvc)
+    bad("sequence 0 holds 20 keys and appends 8, beyond the cache's 24 rows", k=np.concatenate([k, k], 1),
+        v=np.concatenate([k, k], 1), **contiguous)
+    bad(r"cache_batch_idx: entry 1 = 2 is not an entry", cache_batch_idx=np.array([0, 2], np.int32), **contiguous)
+    bad("two sequences append into the same cache entry", cache_batch_idx=np.array([1, 1], np.int32), k=k, v=k,
+        **contiguous)
+    bad("k_cache: expected dtype float16", kc=ckc.astype(np.float32), vc=cvc, block_table=None)
+    assert dev.launches == []
