@@ -9,7 +9,7 @@ import pytest
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
-from tiledsl.fmha_splitkv import MAX_SPLITS, fmha_num_splits, key_blocks
+from tiledsl.fmha_splitkv import MAX_SPLITS, MIN_BLOCKS_PER_SPLIT, fmha_num_splits, key_blocks
 from tiledsl.ops import fmha_fwd
 from tiledsl.ops import fmha_num_splits as ops_num_splits
 from tiledsl.reference import fmha_fwd_reference
@@ -77,7 +77,8 @@ def test_heuristic_fills_the_compute_units_and_declines_full_grids():
     for arch in ARCH_NAMES:
         cus = get_arch(arch).compute_units
         g = fmha_num_splits(arch, batch=1, nhead_q=8, max_seqlen_q=1, max_seqlen_k=8192, hdim_q=128)
-        assert g == min(-(-cus // 8), key_blocks(arch, 128, 128, False, 8192), MAX_SPLITS) and g > 1
+        blocks = key_blocks(arch, 128, 128, False, 8192)
+        assert g == min(-(-cus // 8), blocks // MIN_BLOCKS_PER_SPLIT, MAX_SPLITS) and g > 1
         assert fmha_num_splits(arch, batch=64, nhead_q=32, max_seqlen_q=2048, max_seqlen_k=2048, hdim_q=128) == 1
         assert fmha_num_splits(arch, batch=1, nhead_q=1, max_seqlen_q=1, max_seqlen_k=10, hdim_q=64) == 1
         assert ops_num_splits(arch, batch=1, nhead_q=8, max_seqlen_q=1, max_seqlen_k=8192, hdim_q=128) == g
@@ -86,7 +87,7 @@ def test_heuristic_fills_the_compute_units_and_declines_full_grids():
 def test_heuristic_through_the_api_and_bad_values():
     rng = np.random.default_rng(4)
     q = rng.standard_normal((1, 1, 4, 64)).astype(np.float16)
-    k, v = (rng.standard_normal((1, 700, 4, 64)).astype(np.float16) for _ in range(2))
+    k, v = (rng.standard_normal((1, 2100, 4, 64)).astype(np.float16) for _ in range(2))  # 2+ splits of 8 blocks
     dev = EmulatorDevice("gfx942")
     out, lse = fmha_fwd(q, k, v, return_lse=True, num_splits=0, device=dev)
     assert launched(dev) == ["fmha_fwd", "fmha_fwd_combine"]

@@ -308,6 +308,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         attention = SplitShape(arch=arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
                                sink=sink32 is not None, softcap=softcap > 0, contiguous=contiguous, aligned=aligned,
                                num_splits=splits, b=b4, hq=hq, sq=sq, kv_cache="paged" if paged else "contiguous",
+                               page_size=s_cache if paged else 0,
                                heads_per_block=hq // hk if packed else 1,
                                q_name="q_rot" if rotary != "none" else "q")
         plan = build_kvcache_plan(KvCacheShape(attention, batch=batch, hk=hk, s_new=s_new, rotary=rotary,

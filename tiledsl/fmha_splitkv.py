@@ -20,6 +20,11 @@ from tiledsl.reference import MaskParams
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 MAX_SPLITS = 64  # beyond this the combine's reads cost more than the parallelism returns
+# Key blocks each split gets at least: a split's fixed cost (its query load, the partials it
+# writes, its share of the combine) stays small beside its loop. Measured on the emulator
+# (benchmarks/fmha_decode.py, 16k keys): 8 blocks per split keep the combine under 10 % of the
+# plan; 2 per split (64 splits) make it 18 %.
+MIN_BLOCKS_PER_SPLIT = 8
 
 
 def key_blocks(arch: str, hdim_q: int, hdim_v: int, masked: bool, max_seqlen_k: int) -> int:
@@ -34,8 +39,8 @@ def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, m
                     nhead_k: int | None = None) -> int:
     """The split count `fmha_fwd(..., num_splits=0)` uses: 1 when the one-stage grid (one block
     per kv head when the call packs GQA heads, see `pack_gqa`) already gives every compute unit a
-    workgroup; otherwise enough splits to do so (from the arch table's CU count), at most one per
-    key block and at most MAX_SPLITS."""
+    workgroup; otherwise enough splits to do so (from the arch table's CU count), each with at
+    least MIN_BLOCKS_PER_SPLIT key blocks, and at most MAX_SPLITS."""
     a = get_arch(arch)
     hdim_v = hdim_q if hdim_v is None else hdim_v
     cfg = fmha_config(a.name, hdim_q, hdim_v, masked=masked)
@@ -47,7 +52,8 @@ def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, m
     if workgroups >= a.compute_units:
         return 1
     wanted = -(-a.compute_units // workgroups)
-    return max(1, min(wanted, key_blocks(a.name, hdim_q, hdim_v, masked, max_seqlen_k), MAX_SPLITS))
+    blocks = key_blocks(a.name, hdim_q, hdim_v, masked, max_seqlen_k)
+    return max(1, min(wanted, blocks // MIN_BLOCKS_PER_SPLIT, MAX_SPLITS))
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class SplitShape:
     hq: int
     sq: int  # tensors' sequence dim (total tokens in group mode)
     kv_cache: str = "none"  # fmha_fwd.tile's KV_CACHE
+    page_size: int = 0  # paged: keys per page
     heads_per_block: int = 1  # > 1: PACK_GQA with this many query heads per kv head
     q_name: str = "q"  # the call's name for the queries (the rotated copy with rotary)
 
@@ -106,7 +113,8 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                               mask=shape.mask, varlen=shape.varlen, lse=shape.lse and not split,
                               sink=shape.sink and not split, softcap=1.0 if shape.softcap else 0.0,
                               contiguous=shape.contiguous, aligned=shape.aligned, split=split,
-                              kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, cache=Cache.from_env())
+                              kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size,
+                              cache=Cache.from_env())
     args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
         ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block))
     if not split:
@@ -115,7 +123,9 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
         return [Stage("attention", kernel, args + unused)]
     hd_v = padded_hdim(shape.hdim_v)
     flag = {True: "true", False: "false"}
-    defines = {"DT": shape.dtype, "HDIM_V": str(hd_v), "BLOCK_M": str(max(16, min(64, 8192 // hd_v))),
+    # Rows per combine block: 16 for decode-sized queries (the blocks are mostly padding otherwise).
+    block_m = 16 if shape.sq <= 16 else max(16, min(64, 8192 // hd_v))
+    defines = {"DT": shape.dtype, "HDIM_V": str(hd_v), "BLOCK_M": str(block_m),
                "VARLEN": flag[shape.varlen], "HAS_LSE": flag[shape.lse], "HAS_SINK": flag[shape.sink],
                "PAD_D": flag[hd_v != shape.hdim_v]}
     units = tuple((s, u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V")

@@ -343,7 +343,7 @@ def _splits_count(num_splits: int, arch: str, *, batch: int, hq: int, hk: int, m
 def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: MaskParams, varlen: bool = False,
                      lse: bool = False, sink: bool = False, softcap: float = 0.0, contiguous: bool = True,
                      aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False, kv_cache: str = "none",
-                     pack_gqa: bool = False, cache: Cache | None = None) -> CompiledKernel:
+                     pack_gqa: bool = False, page_size: int = 0, cache: Cache | None = None) -> CompiledKernel:
     """The fmha_fwd variant `fmha_fwd` launches for these features, compiled through `cache` (a hit
     loads it: `tiledsl prebuild fmha_fwd` fills a cache ahead of time). contiguous: the head dim
     of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
@@ -351,7 +351,8 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     from tiledsl.options import CompileOptions
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
-                           sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa)
+                           sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa,
+                           page_size=page_size)
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v))

@@ -107,7 +107,7 @@ def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, i
 def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
                  mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
                  sink: bool = False, softcap: float = 0.0, split: bool = False, kv_cache: str = "none",
-                 pack_gqa: bool = False, config: FmhaConfig | None = None) -> dict[str, str]:
+                 pack_gqa: bool = False, page_size: int = 0, config: FmhaConfig | None = None) -> dict[str, str]:
     """All constexprs of one fmha_fwd variant (the -D values), from what a call needs."""
     if kv_cache not in ("none", "contiguous", "paged"):
         raise TileError(f"kv_cache: expected none, contiguous or paged, got {kv_cache}")
@@ -125,6 +125,7 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         "MASK": mask.kind if mask is not None else "none",
         "VARLEN": flag(varlen), "HAS_LSE": flag(lse), "HAS_SINK": flag(sink), "SOFTCAP": flag(softcap > 0),
         "SPLIT": flag(split), "KV_CACHE": kv_cache, "PACK_GQA": flag(pack_gqa),
+        "BIG_PAGES": flag(kv_cache == "paged" and page_size >= cfg.block_n),
         "PAD_D": flag(dq != hdim_q or dv != hdim_v),
     }
 

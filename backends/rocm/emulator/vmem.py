@@ -397,6 +397,7 @@ def _build_global(inst, ctx, op, nbytes, signed, d16, hi, d, s, flat):
         if win is None:
             win = window(heap.data, nbytes, heap.windows)
         if op == "load":
+            heap.loaded_bytes += off.size * nbytes
             put(w, sel, win[off])
         else:
             win[off] = data(w, sel)

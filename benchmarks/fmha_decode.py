@@ -1,0 +1,79 @@
+"""Decode on the emulator: parallelism and memory traffic of split-KV with GQA packing.
+
+For one decode step (Sq = 1) against a KV cache, prints per plan: the stages, workgroups, the
+longest workgroup's wave-instructions (the critical path on a GPU with enough compute units),
+total wave-instructions, the combine's share of them, and the bytes the producers' vector loads
+read against the K/V cache's size (1.00x = every cached row read once). Plans compared: the
+one-stage kernel (num_splits=1), the heuristic's choice, and forced split counts.
+
+Issue 12's targets (B = 1, Hq = 8, Hk = 1, Sk = 16384, hdim 128 on gfx942): the split plan's
+longest workgroup at least 8x shorter than the one-stage kernel's, the combine under 10 % of the
+total, the cache read at most 1.1x once.
+Usage: python benchmarks/fmha_decode.py [--arch A ...] [--seqlen N] [--hdim D] [--heads HQ/HK]
+       [--page P] [--splits 1 0 8 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.cli import format_table
+from tiledsl.ops import fmha_fwd_kvcache, fmha_num_splits
+
+
+def measure(arch: str, seqlen: int, hdim: int, hq: int, hk: int, page: int, splits: int) -> dict:
+    rng = np.random.default_rng(0)
+    pages = -(-seqlen // page)
+    kc, vc = (rng.standard_normal((pages, page, hk, hdim)).astype(np.float16) for _ in range(2))
+    table = rng.permutation(pages).reshape(1, pages).astype(np.int32)
+    q = rng.standard_normal((1, 1, hq, hdim)).astype(np.float16)
+    dev = EmulatorDevice(arch)
+    fmha_fwd_kvcache(q, kc, vc, cache_seqlens=np.array([seqlen], np.int32), block_table=table, causal=True,
+                     num_splits=splits, device=dev)
+    first, last = dev.launches[0], dev.launches[-1]
+    total = sum(x["wave_instructions"] for x in dev.launches)
+    cache = 2 * seqlen * hk * hdim * 2
+    combined = len(dev.launches) > 1
+    return {"arch": arch, "splits": splits or f"0 -> {_heuristic(arch, seqlen, hdim, hq, hk)}",
+            "stages": "+".join(x["kernel"].removeprefix("fmha_") for x in dev.launches),
+            "workgroups": first["workgroups"], "longest_wg": first["max_workgroup_instructions"], "total": total,
+            "combine_pct": f"{100 * last['wave_instructions'] / total:.1f}" if combined else "-",
+            "cache_reads": f"{first['global_load_bytes'] / cache:.3f}x"}
+
+
+def _heuristic(arch: str, seqlen: int, hdim: int, hq: int, hk: int) -> int:
+    return fmha_num_splits(arch, batch=1, nhead_q=hq, max_seqlen_q=1, max_seqlen_k=seqlen, hdim_q=hdim,
+                           causal=True, nhead_k=hk)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", nargs="+", default=["gfx942"])
+    ap.add_argument("--seqlen", type=int, default=16384)
+    ap.add_argument("--hdim", type=int, default=128)
+    ap.add_argument("--heads", default="8/1", help="query heads / kv heads")
+    ap.add_argument("--page", type=int, default=256)
+    ap.add_argument("--splits", type=int, nargs="+", default=[1, 0])
+    a = ap.parse_args()
+    hq, hk = (int(x) for x in a.heads.split("/"))
+    rows = []
+    for arch in a.arch:
+        base = None
+        for splits in a.splits:
+            row = measure(arch, a.seqlen, a.hdim, hq, hk, a.page, splits)
+            base = base or row["longest_wg"]
+            row["speedup"] = f"{base / row['longest_wg']:.1f}x"
+            rows.append(row)
+            print(row, file=sys.stderr, flush=True)
+    cols = [(k, k) for k in ("arch", "splits", "stages", "workgroups", "longest_wg", "speedup", "total",
+                             "combine_pct", "cache_reads")]
+    print(f"decode: B 1, Sq 1, Hq/Hk {hq}/{hk}, Sk {a.seqlen}, hdim {a.hdim}, pages of {a.page}, causal, f16")
+    print(format_table(rows, cols, text_columns=3))
+
+
+if __name__ == "__main__":
+    main()
