@@ -72,10 +72,13 @@ def test_fmha_manifest_abi() -> None:
     names = [a["name"] for a in m["kernargs"]]
     assert names[:5] == ["q", "q.stride0", "q.stride1", "q.stride2", "k"]  # the last dim is contiguous
     tensors = [t["name"] for t in m["tensors"]]
-    assert tensors == ["q", "k", "v", "o", "lse", "sink", "o_acc", "lse_acc", "cu_seqlens_q", "cu_seqlens_k"]
+    assert tensors == ["q", "k", "v", "o", "lse", "sink", "o_acc", "lse_acc", "cu_seqlens_q", "cu_seqlens_k",
+                       "cache_seqlens", "cache_batch_idx", "block_table"]
     assert [s["name"] for s in m["scalars"]] == ["scale", "softcap", "window_left", "window_right", "batch",
-                                                 "max_seqlen_q", "num_splits"]
-    assert m["grid"] == [f"cdiv(max_seqlen_q, {defines['BLOCK_M']})", "HQ", "batch * num_splits"]
+                                                 "max_seqlen_q", "num_splits", "seqlen_new", "page_shift",
+                                                 "heads_per_block"]
+    assert m["grid"] == [f"cdiv(max_seqlen_q * heads_per_block, {defines['BLOCK_M']})", "HQ // heads_per_block",
+                         "batch * num_splits"]
 
 
 def test_config_table_covers_every_arch_and_hdim() -> None:

@@ -158,7 +158,7 @@ def test_bad_input_is_a_value_error_before_any_launch():
     bad("needs 3 pages of 16", cache_seqlens=np.array([33, 5], np.int32))
     bad("needs 2 pages", cache_seqlens=np.array([17, 5], np.int32), block_table=np.array([[0], [1]], np.int32))
     bad("page size .* power of two", kc=kc[:, :12], vc=vc[:, :12])
-    bad("multiple of its heads", q=rng.standard_normal((2, 1, 3, 32)).astype(np.float16))
+    bad("multiple of key/value heads", q=rng.standard_normal((2, 1, 3, 32)).astype(np.float16))
     bad("cache_seqlens: expected an integer array of shape", cache_seqlens=np.array([1, 2, 3], np.int32))
     bad("cache_seqlens: expected values >= 0", cache_seqlens=np.array([-1, 2], np.int32))
     bad("cache_batch_idx: not supported with a paged cache", cache_batch_idx=np.array([0, 1], np.int32))

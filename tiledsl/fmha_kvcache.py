@@ -139,6 +139,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         _elem_strides,
         _splits_count,
         _to_bshd,
+        check_heads,
         check_options,
         resolve_device,
     )
@@ -169,11 +170,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         raise ValueError(f"v_cache: expected the first three sizes of k_cache {tuple(k_cache.shape[:3])}, "
                          f"got {tuple(v_cache.shape[:3])}")
     dv = v_cache.shape[3]
-    for name, hd in (("q", d), ("v_cache", dv)):
-        if not 1 <= hd <= 256:
-            raise ValueError(f"{name}: head dim {hd} is not supported: expected 1..256")
-    if hk == 0 or hq % hk:
-        raise ValueError(f"k_cache: the number of query heads ({hq}) must be a multiple of its heads, got {hk}")
+    check_heads(d, dv, hq, hk, "k_cache", "v_cache")
     scale, mask, sink32 = check_options(scale, d, softcap, causal, window, sink, hq)
 
     if varlen:

@@ -75,6 +75,16 @@ def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
     return np.ascontiguousarray(cu, dtype=np.int32)
 
 
+def check_heads(d: int, dv: int, hq: int, hk: int, k_name: str, v_name: str) -> None:
+    """Head dims within 1..MAX_HDIM, and query heads a multiple of key/value heads."""
+    for name, hd in (("q", d), (v_name, dv)):
+        if not 1 <= hd <= MAX_HDIM:
+            raise ValueError(f"{name}: head dim {hd} is not supported: expected 1..{MAX_HDIM}")
+    if hk == 0 or hq % hk:
+        raise ValueError(f"{k_name}: the number of query heads ({hq}) must be a multiple of key/value heads, "
+                         f"got {hk}")
+
+
 def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg, window: Any,
                   sink: Any, hq: int) -> tuple[float, MaskParams, np.ndarray | None]:
     """Check the attention options every forward/backward entry point shares: (scale, mask, sink
@@ -185,11 +195,7 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
     if v4.shape[:3] != k4.shape[:3]:
         raise ValueError(f"v: expected the batch, sequence and head sizes of k {k4.shape[:3]}, got {v4.shape[:3]}")
     dv = v4.shape[3]
-    for name, hd in (("q", d), ("v", dv)):
-        if not 1 <= hd <= MAX_HDIM:
-            raise ValueError(f"{name}: head dim {hd} is not supported: expected 1..{MAX_HDIM}")
-    if hk == 0 or hq % hk:
-        raise ValueError(f"k: the number of query heads ({hq}) must be a multiple of key/value heads, got {hk}")
+    check_heads(d, dv, hq, hk, "k", "v")
     scale, mask, sink32 = check_options(scale, d, softcap, causal, window, sink, hq)
     if varlen:
         cuq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, sq)
