@@ -52,7 +52,8 @@ def test_decode_paged_gqa_8_to_1_shuffled_pages(arch):
         dev = EmulatorDevice(arch)
         got = fmha_fwd_kvcache(q, kc, vc, num_splits=splits, device=dev, **opts)
         check(got, ref, 2e-3)
-        assert kernels(dev)[-1] == ("fmha_fwd" if splits == 1 else "fmha_fwd_combine")
+        # 0: the heuristic declines to split 5 key blocks (it wants 8 per split)
+        assert kernels(dev)[-1] == ("fmha_fwd" if splits in (0, 1) else "fmha_fwd_combine")
         if splits:  # one block per (sequence, kv head, split): the 8 query heads are packed
             assert dev.launches[0]["workgroups"] == 2 * min(splits, key_blocks(arch, 64, 64, True, 275))
 
@@ -128,15 +129,15 @@ def test_decode_reads_the_cache_once_with_gqa():
     """A GQA 8:1 decode step reads each cached K/V row at most 1.1 times (plus the partials and
     the block table): the packed heads share every load."""
     rng = np.random.default_rng(7)
-    kc, vc = paged_cache(rng, 64, 64, 1, 128)
-    table = rng.permutation(64).reshape(1, 64).astype(np.int32)
+    kc, vc = paged_cache(rng, 16, 256, 1, 128)  # pages of a key block or more: one table read per block
+    table = rng.permutation(16).reshape(1, 16).astype(np.int32)
     q = rng.standard_normal((1, 1, 8, 128)).astype(np.float16)
     dev = EmulatorDevice("gfx942")
     fmha_fwd_kvcache(q, kc, vc, cache_seqlens=np.array([4096], np.int32), block_table=table, num_splits=8,
                      device=dev)
     producers, combine = dev.launches
     cache_bytes = 2 * 4096 * 128 * 2
-    extra = table.nbytes * 64 + q.nbytes * 64  # per-lane table and q reads, generously
+    extra = table.nbytes * 64 + q.nbytes * 64  # table and q reads, generously
     assert producers["global_load_bytes"] <= 1.1 * cache_bytes + extra, producers
     assert combine["global_load_bytes"] <= 2 * 8 * 8 * (128 + 1) * 4
 
