@@ -10,6 +10,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import tiledsl
 from tiledsl.driver import CompiledKernel, compile_source
 from tiledsl.kernels.fmha_configs import fmha_defines, fmha_dim_units
@@ -58,3 +60,14 @@ def _compiled(arch: str, defines: tuple[tuple[str, str], ...],
 
 def compiled(arch: str, defines: dict[str, str], dim_units: tuple[tuple[str, int], ...] = ()) -> CompiledKernel:
     return _compiled(arch, tuple(sorted(defines.items())), dim_units)
+
+
+def check_out_lse(out: Any, lse: Any, ref_out: Any, ref_lse: Any, tol: float) -> None:
+    """An attention output and its LSE against the float64 reference: finite outputs within
+    `tol`, -inf exactly where the reference has it, finite LSEs within 1e-4."""
+    out = np.asarray(out, np.float64)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref_out, atol=tol, rtol=tol)
+    assert np.array_equal(np.isfinite(lse), np.isfinite(ref_lse))
+    finite = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from _fmha_util import check_out_lse
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
@@ -15,17 +16,6 @@ from tiledsl.ops import fmha_fwd_kvcache
 from tiledsl.reference import fmha_fwd_kvcache_reference
 
 pytestmark = pytest.mark.emulator
-
-
-def check(got, ref, tol):
-    out, lse = got
-    ref_out, ref_lse = ref
-    out = np.asarray(out, np.float64)
-    assert np.isfinite(out).all()
-    np.testing.assert_allclose(out, ref_out, atol=tol, rtol=tol)
-    assert np.array_equal(np.isfinite(lse), np.isfinite(ref_lse))
-    finite = np.isfinite(ref_lse)
-    np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
 
 
 def kernels(dev) -> list[str]:
@@ -51,7 +41,7 @@ def test_decode_paged_gqa_8_to_1_shuffled_pages(arch):
     for splits in (1, 2, 3, 16, 0):
         dev = EmulatorDevice(arch)
         got = fmha_fwd_kvcache(q, kc, vc, num_splits=splits, device=dev, **opts)
-        check(got, ref, 2e-3)
+        check_out_lse(*got, *ref, 2e-3)
         # 0: the heuristic declines to split 5 key blocks (it wants 8 per split)
         assert kernels(dev)[-1] == ("fmha_fwd" if splits in (0, 1) else "fmha_fwd_combine")
         if splits:  # one block per (sequence, kv head, split): the 8 query heads are packed
@@ -80,7 +70,7 @@ def test_append_rotary_contiguous_cache_batch_idx(arch):
     # The kernel rotates in f32, the model in f64: at most one bf16 rounding step apart.
     np.testing.assert_allclose(kc.astype(np.float64), kc_ref.astype(np.float64), atol=1e-2, rtol=1e-2)
     assert np.array_equal(vc, vc_ref)
-    check(got, ref, 2e-2)
+    check_out_lse(*got, *ref, 2e-2)
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
@@ -102,7 +92,7 @@ def test_batch_prefill_paged_varlen_empty_sequence_interleaved_rotary(arch):
     got = fmha_fwd_kvcache(q, kc, vc, device=EmulatorDevice(arch), **opts)
     np.testing.assert_allclose(kc.astype(np.float64), kc_ref.astype(np.float64), atol=2e-3, rtol=2e-3)
     assert np.array_equal(vc, vc_ref)
-    check(got, ref, 2e-3)
+    check_out_lse(*got, *ref, 2e-3)
 
 
 def test_device_arrays_stay_on_the_device():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from _fmha_util import check_out_lse
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
@@ -15,15 +16,6 @@ from tiledsl.ops import fmha_num_splits as ops_num_splits
 from tiledsl.reference import fmha_fwd_reference
 
 pytestmark = pytest.mark.emulator
-
-
-def check(out, lse, ref, ref_lse, tol):
-    out = np.asarray(out, np.float64)
-    assert np.isfinite(out).all()
-    np.testing.assert_allclose(out, ref, atol=tol, rtol=tol)
-    assert np.array_equal(np.isfinite(lse), np.isfinite(ref_lse))
-    finite = np.isfinite(ref_lse)
-    np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
 
 
 def launched(dev) -> list[str]:
@@ -38,7 +30,7 @@ def test_decode_gqa_causal_lse(arch):
     dev = EmulatorDevice(arch)
     out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, num_splits=3, device=dev)
     assert launched(dev) == ["fmha_fwd", "fmha_fwd_combine"]
-    check(out, lse, *fmha_fwd_reference(q, k, v, causal=True, return_lse=True), 2e-3)
+    check_out_lse(out, lse, *fmha_fwd_reference(q, k, v, causal=True, return_lse=True), 2e-3)
     one, one_lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(arch))
     np.testing.assert_allclose(out.astype(np.float64), one.astype(np.float64), atol=2e-3)
 
@@ -53,7 +45,7 @@ def test_varlen_window_sink_padded_bf16(arch):
     sink = rng.standard_normal(4).astype(np.float32)
     opts = dict(window=(90, 3), sink=sink, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
     out, lse = fmha_fwd(q, k, v, num_splits=4, device=EmulatorDevice(arch), **opts)
-    check(out, lse, *fmha_fwd_reference(q, k, v, **opts), 2e-2)
+    check_out_lse(out, lse, *fmha_fwd_reference(q, k, v, **opts), 2e-2)
 
 
 def test_more_splits_than_keys_and_fully_masked_rows():
@@ -64,13 +56,13 @@ def test_more_splits_than_keys_and_fully_masked_rows():
     k, v = (rng.standard_normal((1, 6, 2, 64)).astype(np.float16) for _ in range(2))
     dev = EmulatorDevice("gfx1201")
     out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, num_splits=50, device=dev)
-    check(out, lse, *fmha_fwd_reference(q, k, v, causal=True, return_lse=True), 2e-3)
+    check_out_lse(out, lse, *fmha_fwd_reference(q, k, v, causal=True, return_lse=True), 2e-3)
     assert not np.isfinite(lse[:, :, :14]).any()  # bottom-right causal: rows 0..13 see no key
     rng_k = rng.standard_normal((1, 300, 2, 64)).astype(np.float16)
     sink = np.array([0.5, -0.5], np.float32)
     opts = dict(window=(3, 0), sink=sink, return_lse=True)
     out, lse = fmha_fwd(q, rng_k, rng_k, num_splits=4, device=dev, **opts)  # splits 0..2 see nothing
-    check(out, lse, *fmha_fwd_reference(q, rng_k, rng_k, **opts), 2e-3)
+    check_out_lse(out, lse, *fmha_fwd_reference(q, rng_k, rng_k, **opts), 2e-3)
 
 
 def test_heuristic_fills_the_compute_units_and_declines_full_grids():
@@ -91,7 +83,7 @@ def test_heuristic_through_the_api_and_bad_values():
     dev = EmulatorDevice("gfx942")
     out, lse = fmha_fwd(q, k, v, return_lse=True, num_splits=0, device=dev)
     assert launched(dev) == ["fmha_fwd", "fmha_fwd_combine"]
-    check(out, lse, *fmha_fwd_reference(q, k, v, return_lse=True), 2e-3)
+    check_out_lse(out, lse, *fmha_fwd_reference(q, k, v, return_lse=True), 2e-3)
     for bad in (-1, 1.5, True, "auto"):
         with pytest.raises(ValueError, match="num_splits: expected an int >= 0"):
             fmha_fwd(q, k, v, num_splits=bad, device=dev)

@@ -24,8 +24,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, pack_gqa, padded_hdim
-from tiledsl.launcher import numpy_dtype
-from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words
+from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import CausalArg
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
@@ -59,12 +58,6 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
     return compile_source(source.read_text(), str(source), a.arch, defines, options, cache=Cache.from_env())
 
 
-def _unused(shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """A read-only stand-in for a tensor a kernel variant never touches: one row of memory (the
-    last dim keeps stride 1, as the kernels are compiled for)."""
-    return np.broadcast_to(np.zeros(shape[-1], numpy_dtype(dtype)), shape)
-
-
 @functools.lru_cache(maxsize=64)
 def build_kvcache_plan(shape: KvCacheShape) -> Plan:
     a = shape.attention
@@ -74,7 +67,7 @@ def build_kvcache_plan(shape: KvCacheShape) -> Plan:
     if shape.s_new:
         new = (shape.batch, shape.s_new, shape.hk)  # the new rows' sequences, rows and heads
         stages.append(Stage("append_kv", _append_kernel(shape, "cache"), (
-            ("x", Ref("k_new")), ("v_new", Ref("v_new")), ("x_rot", _unused((*new, a.hdim_q), a.dtype)),
+            ("x", Ref("k_new")), ("v_new", Ref("v_new")), ("x_rot", unused((*new, a.hdim_q), a.dtype)),
             ("k_cache", Ref("k")), ("v_cache", Ref("v")), *common, ("cu_seqlens_q", np.zeros(1, np.int32)),
             *rotary, ("page_shift", Ref("page_shift")), ("batch", Ref("batch")), ("max_rows", shape.s_new))))
     if shape.rotary != "none":
@@ -82,9 +75,9 @@ def build_kvcache_plan(shape: KvCacheShape) -> Plan:
         words = align_words(-(-a.b * a.sq * a.hq * a.hdim_q // 2))
         regions.append(Region("q_rot", 0, words, a.dtype, (*q_shape, a.hdim_q)))
         stages.append(Stage("rotary_q", _append_kernel(shape, "query"), (
-            ("x", Ref("q")), ("v_new", _unused((*q_shape, a.hdim_v), a.dtype)), ("x_rot", Ref("q_rot")),
-            ("k_cache", _unused((1, 1, a.hq, a.hdim_q), a.dtype)),
-            ("v_cache", _unused((1, 1, a.hq, a.hdim_v), a.dtype)),
+            ("x", Ref("q")), ("v_new", unused((*q_shape, a.hdim_v), a.dtype)), ("x_rot", Ref("q_rot")),
+            ("k_cache", unused((1, 1, a.hq, a.hdim_q), a.dtype)),
+            ("v_cache", unused((1, 1, a.hq, a.hdim_v), a.dtype)),
             *common, ("cu_seqlens_q", Ref("cu_seqlens_q")), *rotary, ("page_shift", Ref("page_shift")),
             ("batch", Ref("batch")), ("max_rows", Ref("max_seqlen_q")))))
     at = sum(r.words for r in regions)
@@ -98,8 +91,8 @@ def _host_ints(name: str, x: Any, shape: tuple[int, ...] | None, what: str) -> n
     """An integer argument's values on the host (a DeviceArray is copied back to check them)."""
     arr = x.numpy() if isinstance(x, DeviceArray) else np.asarray(x)
     if not np.issubdtype(arr.dtype, np.integer) or (shape is not None and arr.shape != shape):
-        want = f"shape {shape}" if shape is not None else what
-        raise ValueError(f"{name}: expected an integer array of {want} ({what}), got {arr.dtype} {arr.shape}")
+        want = what if shape is None else f"shape {shape} ({what})"
+        raise ValueError(f"{name}: expected an integer array of {want}, got {arr.dtype} {arr.shape}")
     return arr.astype(np.int64)
 
 
@@ -135,13 +128,15 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     from tiledsl.ops import (
         _check_array,
         _check_cu_seqlens,
+        _check_like,
         _dtype_name,
-        _elem_strides,
         _splits_count,
         _to_bshd,
+        aligned_names,
         check_heads,
         check_options,
         resolve_device,
+        unit_last_stride,
     )
 
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
@@ -197,17 +192,9 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                          f"{'k' if k is not None else 'v'}")
     s_new = 0
     if k is not None:
-        for name, x, hd in (("k", k, d), ("v", v, dv)):
-            _check_array(name, x, 4, "[B, S_new, Hk, D]")
-            if isinstance(x, DeviceArray) != on_device:
-                raise ValueError(f"{name}: expected a {'DeviceArray' if on_device else 'numpy array'} like q, "
-                                 f"got {type(x).__name__}")
-            if x.dtype != q.dtype:
-                raise ValueError(f"{name}: expected dtype {q.dtype} (the dtype of q), got {x.dtype}")
-            want = (batch, k.shape[1], hk, hd)
-            if tuple(x.shape) != want:
-                raise ValueError(f"{name}: expected shape {want} ([B, S_new, Hk, D] of the caches' heads and head "
-                                 f"dims), got {tuple(x.shape)}")
+        _check_array("k", k, 4, "[B, S_new, Hk, D]")
+        for name, x, hd in (("k", k, d), ("v", v, dv)):  # [B, S_new] with the caches' heads and head dims
+            _check_like(name, x, q.dtype, (batch, k.shape[1], hk, hd), on_device)
         s_new = k.shape[1]
         if not on_device:
             for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -290,12 +277,9 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         out = np.zeros(out_shape, dtype=q.dtype)
         lse = np.full((b4, hq, sq), -np.inf, np.float32)
     if batch and sq and max_q:
-        tensors = [q4, k_cache, v_cache] + ([k, v] if k is not None else [])
-        contiguous = all(x.shape[-1] == 1 or _elem_strides(x)[-1] == 1 for x in tensors)
+        contiguous = unit_last_stride(q4, k_cache, v_cache, *([k, v] if k is not None else []))
         out4 = _to_bshd(out, "bshd", varlen)
-        aligned = tuple(name for name, x in (("q", q4), ("k", k_cache), ("v", v_cache), ("o", out4))
-                        if all(n == 1 or s % VECTOR_ELEMS == 0
-                               for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True)))
+        aligned = aligned_names(q=q4, k=k_cache, v=v_cache, o=out4)
         if rotary != "none" and "q" in aligned and d % VECTOR_ELEMS:
             aligned = tuple(n for n in aligned if n != "q")  # q_rot is packed: rows are d elements apart
         masked = mask.kind != "none"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.kernels.fmha_configs import fmha_config, fmha_dim_units, pack_gqa, padded_hdim
-from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words
+from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import MaskParams
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
@@ -104,7 +104,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
     (their workspace is `splitkv_workspace`)."""
     from tiledsl.cache import Cache
     from tiledsl.driver import compile_source
-    from tiledsl.ops import _unused_acc, compile_fmha_fwd
+    from tiledsl.ops import compile_fmha_fwd
     from tiledsl.options import CompileOptions
 
     split = shape.num_splits > 1
@@ -118,9 +118,9 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
     args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
         ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block))
     if not split:
-        unused = (("o_acc", _unused_acc(shape.b, shape.hq, shape.sq, shape.hdim_v)),
-                  ("lse_acc", _unused_acc(shape.b, shape.hq, shape.sq)))
-        return [Stage("attention", kernel, args + unused)]
+        stand_ins = (("o_acc", unused((1, shape.b, shape.hq, shape.sq, shape.hdim_v), "f32")),
+                     ("lse_acc", unused((1, shape.b, shape.hq, shape.sq), "f32")))
+        return [Stage("attention", kernel, args + stand_ins)]
     hd_v = padded_hdim(shape.hdim_v)
     flag = {True: "true", False: "false"}
     # Rows per combine block: 16 for decode-sized queries (the blocks are mostly padding otherwise).

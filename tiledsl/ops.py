@@ -57,6 +57,20 @@ def _elem_strides(x: Any) -> tuple[int, ...]:
     return tuple(s // x.dtype.itemsize for s in x.strides) if isinstance(x, np.ndarray) else x.strides
 
 
+def unit_last_stride(*tensors: Any) -> bool:
+    """Do all `tensors` have a contiguous head dim? Vector memory access needs it; other strides
+    get the general variant."""
+    return all(x.shape[-1] == 1 or _elem_strides(x)[-1] == 1 for x in tensors)
+
+
+def aligned_names(**tensors: Any) -> tuple[str, ...]:
+    """The names of the tensors whose strides (but the last) are multiples of 16 bytes: their
+    row starts are provably aligned, so the kernel may use vector access (CompileOptions.stride_units)."""
+    return tuple(name for name, x in tensors.items()
+                 if all(n == 1 or s % VECTOR_ELEMS == 0
+                        for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True)))
+
+
 def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
     if not isinstance(cu, np.ndarray) or cu.ndim != 1 or not np.issubdtype(cu.dtype, np.integer):
         raise ValueError(f"{name}: expected a 1-D integer numpy array of length batch + 1, got "
@@ -269,25 +283,21 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     sink_arg = sink32 if sink32 is not None else np.zeros(hq, np.float32)
 
     if batch and sq and max_q:
-        # Vector memory access needs contiguous head dims; other strides get the general variant.
-        contiguous = all(x.shape[-1] == 1 or x.strides[-1] == (x.dtype.itemsize if isinstance(x, np.ndarray) else 1)
-                         for x in (q4, k4, v4))
-        # Strides that are multiples of 16 bytes make row starts provably aligned (vector access).
-        aligned = tuple(name for name, x in (("q", q4), ("k", k4), ("v", v4), ("o", out4))
-                        if all(n == 1 or s % VECTOR_ELEMS == 0
-                               for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True)))
+        from tiledsl.fmha_splitkv import SplitShape, build_attention_plan
+
+        contiguous = unit_last_stride(q4, k4, v4)
+        aligned = aligned_names(q=q4, k=k4, v=v4, o=out4)
         env = {"q": q4, "k": k4, "v": v4, "o": out4, "lse": lse, "sink": sink_arg, "cu_seqlens_q": cuq,
                "cu_seqlens_k": cuk, "scale": float(scale), "softcap": float(softcap) or 1.0,
                "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
                **NO_KV_CACHE}
-        from tiledsl.fmha_splitkv import SplitShape, build_attention_plan
-
         masked = mask.kind != "none"
         packed = pack_gqa(arch, d, dv, masked, max_q, hq, c.hk)
         plan = build_attention_plan(SplitShape(
             arch=arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
             sink=sink32 is not None, softcap=float(softcap) > 0, contiguous=contiguous, aligned=aligned,
-            num_splits=_splits_for(num_splits, c, arch), b=b, hq=hq, sq=sq,
+            num_splits=_splits_count(num_splits, arch, batch=batch, hq=hq, hk=c.hk, max_q=max_q, max_k=c.max_k,
+                                     d=d, dv=dv, masked=masked), b=b, hq=hq, sq=sq,
             heads_per_block=hq // c.hk if packed else 1))
         plan.run(device, env)
     if not return_lse:
@@ -319,19 +329,6 @@ def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, m
 # The KV-cache arguments of fmha_fwd.tile for a call without a cache (never read).
 NO_KV_CACHE = {"cache_seqlens": np.zeros(1, np.int32), "cache_batch_idx": np.zeros(1, np.int32),
                "block_table": np.zeros((1, 1), np.int32), "seqlen_new": 0, "page_shift": 0}
-
-
-def _unused_acc(b: int, hq: int, sq: int, dv: int | None = None) -> np.ndarray:
-    """A stand-in for the split-KV partials the one-stage kernel never touches: shapes that agree
-    with the other tensors' symbols, one row of memory."""
-    if dv is None:
-        return np.broadcast_to(np.zeros(max(sq, 1), np.float32)[:sq], (1, b, hq, sq))
-    return np.broadcast_to(np.zeros(max(dv, 1), np.float32)[:dv], (1, b, hq, sq, dv))
-
-
-def _splits_for(num_splits: int, c: AttentionCall, arch: str) -> int:
-    return _splits_count(num_splits, arch, batch=c.batch, hq=c.hq, hk=c.hk, max_q=c.max_q, max_k=c.max_k,
-                         d=c.d, dv=c.dv, masked=c.mask.kind != "none")
 
 
 def _splits_count(num_splits: int, arch: str, *, batch: int, hq: int, hk: int, max_q: int, max_k: int, d: int,
@@ -473,7 +470,7 @@ def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, determinis
         seqlens_q, seqlens_k = tuple(int(x) for x in np.diff(c.cuq)), tuple(int(x) for x in np.diff(c.cuk))
     else:
         seqlens_q, seqlens_k = (c.sq,) * c.b, (c.sk,) * c.b
-    contiguous = all(x.shape[-1] == 1 or _elem_strides(x)[-1] == 1 for x in (q, k, v, do, out))
+    contiguous = unit_last_stride(q, k, v, do, out)
     shape = BwdShape(arch=c.arch, dtype=c.dtype, hdim_q=c.d, hdim_v=c.dv, hq=c.hq, hk=c.hk, mask=c.mask,
                      softcap=c.softcap > 0, sink=c.sink32 is not None, deterministic=deterministic,
                      varlen=c.varlen, b=c.b, sq=c.sq, seqlens_q=seqlens_q, seqlens_k=seqlens_k,

@@ -87,6 +87,13 @@ class WorkspaceLayout:
         return "\n".join(lines)
 
 
+def unused(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """A read-only stand-in for a tensor argument a stage's kernel variant never touches: shapes
+    that agree with the other tensors' symbols, one row of memory (the last dim keeps stride 1, as
+    the kernels are compiled for)."""
+    return np.broadcast_to(np.zeros(shape[-1], numpy_dtype(dtype)), shape)
+
+
 def align_words(words: int, bytes_: int = 16) -> int:
     """`words` rounded up so the next region starts on a `bytes_` boundary."""
     per = bytes_ // 4
