@@ -80,10 +80,12 @@ def prebuild_fmha_fwd(variants: Sequence[FmhaVariant], cache: Cache,
 
     for v in variants:
         start = time.perf_counter()
-        # softcap is a run-time value; any positive one selects the variant that applies it.
-        kernel = compile_fmha_fwd(v.arch, dtype=v.dtype, hdim_q=v.hdim_q, hdim_v=v.hdim_v, mask=MASKS[v.mask],
-                                  varlen="varlen" in v.features, lse="lse" in v.features,
-                                  sink="sink" in v.features, softcap=1.0 if "softcap" in v.features else 0.0,
-                                  cache=cache)
+        # softcap is a run-time value; any positive one selects the variant that applies it. Each
+        # variant is built twice: fmha_fwd packs GQA heads (PACK_GQA) for short queries, a choice
+        # made from the call's shapes, so a prebuilt variant must serve both.
+        kernels = [compile_fmha_fwd(v.arch, dtype=v.dtype, hdim_q=v.hdim_q, hdim_v=v.hdim_v, mask=MASKS[v.mask],
+                                    varlen="varlen" in v.features, lse="lse" in v.features,
+                                    sink="sink" in v.features, softcap=1.0 if "softcap" in v.features else 0.0,
+                                    pack_gqa=packed, cache=cache) for packed in (False, True)]
         if on_result is not None:
-            on_result(v, kernel.from_cache, time.perf_counter() - start)
+            on_result(v, all(k.from_cache for k in kernels), time.perf_counter() - start)
