@@ -3,7 +3,9 @@
 For one decode step (Sq = 1) against a KV cache, prints per plan: the stages, workgroups, the
 longest workgroup's wave-instructions (the critical path on a GPU with enough compute units),
 total wave-instructions, the combine's share of them, and the bytes the producers' vector loads
-read against the K/V cache's size (1.00x = every cached row read once). Plans compared: the
+read against the K/V cache's size (1.00x = every cached row read once), lane by lane and counting
+each wave instruction's distinct addresses once (what a coalescer requests: lanes that read the
+same page-table entry share one request). Plans compared: the
 one-stage kernel (num_splits=1), the heuristic's choice, and forced split counts.
 
 Issue 12's targets (B = 1, Hq = 8, Hk = 1, Sk = 16384, hdim 128 on gfx942): the split plan's
@@ -42,7 +44,8 @@ def measure(arch: str, seqlen: int, hdim: int, hq: int, hk: int, page: int, spli
             "stages": "+".join(x["kernel"].removeprefix("fmha_") for x in dev.launches),
             "workgroups": first["workgroups"], "longest_wg": first["max_workgroup_instructions"], "total": total,
             "combine_pct": f"{100 * last['wave_instructions'] / total:.1f}" if combined else "-",
-            "cache_reads": f"{first['global_load_bytes'] / cache:.3f}x"}
+            "cache_reads": f"{first['global_load_bytes'] / cache:.3f}x",
+            "unique_reads": f"{first['global_load_unique_bytes'] / cache:.3f}x"}
 
 
 def _heuristic(arch: str, seqlen: int, hdim: int, hq: int, hk: int) -> int:
@@ -70,7 +73,7 @@ def main() -> None:
             rows.append(row)
             print(row, file=sys.stderr, flush=True)
     cols = [(k, k) for k in ("arch", "splits", "stages", "workgroups", "longest_wg", "speedup", "total",
-                             "combine_pct", "cache_reads")]
+                             "combine_pct", "cache_reads", "unique_reads")]
     print(f"decode: B 1, Sq 1, Hq/Hk {hq}/{hk}, Sk {a.seqlen}, hdim {a.hdim}, pages of {a.page}, causal, f16")
     print(format_table(rows, cols, text_columns=3))
 

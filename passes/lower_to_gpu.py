@@ -389,8 +389,11 @@ def _write(kind: str, addr: ir.Value, val: ir.Value, align: int) -> None:
     if kind == "store":
         llvm.store(val, addr, alignment=align)
     else:
-        llvm.atomicrmw(llvm.AtomicBinOp.fadd, addr, val, llvm.AtomicOrdering.monotonic,
-                       syncscope="agent")
+        # Device (coarse-grained) memory, denormals as the instruction treats them: without these
+        # LLVM expands the add into a compare-and-swap loop on gfx90a and gfx11.
+        rmw = llvm.atomicrmw(llvm.AtomicBinOp.fadd, addr, val, llvm.AtomicOrdering.monotonic, syncscope="agent")
+        rmw.owner.attributes["rocdl.no_fine_grained_memory"] = ir.UnitAttr.get()
+        rmw.owner.attributes["rocdl.ignore_denormal_mode"] = ir.UnitAttr.get()
 
 
 def rule_dot(lw: _Lowering, op: ir.Operation) -> None:

@@ -266,6 +266,43 @@ def test_lds_barrier_crosslane_atomics(arch):
     np.testing.assert_array_equal(dev.from_device(s, np.int32, 2), [v.sum(), v.max()])
 
 
+FADD = r"""
+declare i32 @llvm.amdgcn.workitem.id.x()
+define amdgpu_kernel void @fadd(ptr addrspace(1) %x, ptr addrspace(1) %acc) {
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %slot = and i32 %t, 3
+  %px = getelementptr float, ptr addrspace(1) %x, i32 %t
+  %v = load float, ptr addrspace(1) %px, align 4
+  %pa = getelementptr float, ptr addrspace(1) %acc, i32 %slot
+  %old = atomicrmw fadd ptr addrspace(1) %pa, float %v syncscope("agent") monotonic, align 4, MARKS
+  ret void
+}
+!0 = !{}
+""".replace("MARKS", "!amdgpu.no.fine.grained.memory !0, !amdgpu.ignore.denormal.mode !0")  # as tile.atomic_add
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_native_float_atomic_add(arch):
+    """global_atomic_add_f32 (what tile.atomic_add lowers to): f32 sums in lane order, one rounding
+    per add; gfx90a's flushes f32 denormals in and out, the later archs keep them."""
+    asm, hsaco = compile_llvm(FADD, arch)
+    assert "global_atomic_add_f32" in asm and "cmpswap" not in asm
+    dev = EmulatorDevice(arch)
+    k = dev.get_kernel(dev.load_module(hsaco), "fadd")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(64).astype(np.float32)
+    x[3::4] = np.float32(1e-39)  # slot 3 adds only denormals
+    acc0 = np.array([1.0, -2.0, 1e-3, 0.0], np.float32)
+    xb, ab = dev.to_device(x), dev.to_device(acc0)
+    dev.launch(k, 1, 64, struct.pack("<QQ", xb.addr, ab.addr))
+    want = acc0.copy()
+    for t in range(64):  # lanes in order
+        want[t % 4] = np.float32(want[t % 4] + x[t])
+    if get_arch(arch).atomic_fadd_flushes_denormals:
+        want[3] = 0.0
+    np.testing.assert_array_equal(dev.from_device(ab, np.float32, 4), want)
+
+
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_decoder_matches_llvm_asm(arch):
     """Self-check: the decoded mnemonic stream equals the one in LLVM's .s for the same code."""

@@ -47,6 +47,9 @@ class Arch:
     llvm_features: str
     matrix_ops: tuple[MatrixOp, ...] = field(default=())
     compute_units: int = 0  # of the product named above (one GCD of an MI250X): the split-KV heuristic
+    # global_atomic_add_f32 ignores the denormal mode and flushes f32 denormals (MI200: LLVM's
+    # "global FP atomics have a hardcoded FP mode"); later archs honour the mode.
+    atomic_fadd_flushes_denormals: bool = False
 
     @property
     def is_cdna(self) -> bool:
@@ -100,7 +103,7 @@ ARCHS: dict[str, Arch] = {
         "", _cdna_ops(8, 16, {
             "f16": ("v_mfma_f32_32x32x8f16", "v_mfma_f32_16x16x16f16"),
             "bf16": ("v_mfma_f32_32x32x8bf16_1k", "v_mfma_f32_16x16x16bf16_1k"),
-        }), compute_units=110),
+        }), compute_units=110, atomic_fadd_flushes_denormals=True),
     "gfx942": Arch(
         "gfx942", "CDNA3", 64, 64 * 1024, 512, 256, 102, 4, 8, 512, "fnuz", 1307.0, "MI300X",
         "", _cdna_ops(8, 16, {

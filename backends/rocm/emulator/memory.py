@@ -46,7 +46,11 @@ class Heap:
     def __init__(self, capacity: int = 1 << 20, data: np.ndarray | None = None, base: int = HEAP_BASE) -> None:
         self.data = np.zeros(capacity, dtype=np.uint8) if data is None else data
         self.base = base
-        self.loaded_bytes = 0  # bytes read by vector memory loads (`gather`), for traffic figures
+        self.loaded_bytes = 0  # bytes read by vector memory loads, lane by lane, for traffic figures
+        # The same, counting each wave instruction's distinct addresses once: a GPU's coalescer
+        # serves the lanes that read one address with one request (a key's page-table entry
+        # read by every lane of its row).
+        self.unique_loaded_bytes = 0
         self.external = data is not None  # memory and allocations belong to someone else (see `adopt`)
         self.top = 0
         self._starts: list[int] = []  # sorted allocation start addresses
@@ -175,10 +179,15 @@ class Heap:
         ok &= addrs + np.uint64(nbytes) <= ends[idxc]
         return ~ok
 
+    def count_load(self, off: np.ndarray, nbytes: int) -> None:
+        """Add one wave instruction's load (lane offsets `off`, `nbytes` each) to the traffic counts."""
+        self.loaded_bytes += off.size * nbytes
+        self.unique_loaded_bytes += np.unique(off).size * nbytes
+
     def gather(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:
         """Bytes [lanes, nbytes] at the (already checked) addresses."""
         off = (addrs - np.uint64(self.base)).astype(np.int64)
-        self.loaded_bytes += off.size * nbytes
+        self.count_load(off, nbytes)
         if nbytes % 4 == 0 and not (off & 3).any():
             words = self.data.view(np.uint32)
             idx = (off >> 2)[:, None] + np.arange(nbytes // 4)

@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.backends.rocm.emulator.executor import SCRATCH_TAG, builder, lds_fault
 from tiledsl.backends.rocm.emulator.memory import MemoryFault, UnsupportedInstruction, window
 from tiledsl.backends.rocm.emulator.operands import M32, PRIVATE_APERTURE, SHARED_APERTURE, _s64, scalar_writer
@@ -397,7 +398,7 @@ def _build_global(inst, ctx, op, nbytes, signed, d16, hi, d, s, flat):
         if win is None:
             win = window(heap.data, nbytes, heap.windows)
         if op == "load":
-            heap.loaded_bytes += off.size * nbytes
+            heap.count_load(off, nbytes)
             put(w, sel, win[off])
         else:
             win[off] = data(w, sel)
@@ -461,6 +462,7 @@ def _build_atomic(inst, ctx):
         raise UnsupportedInstruction(f"atomic {name}")
     sp, op, wide = info
     isf = name.endswith("_f32") or "add_f32" in name
+    flush = isf and get_arch(ctx.arch).atomic_fadd_flushes_denormals
     f, nxt = inst.f, ctx.nxt
     nb = 8 if wide else 4
     ret = bool(f.get("glc"))
@@ -498,7 +500,8 @@ def _build_atomic(inst, ctx):
             old = int.from_bytes(heap[p:p + nb].tobytes(), "little")
             dv = int(w.v[s, lane]) | (int(w.v[s + 1, lane]) << 32 if wide else 0)
             new = _apply_atomic(opname, old, dv, nb, isf, int(w.v[s + (2 if wide else 1), lane]) |
-                                (int(w.v[s + 3, lane]) << 32 if wide else 0) if opname == "cmpswap" else 0)
+                                (int(w.v[s + 3, lane]) << 32 if wide else 0) if opname == "cmpswap" else 0,
+                                flush)
             heap[p:p + nb] = np.frombuffer((new & mask).to_bytes(nb, "little"), np.uint8)
             old_vals.append(old)
         if ret:
@@ -510,15 +513,21 @@ def _build_atomic(inst, ctx):
     return h
 
 
-def _apply_atomic(op, old, dv, nb, isf, cmp):
+def _flush_denormal(x: np.float32) -> np.float32:
+    return np.float32(np.copysign(0.0, x)) if 0 < abs(x) < np.finfo(np.float32).tiny else x
+
+
+def _apply_atomic(op, old, dv, nb, isf, cmp, flush=False):
     bits = 8 * nb
     sign = 1 << (bits - 1)
-    if isf:
-        import struct
-        a = struct.unpack("<f", old.to_bytes(4, "little"))[0]
-        b = struct.unpack("<f", (dv & M32).to_bytes(4, "little"))[0]
+    if isf:  # f32 arithmetic (one rounding), denormals flushed in and out where the arch does
+        a, b = np.array([old, dv & M32], np.uint32).view(np.float32)
+        if flush:
+            a, b = _flush_denormal(a), _flush_denormal(b)
         r = {"add": a + b, "min": min(a, b), "max": max(a, b), "sub": a - b}.get(op, b)
-        return int.from_bytes(struct.pack("<f", np.float32(r)), "little")
+        if flush:
+            r = _flush_denormal(np.float32(r))
+        return int(np.array(r, np.float32).view(np.uint32))
     if op == "cmpswap":
         # data = {src, cmp}: store src if memory equals cmp
         return dv if old == cmp else old

@@ -132,7 +132,7 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
     t0 = time.perf_counter()
     count = 0
     longest = 0  # the most wave-instructions one workgroup ran
-    loaded = heap.loaded_bytes
+    loaded, unique = heap.loaded_bytes, heap.unique_loaded_bytes
     try:
         heap.write(karg, args)
         packet = alloc(64, "dispatch packet")
@@ -155,4 +155,5 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
     dt = time.perf_counter() - t0
     return {"wave_instructions": count, "seconds": dt, "wave_instructions_per_s": count / dt if dt > 0 else 0.0,
             "workgroups": g[0] * g[1] * g[2], "max_workgroup_instructions": longest,
-            "global_load_bytes": heap.loaded_bytes - loaded}
+            "global_load_bytes": heap.loaded_bytes - loaded,
+            "global_load_unique_bytes": heap.unique_loaded_bytes - unique}
