@@ -78,18 +78,34 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="check the toolchain: versions, and a real compile for every arch")
 
     b = sub.add_parser("prebuild", help="compile library kernel variants ahead of time into the compile cache")
-    b.add_argument("kernel", choices=["fmha_fwd"], help="the library kernel (tiledsl.ops)")
+    b.add_argument("kernel", nargs="?", choices=["fmha_fwd"],
+                   help="one family chosen by --dtype/--hdim/--mask/--with (or use --receipt)")
+    b.add_argument("--receipt", help="a named set of variants over every family: " + ", ".join(_receipt_names()))
     b.add_argument("--arch", action="append", required=True, metavar="ARCH",
                    help=f"target: {', '.join(ARCH_NAMES)} or all; repeat or comma-separate for several")
-    b.add_argument("--dtype", nargs="+", default=["f16", "bf16"], help="f16 and/or bf16 (default: both)")
-    b.add_argument("--hdim", nargs="+", default=["64", "128"],
-                   help="head dims, QK/V for unequal ones such as 192/128 (default: 64 128)")
-    b.add_argument("--mask", nargs="+", default=["none", "causal"],
-                   help="none, causal (bottom-right), top_left, window (default: none causal)")
-    b.add_argument("--with", dest="features", nargs="+", default=[], metavar="FEATURE",
+    b.add_argument("--dtype", nargs="+", help="f16 and/or bf16 (default: both)")
+    b.add_argument("--hdim", nargs="+", help="head dims, QK/V for unequal ones such as 192/128 (default: 64 128)")
+    b.add_argument("--mask", nargs="+", help="none, causal (bottom-right), top_left, window (default: none causal)")
+    b.add_argument("--with", dest="features", nargs="+", metavar="FEATURE",
                    help="also build the variants with: lse, varlen, sink, softcap (each doubles the count)")
+    b.add_argument("--family", action="append", metavar="FAMILY", help="--receipt: only these families")
+    b.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                   help="--receipt: variants compiled at once, in worker processes (default: one per core)")
     b.add_argument("--cache-dir", help="where to put them (default: $TILEDSL_CACHE_DIR, else ~/.cache/tiledsl)")
     b.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+
+    ls = sub.add_parser("list", help="the kernel variants the library can build (by receipt, arch, family)")
+    ls.add_argument("--receipt", default="all", help="a named set of variants (default: all): "
+                    + ", ".join(_receipt_names()))
+    ls.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (default: all)")
+    ls.add_argument("--family", action="append", metavar="FAMILY", help="only these families (default: all)")
+    ls.add_argument("--json", action="store_true", help="print JSON (keys, signatures, tiles) instead of a table")
+
+    rg = sub.add_parser("registry", help="the per-arch tile tables and constraints as data")
+    rg_sub = rg.add_subparsers(dest="registry_command", metavar="ACTION", required=True)
+    ex = rg_sub.add_parser("export", help="write one arch's facts, limits and tile tables as JSON")
+    ex.add_argument("--arch", required=True, help=f"one of {', '.join(ARCH_NAMES)}")
+    ex.add_argument("-o", "--output", help="the JSON file to write (default: standard output)")
 
     pl = sub.add_parser("plan", help="print the stages and workspace of a multi-stage library call")
     pl.add_argument("op", choices=["fmha_bwd"], help="the library operation (tiledsl.ops)")
@@ -122,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_prebuild(args)
         if args.command == "plan":
             return cmd_plan(args)
+        if args.command == "list":
+            return cmd_list(args)
+        if args.command == "registry":
+            return cmd_registry_export(args)
         return cmd_doctor(args)
     except TileError as exc:
         # A SourceError renders as "file:line:col: error: ..." already.
@@ -175,11 +195,22 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _receipt_names() -> list[str]:
+    from tiledsl.registry import RECEIPTS
+
+    return list(RECEIPTS)
+
+
 def cmd_prebuild(args: argparse.Namespace) -> int:
     from tiledsl.cache import Cache
     from tiledsl.prebuild import FmhaVariant, fmha_variants, prebuild_fmha_fwd
 
-    variants = fmha_variants(_parse_archs(args.arch), args.dtype, args.hdim, args.mask, args.features)
+    if (args.kernel is None) == (args.receipt is None):
+        raise TileError("prebuild: give a kernel family (fmha_fwd) or --receipt NAME, not both or neither")
+    if args.receipt is not None:
+        return _prebuild_receipt(args)
+    variants = fmha_variants(_parse_archs(args.arch), args.dtype or ["f16", "bf16"], args.hdim or ["64", "128"],
+                             args.mask or ["none", "causal"], args.features or [])
     cache = Cache(Path(args.cache_dir).expanduser()) if args.cache_dir else Cache.from_env()
     done = {True: 0, False: 0}
 
@@ -191,6 +222,77 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
     prebuild_fmha_fwd(variants, cache, on_result=report)
     print(f"{len(variants)} variants in {cache.root} ({done[False]} compiled, {done[True]} already there); "
           f"tiledsl.ops loads them from there when TILEDSL_CACHE_DIR points at it")
+    return EXIT_OK
+
+
+def _prebuild_receipt(args: argparse.Namespace) -> int:
+    from tiledsl.cache import default_cache_dir
+    from tiledsl.prebuild import prebuild_variants
+
+    given = [f"--{n}" for n in ("dtype", "hdim", "mask", "with") if getattr(args, n if n != "with" else "features")]
+    if given:
+        raise TileError(f"prebuild --receipt: {', '.join(given)} select variants of one family; a receipt "
+                        "names its own (see `tiledsl list --receipt NAME`)")
+    if args.jobs < 1:
+        raise TileError(f"--jobs: expected at least 1, got {args.jobs}")
+    variants = _receipt(args.receipt, args.arch, args.family)
+    root = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
+    os.environ["TILEDSL_CACHE_DIR"] = str(root)  # the edge: the library's builders and the workers read it
+    start = time.perf_counter()
+    results = prebuild_variants(variants, args.jobs, progress=not args.quiet)
+    failed = [r for r in results if r.error]
+    rows = [{"receipt": args.receipt, "variants": len(results), "kernels": sum(r.kernels for r in results),
+             "compiled": sum(r.compiled for r in results), "failed": len(failed),
+             "seconds": f"{time.perf_counter() - start:.0f}"}]
+    print(format_table(rows, [(k, k) for k in rows[0]], text_columns=1))
+    for r in failed:
+        print(f"FAILED {r.key}: {r.error}", file=sys.stderr)
+    print(f"kernels in {root}; tiledsl.ops loads them from there when TILEDSL_CACHE_DIR points at it")
+    return EXIT_ICE if failed else EXIT_OK
+
+
+def _receipt(receipt: str, archs: Sequence[str], families: Sequence[str] | None) -> list[Any]:
+    """A receipt's registry variants on these archs, of these families (default: all)."""
+    from tiledsl.registry import FAMILIES, receipt_variants
+
+    for f in families or ():
+        if f not in FAMILIES:
+            raise TileError(f"--family {f!r}: expected one of {', '.join(FAMILIES)}")
+    try:
+        variants = receipt_variants(receipt, _parse_archs(archs))
+    except ValueError as exc:
+        raise TileError(str(exc)) from None
+    return [v for v in variants if families is None or v.signature.family in families]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    chosen = [v.to_json() for v in _receipt(args.receipt, args.arch or ["all"], args.family)]
+    if args.json:
+        print(json.dumps(chosen, indent=1))
+        return EXIT_OK
+    rows = [{"key": v["key"], **{k: v["algorithm"][k] for k in ("block_m", "block_n", "waves", "stages")},
+             "spills": "yes" if v["algorithm"]["spills"] else ""} for v in chosen]
+    print(format_table(rows, [(k, k) for k in ("key", "block_m", "block_n", "waves", "stages", "spills")],
+                       text_columns=1))
+    print(f"{len(rows)} variants ({args.receipt}); build them with `tiledsl prebuild --receipt {args.receipt} "
+          "--arch ...`")
+    return EXIT_OK
+
+
+def cmd_registry_export(args: argparse.Namespace) -> int:
+    from tiledsl.registry import arch_specs
+
+    try:
+        text = json.dumps(arch_specs(args.arch), indent=1) + "\n"
+    except ValueError as exc:
+        raise TileError(str(exc)) from None
+    if args.output:
+        try:
+            Path(args.output).write_text(text)
+        except OSError as exc:
+            raise TileError(f"-o {args.output}: cannot write: {exc.strerror}") from None
+    else:
+        sys.stdout.write(text)
     return EXIT_OK
 
 

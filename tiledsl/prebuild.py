@@ -14,6 +14,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tiledsl.cache import Cache
 from tiledsl.errors import TileError
@@ -89,3 +90,53 @@ def prebuild_fmha_fwd(variants: Sequence[FmhaVariant], cache: Cache,
                                     pack_gqa=packed, cache=cache) for packed in (False, True)]
         if on_result is not None:
             on_result(v, all(k.from_cache for k in kernels), time.perf_counter() - start)
+
+
+# -- receipts (tiledsl.registry) ------------------------------------------------------------------
+@dataclass(frozen=True)
+class BuildResult:
+    key: str
+    seconds: float
+    kernels: int = 0
+    compiled: int = 0  # kernels compiled now (the rest came from the cache)
+    error: str | None = None
+
+
+def build_variant(variant: Any) -> BuildResult:
+    """Build one registry Variant; a failure is a result (with its message), not an exception."""
+    start = time.perf_counter()
+    try:
+        kernels = variant.build()
+    except (TileError, ValueError) as exc:
+        return BuildResult(variant.key(), time.perf_counter() - start, error=str(exc).splitlines()[0])
+    except Exception as exc:  # an internal error in one variant must not stop the others
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return BuildResult(variant.key(), time.perf_counter() - start,
+                           error=f"internal error: {type(exc).__name__}: {first}")
+    unique = {id(k): k for k in kernels}.values()
+    return BuildResult(variant.key(), time.perf_counter() - start, len(unique),
+                       sum(not k.from_cache for k in unique))
+
+
+def prebuild_variants(variants: Sequence[Any], jobs: int, progress: bool = True) -> list[BuildResult]:
+    """Build every variant, `jobs` at a time in worker processes, with a progress bar (count and
+    ETA) on stderr; keeps going past failures. Results in the variants' order."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm import tqdm
+
+    results: dict[str, BuildResult] = {}
+    with tqdm(total=len(variants), unit="variant", disable=not progress, dynamic_ncols=True) as bar:
+        def done(r: BuildResult) -> None:
+            results[r.key] = r
+            bar.set_postfix_str(("FAILED " if r.error else "") + r.key, refresh=False)
+            bar.update(1)
+
+        if jobs <= 1:
+            for v in variants:
+                done(build_variant(v))
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                for fut in as_completed([pool.submit(build_variant, v) for v in variants]):
+                    done(fut.result())
+    return [results[v.key()] for v in variants]

@@ -1,0 +1,148 @@
+"""The kernel registry: variant keys, validation with reasons, receipts, arch specs, and the
+`tiledsl list` / `registry export` / `prebuild --receipt` commands."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tiledsl import registry
+from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.cli import main
+from tiledsl.errors import TileError
+from tiledsl.fmha_bwd import bwd_config
+from tiledsl.kernels.fmha_configs import fmha_config
+from tiledsl.prebuild import prebuild_variants
+from tiledsl.registry import RECEIPTS, Signature, Variant, algorithm, arch_specs, receipt_variants, validate
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_receipts_hold_valid_variants_with_unique_keys(arch):
+    for receipt, (_, make) in RECEIPTS.items():
+        if make is None:
+            continue
+        variants = receipt_variants(receipt, [arch])
+        keys = [v.key() for v in variants]
+        assert variants and len(set(keys)) == len(keys), receipt
+        for v in variants:
+            validate(arch, v.signature)
+    families = {v.signature.family for v in receipt_variants("all", [arch])}
+    assert families == set(registry.FAMILIES)
+    training = receipt_variants("training", [arch])
+    assert {v.signature.family for v in training} == {"fmha_fwd", "fmha_bwd"}
+    assert all(v.signature.lse for v in training if v.signature.family == "fmha_fwd")
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_algorithm_is_read_from_the_kernels_tables(arch):
+    for hd in (32, 64, 128, 256):
+        for mask in ("none", "causal"):
+            fwd = algorithm(arch, Signature("fmha_fwd", hdim_q=hd, hdim_v=hd, mask=mask))
+            c = fmha_config(arch, hd, hd, masked=mask != "none")
+            assert (fwd.block_m, fwd.block_n, fwd.waves, fwd.stages) == (c.block_m, c.block_n, c.waves, c.stages)
+        bwd = algorithm(arch, Signature("fmha_bwd", hdim_q=hd, hdim_v=hd))
+        b = bwd_config(arch, hd, hd)
+        assert (bwd.block_m, bwd.block_n, bwd.waves, bwd.spills) == (b.block_m, b.block_n, b.waves, b.spills)
+    specs = json.loads(json.dumps(arch_specs(arch)))  # JSON-ready
+    assert specs["facts"]["compute_units"] > 0 and specs["facts"]["wave_size"] in (32, 64)
+    assert specs["families"]["fmha_bwd"]["tiles"]["128"]["block_n"] == bwd_config(arch, 128, 128).block_n
+
+
+@pytest.mark.parametrize(("arch", "sig", "message"), [
+    ("gfx90a", Signature("fmha_fwd", dtype="fp8"), r"dtype: .*gfx90a has no fp8 matrix instructions"),
+    ("gfx942", Signature("fmha_fwd", dtype="fp8"), r"dtype: .*gfx942 has FNUZ fp8"),
+    ("gfx942", Signature("fmha_fwd", dtype="f32"), r"dtype: gfx942 supports f16, bf16 for fmha_fwd, got 'f32'"),
+    ("gfx950", Signature("fmha_fwd", hdim_q=512), r"hdim_q: fmha_fwd supports head dims 1\.\.256"),
+    ("gfx1100", Signature("fmha_fwd", paged=True), r"paged: only fmha_fwd_kvcache has it"),
+    ("gfx1100", Signature("fmha_fwd", deterministic=True), r"deterministic: only fmha_bwd"),
+    ("gfx1201", Signature("fmha_bwd", lse=True), r"lse: the backward always reads"),
+    ("gfx1201", Signature("fmha_fwd", bias="alibi"), r"bias: attention bias and ALiBi are not in the library"),
+    ("gfx1201", Signature("fmha_fwd", dropout=True), r"dropout: dropout is not in the library"),
+    ("gfx942", Signature("fmha_fwd", mask="sliding"), r"mask: expected one of none, causal, top_left, window"),
+    ("gfx942", Signature("flash"), r"family: expected one of fmha_fwd"),
+    ("gfx908", Signature("fmha_fwd"), r"arch: expected one of gfx90a"),
+])
+def test_unsupported_combinations_are_refused_with_the_field(arch, sig, message):
+    with pytest.raises(ValueError, match=message):
+        validate(arch, sig)
+
+
+def test_registry_export_and_list_commands(tmp_path, capsys):
+    out = tmp_path / "specs.json"
+    assert main(["registry", "export", "--arch", "gfx942", "-o", str(out)]) == 0
+    specs = json.loads(out.read_text())
+    assert specs["arch"] == "gfx942" and specs["facts"]["compute_units"] == 304
+    assert specs["families"]["fmha_fwd"]["tiles"]["128"] == {"block_m": 128, "block_n": 128, "waves": 4, "stages": 2}
+    assert main(["registry", "export", "--arch", "gfx9000"]) == 2
+    assert "arch: expected one of" in capsys.readouterr().err
+
+    assert main(["list", "--receipt", "flash", "--arch", "gfx1201", "--family", "fmha_bwd", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["arch"] == "gfx1201" and r["signature"]["family"] == "fmha_bwd" for r in rows)
+    assert len(rows) == 2 * 2 * 2 * 2  # dtypes x hdims x modes x masks
+    assert main(["list", "--receipt", "pytorch", "--arch", "gfx90a"]) == 0
+    assert "gfx90a/fmha_fwd-bf16-batch-d128-top_left-lse" in capsys.readouterr().out
+    for argv, err in ((["list", "--receipt", "fp8"], "fp8 forward: not in the library yet"),
+                      (["list", "--receipt", "nope"], "receipt: expected one of flash"),
+                      (["list", "--family", "fmha"], "--family 'fmha': expected one of")):
+        assert main(argv) == 2
+        assert err in capsys.readouterr().err
+
+
+def test_prebuild_receipt_argument_errors(capsys):
+    for argv, err in ((["prebuild", "--arch", "gfx942"], "give a kernel family"),
+                      (["prebuild", "fmha_fwd", "--receipt", "flash", "--arch", "gfx942"], "not both"),
+                      (["prebuild", "--receipt", "flash", "--arch", "gfx942", "--dtype", "f16"], "--dtype select"),
+                      (["prebuild", "--receipt", "flash", "--arch", "gfx942", "-j", "0"], "--jobs"),
+                      (["prebuild", "--receipt", "flash", "--arch", "gfx000"], "unknown arch")):
+        assert main(argv) == 2, argv
+        assert err in capsys.readouterr().err
+
+
+def test_prebuild_receipt_keeps_going_and_exits_nonzero(tmp_path, monkeypatch, capsys):
+    def build(arch, sig):
+        if sig.hdim_q == 128:
+            raise TileError("no room for this tile")
+        return []
+
+    monkeypatch.setitem(registry._BUILDERS, "fmha_fwd", build)
+    status = main(["prebuild", "--receipt", "pytorch", "--arch", "gfx942", "--family", "fmha_fwd", "-j", "1",
+                   "-q", "--cache-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert captured.err.count("FAILED gfx942/fmha_fwd-") == 8 and "no room for this tile" in captured.err
+    assert "pytorch        16        0         0       8" in captured.out
+
+
+def test_prebuilt_receipt_variants_run_without_compiling(tmp_path, monkeypatch):
+    """What prebuild_variants builds is exactly what fmha_fwd and fmha_bwd load at run time."""
+    from tiledsl import driver
+    from tiledsl.ops import fmha_bwd, fmha_fwd
+    from tiledsl.reference import fmha_bwd_reference
+
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path))
+    wanted = [Variant("gfx1201", Signature("fmha_fwd", hdim_q=64, hdim_v=64, mask="causal", lse=True)),
+              Variant("gfx1201", Signature("fmha_bwd", hdim_q=64, hdim_v=64, mask="causal")),
+              Variant("gfx1201", Signature("fmha_fwd", bias="alibi"))]
+    results = prebuild_variants(wanted, jobs=2, progress=False)  # in worker processes: nothing stays in memory here
+    assert [r.key for r in results] == [v.key() for v in wanted]
+    assert results[0].kernels == 2 and results[1].kernels == 3 and not results[0].error and not results[1].error
+    assert "bias" in results[2].error
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("compiled at run time although the variant was prebuilt")
+
+    monkeypatch.setattr(driver, "run_stages", no_compiling)
+    rng = np.random.default_rng(4)
+    q, k, v, do = (rng.standard_normal((1, 40, 2, 64)).astype(np.float16) for _ in range(4))
+    dev = EmulatorDevice("gfx1201")
+    out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=dev)
+    dq, dk, dv = fmha_bwd(do, q, k, v, out, lse, causal=True, device=dev)
+    for got, ref in zip((dq, dk, dv), fmha_bwd_reference(do, q, k, v, causal=True), strict=True):
+        np.testing.assert_allclose(got.astype(np.float64), ref, atol=2e-2, rtol=2e-2)
+    with pytest.raises(AssertionError, match="prebuilt"):  # a variant not prebuilt would compile
+        fmha_fwd(q, k, v, causal=False, device=dev)
+

@@ -1,0 +1,303 @@
+"""What the kernel library can build: variant keys, per-arch tile tables, validation, receipts.
+
+A variant of a library family is a `Signature` (what a call needs: dtype, batch or group mode,
+head dims, mask, features) on one arch; its `Algorithm` (tile sizes, waves, stages) comes from
+the per-arch tables (`kernels/fmha_configs.py` for the forward, `fmha_bwd.BWD_CONFIGS` for the
+backward), so the registry never holds a second copy of a tile. `validate` refuses an
+unsupported combination before anything compiles, naming the field and what is supported.
+`RECEIPTS` are named sets of variants (`tiledsl prebuild --receipt NAME`), `arch_specs` exports
+the tables as JSON (`tiledsl registry export`), and `Variant.build` compiles every kernel a call
+of that signature may launch, through the same functions the ops use at run time.
+
+Shape-driven choices are built both ways: the forward's GQA packing (short queries), split-KV
+producers and the combine's decode tile (the split heuristic), small and large KV-cache pages.
+Prebuilt variants serve calls with contiguous head dims and 16-byte aligned strides; other
+strides compile their own variant on first use.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+
+FAMILIES: dict[str, str] = {
+    "fmha_fwd": "forward, one stage (tiledsl.ops.fmha_fwd with num_splits=1)",
+    "fmha_fwd_splitkv": "forward, split-KV producers + combine (fmha_fwd's split heuristic, decode)",
+    "fmha_fwd_kvcache": "forward against a KV cache: append, rotary, attention (tiledsl.ops.fmha_fwd_kvcache)",
+    "fmha_bwd": "backward: dot_do_o -> dq_dk_dv -> convert_dq (+ dsink) (tiledsl.ops.fmha_bwd)",
+}
+DTYPES = ("f16", "bf16")
+MODES = ("batch", "group")
+MASKS = ("none", "causal", "top_left", "window")  # causal: bottom-right, flash-attention's causal=True
+ROTARY = ("none", "interleaved", "half")
+MAX_HDIM = 256
+# Features a family does not have (yet): each refused with the reason.
+NOT_YET = {"bias": "attention bias and ALiBi", "dropout": "dropout", "fp8": "fp8 kernels"}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a call needs from a kernel family (the -D switches it selects, in call terms)."""
+
+    family: str
+    dtype: str = "f16"
+    mode: str = "batch"  # "group": varlen (cu_seqlens); fmha_fwd_kvcache: batch prefill
+    hdim_q: int = 128
+    hdim_v: int = 128
+    mask: str = "none"
+    lse: bool = False  # forward families: also return the LSE
+    sink: bool = False
+    softcap: bool = False
+    paged: bool = False  # fmha_fwd_kvcache: paged cache (else contiguous)
+    rotary: str = "none"  # fmha_fwd_kvcache: rotary embedding of q and the appended k
+    deterministic: bool = False  # fmha_bwd: no atomics
+    bias: str = "none"
+    dropout: bool = False
+
+    def name(self) -> str:
+        """Human-readable and unique: fmha_fwd-bf16-group-d128-causal-lse."""
+        hd = f"d{self.hdim_q}" if self.hdim_q == self.hdim_v else f"d{self.hdim_q}x{self.hdim_v}"
+        parts = [self.family, self.dtype, self.mode, hd, self.mask]
+        flags = ("lse", "sink", "softcap", "paged", "deterministic", "dropout")
+        parts += [f for f in flags if getattr(self, f)]
+        parts += [f"rotary_{self.rotary}"] if self.rotary != "none" else []
+        parts += [f"bias_{self.bias}"] if self.bias != "none" else []
+        return "-".join(parts)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """How a variant computes: its main kernel's tile (the other stages are elementwise)."""
+
+    block_m: int
+    block_n: int
+    waves: int
+    stages: int
+    spills: bool = False  # the best tile found still spills registers (RDNA backward, see docs/backward.md)
+
+
+def validate(arch: str, sig: Signature) -> None:
+    """Refuse what the library cannot build, before compiling: a ValueError naming the field."""
+    if arch not in ARCH_NAMES:
+        raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)}, got {arch!r}")
+    a = get_arch(arch)
+    if sig.family not in FAMILIES:
+        raise ValueError(f"family: expected one of {', '.join(FAMILIES)}, got {sig.family!r}")
+    if sig.dtype not in DTYPES:
+        if sig.dtype in ("fp8", "f8", "e4m3"):
+            has = f"{arch} has {a.fp8_flavour.upper()} fp8 matrix instructions" if a.fp8_flavour else \
+                f"{arch} has no fp8 matrix instructions (fp8 needs gfx942, gfx950 or gfx1201)"
+            raise ValueError(f"dtype: {NOT_YET['fp8']} are not in the library yet ({has}); expected one of "
+                             f"{', '.join(DTYPES)}")
+        raise ValueError(f"dtype: {arch} supports {', '.join(DTYPES)} for {sig.family}, got {sig.dtype!r}")
+    for field_name, value, allowed in (("mode", sig.mode, MODES), ("mask", sig.mask, MASKS),
+                                       ("rotary", sig.rotary, ROTARY)):
+        if value not in allowed:
+            raise ValueError(f"{field_name}: expected one of {', '.join(allowed)}, got {value!r}")
+    for field_name in ("hdim_q", "hdim_v"):
+        d = getattr(sig, field_name)
+        if not isinstance(d, int) or not 1 <= d <= MAX_HDIM:
+            raise ValueError(f"{field_name}: {sig.family} supports head dims 1..{MAX_HDIM} on every arch, got {d}")
+    if sig.bias != "none":
+        raise ValueError(f"bias: {NOT_YET['bias']} are not in the library yet; expected 'none'")
+    if sig.dropout:
+        raise ValueError(f"dropout: {NOT_YET['dropout']} is not in the library yet; expected False")
+    only = {"paged": "fmha_fwd_kvcache", "deterministic": "fmha_bwd"}
+    for field_name, family in only.items():
+        if getattr(sig, field_name) and sig.family != family:
+            raise ValueError(f"{field_name}: only {family} has it, not {sig.family}")
+    if sig.rotary != "none" and sig.family != "fmha_fwd_kvcache":
+        raise ValueError(f"rotary: only fmha_fwd_kvcache has it, not {sig.family}")
+    if sig.lse and sig.family == "fmha_bwd":
+        raise ValueError("lse: the backward always reads the forward's LSE; leave it False")
+
+
+def algorithm(arch: str, sig: Signature) -> Algorithm:
+    """The variant's tile, read from the per-arch tables the kernels compile with."""
+    validate(arch, sig)
+    if sig.family == "fmha_bwd":
+        from tiledsl.fmha_bwd import bwd_config
+
+        b = bwd_config(arch, sig.hdim_q, sig.hdim_v)
+        return Algorithm(b.block_m, b.block_n, b.waves, 1, b.spills)
+    from tiledsl.kernels.fmha_configs import fmha_config
+
+    c = fmha_config(arch, sig.hdim_q, sig.hdim_v, masked=sig.mask != "none")
+    return Algorithm(c.block_m, c.block_n, c.waves, c.stages)  # forward tiles never spill
+
+
+@dataclass(frozen=True)
+class Variant:
+    arch: str
+    signature: Signature
+
+    def key(self) -> str:
+        return f"{self.arch}/{self.signature.name()}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key(), "arch": self.arch, "signature": asdict(self.signature),
+                "algorithm": asdict(algorithm(self.arch, self.signature))}
+
+    def build(self) -> list[Any]:
+        """Compile (or load from the compile cache) every kernel a call of this signature may
+        launch on this arch; returns the CompiledKernels."""
+        validate(self.arch, self.signature)
+        return _BUILDERS[self.signature.family](self.arch, self.signature)
+
+
+def _mask_params(sig: Signature):
+    from tiledsl.reference import fmha_mask_params
+
+    return {"none": fmha_mask_params(False), "causal": fmha_mask_params(True),
+            "top_left": fmha_mask_params("top_left"), "window": fmha_mask_params(False, (1, 1))}[sig.mask]
+
+
+def _split_shape(arch: str, sig: Signature, **kw: Any):
+    from tiledsl.fmha_splitkv import SplitShape
+
+    base = SplitShape(arch=arch, dtype=sig.dtype, hdim_q=sig.hdim_q, hdim_v=sig.hdim_v, mask=_mask_params(sig),
+                      varlen=sig.mode == "group", lse=sig.lse, sink=sig.sink, softcap=sig.softcap, contiguous=True,
+                      aligned=("k", "o", "q", "v"), num_splits=1, b=1, hq=2, sq=64)
+    return replace(base, **kw)
+
+
+def _kernels(plan: Any) -> list[Any]:
+    return [stage.kernel for stage in plan.stages]
+
+
+def _build_fwd(arch: str, sig: Signature) -> list[Any]:
+    from tiledsl.fmha_splitkv import build_attention_plan
+
+    # One stage, with and without GQA packing (chosen from the call's shapes).
+    return [k for hpb in (1, 2) for k in _kernels(build_attention_plan(_split_shape(arch, sig, heads_per_block=hpb)))]
+
+
+def _build_splitkv(arch: str, sig: Signature) -> list[Any]:
+    from tiledsl.fmha_splitkv import build_attention_plan
+
+    # Producers with and without packing; the combine for decode (16 rows) and longer queries.
+    return [k for hpb, sq in itertools.product((1, 2), (1, 64))
+            for k in _kernels(build_attention_plan(_split_shape(arch, sig, num_splits=2, heads_per_block=hpb, sq=sq)))]
+
+
+def _build_kvcache(arch: str, sig: Signature) -> list[Any]:
+    from tiledsl.fmha_kvcache import KvCacheShape, build_kvcache_plan
+
+    out = []
+    pages = (16, 256) if sig.paged else (0,)  # below and above a key block: per-key or per-block lookups
+    for page, splits, hpb, sq in itertools.product(pages, (1, 2), (1, 2), (1, 64)):
+        att = _split_shape(arch, sig, kv_cache="paged" if sig.paged else "contiguous", page_size=page,
+                           num_splits=splits, heads_per_block=hpb, sq=sq,
+                           q_name="q_rot" if sig.rotary != "none" else "q")
+        shape = KvCacheShape(attention=att, batch=1, hk=1, s_new=1, rotary=sig.rotary,
+                             q_positions="rows" if sig.mask != "none" else "first")
+        out += _kernels(build_kvcache_plan(shape))
+    return out
+
+
+def _build_bwd(arch: str, sig: Signature) -> list[Any]:
+    from tiledsl.fmha_bwd import plan_from_sizes
+
+    return _kernels(plan_from_sizes(arch, dtype=sig.dtype, hdim_q=sig.hdim_q, hdim_v=sig.hdim_v, hq=1, hk=1,
+                                    seqlens_q=(64,), seqlens_k=(64,), varlen=sig.mode == "group",
+                                    mask=_mask_params(sig), softcap=sig.softcap, sink=sig.sink,
+                                    deterministic=sig.deterministic))
+
+
+_BUILDERS = {"fmha_fwd": _build_fwd, "fmha_fwd_splitkv": _build_splitkv, "fmha_fwd_kvcache": _build_kvcache,
+             "fmha_bwd": _build_bwd}
+
+
+# -- receipts ------------------------------------------------------------------------------------
+def _grid(family: str, **axes: tuple[Any, ...]) -> list[Signature]:
+    names = list(axes)
+    return [Signature(family, **dict(zip(names, values, strict=True))) for values in itertools.product(*axes.values())]
+
+
+_COMMON = {"dtype": DTYPES, "hdim_q": (64, 128), "hdim_v": (64, 128)}
+
+
+def _same_hdims(sigs: list[Signature]) -> list[Signature]:
+    return [s for s in sigs if s.hdim_q == s.hdim_v]
+
+
+def _flash() -> list[Signature]:
+    # flash_attn_func / flash_attn_varlen_func: forward (LSE kept for the backward), its split
+    # path, and the backward; batch and group mode; no mask or causal.
+    axes = {**_COMMON, "mode": MODES, "mask": ("none", "causal")}
+    return _same_hdims(_grid("fmha_fwd", **axes, lse=(False, True)) + _grid("fmha_fwd_splitkv", **axes)
+                       + _grid("fmha_bwd", **axes))
+
+
+def _pytorch() -> list[Signature]:
+    # scaled_dot_product_attention: batch mode, is_causal is top-left aligned.
+    axes = {**_COMMON, "mode": ("batch",), "mask": ("none", "top_left")}
+    return _same_hdims(_grid("fmha_fwd", **axes, lse=(False, True)) + _grid("fmha_bwd", **axes))
+
+
+def _training() -> list[Signature]:
+    axes = {**_COMMON, "mode": MODES, "mask": MASKS}
+    return _same_hdims(_grid("fmha_fwd", **axes, lse=(True,)) + _grid("fmha_bwd", **axes,
+                                                                      deterministic=(False, True)))
+
+
+def _inference() -> list[Signature]:
+    axes = {**_COMMON, "mask": ("none", "causal")}
+    return _same_hdims(_grid("fmha_fwd_splitkv", **axes, mode=MODES)
+                       + _grid("fmha_fwd_kvcache", **axes, mode=MODES, paged=(False, True),
+                               rotary=("none", "half")))
+
+
+def _all() -> list[Signature]:
+    axes = {"dtype": DTYPES, "hdim_q": (32, 64, 128, 256), "hdim_v": (32, 64, 128, 256), "mode": MODES,
+            "mask": MASKS, "sink": (False, True), "softcap": (False, True)}
+    sigs = (_grid("fmha_fwd", **axes, lse=(False, True)) + _grid("fmha_fwd_splitkv", **axes)
+            + _grid("fmha_bwd", **axes, deterministic=(False, True))
+            + _grid("fmha_fwd_kvcache", **axes, paged=(False, True), rotary=ROTARY))
+    return _same_hdims(sigs)
+
+
+RECEIPTS: dict[str, tuple[str, Any]] = {
+    "flash": ("what flash_attn_func / flash_attn_varlen_func need: forward, split-KV, backward; "
+              "f16/bf16, hdim 64/128, no mask or causal", _flash),
+    "pytorch": ("what scaled_dot_product_attention needs: batch mode, no mask or top-left causal, "
+                "forward and backward", _pytorch),
+    "training": ("forward with LSE and backward (both dQ modes), every mask, batch and group", _training),
+    "inference": ("split-KV and KV cache (contiguous and paged, with and without rotary), "
+                  "no mask or causal", _inference),
+    "fp8": ("fp8 forward: not in the library yet (issue 14)", None),
+    "all": ("every family, dtype, padded head dim (32-256), mask and feature", _all),
+}
+
+
+def receipt_variants(receipt: str, archs: list[str]) -> list[Variant]:
+    """The variants of a receipt on these archs (a ValueError for an unknown or empty receipt)."""
+    if receipt not in RECEIPTS:
+        raise ValueError(f"receipt: expected one of {', '.join(RECEIPTS)}, got {receipt!r}")
+    what, make = RECEIPTS[receipt]
+    if make is None:
+        raise ValueError(f"receipt {receipt}: {what}")
+    for arch in archs:
+        validate(arch, Signature("fmha_fwd"))
+    return [Variant(arch, sig) for arch in archs for sig in make()]
+
+
+def arch_specs(arch: str) -> dict[str, Any]:
+    """The arch's facts and every family's tile table, as JSON-ready data (CK's fmha_arch_specs)."""
+    from tiledsl.fmha_bwd import BWD_CONFIGS
+    from tiledsl.kernels.fmha_configs import CONFIGS, HDIMS, MASKED
+
+    validate(arch, Signature("fmha_fwd"))
+    a = get_arch(arch)
+    facts = {f.name: getattr(a, f.name) for f in fields(a) if f.name != "matrix_ops"}
+    facts["matrix_ops"] = [asdict(op) for op in a.matrix_ops]
+    fwd = {"tiles": {str(h): asdict(CONFIGS[arch][h]) for h in HDIMS},
+           "masked_tiles": {str(h): asdict(c) for h, c in MASKED.get(arch, {}).items()}}
+    bwd = {"tiles": {str(h): asdict(c) for h, c in BWD_CONFIGS[arch].items()}}
+    supports = {"dtypes": list(DTYPES), "modes": list(MODES), "masks": list(MASKS), "max_hdim": MAX_HDIM,
+                "padded_hdims": list(HDIMS), "not_yet": NOT_YET}
+    return {"arch": arch, "facts": facts, "supports": supports,
+            "families": {"fmha_fwd": fwd, "fmha_fwd_splitkv": fwd, "fmha_fwd_kvcache": fwd, "fmha_bwd": bwd}}
