@@ -31,7 +31,7 @@ FAMILIES: dict[str, str] = {
 }
 DTYPES = ("f16", "bf16")
 MODES = ("batch", "group")
-MASKS = ("none", "causal", "top_left", "window")  # causal: bottom-right, flash-attention's causal=True
+MASKS = ("none", "causal", "top_left", "window")  # causal: bottom-right, flash-attention's causal=True (prebuild.MASKS)
 ROTARY = ("none", "interleaved", "half")
 MAX_HDIM = 256
 # Features a family does not have (yet): each refused with the reason.
@@ -149,10 +149,9 @@ class Variant:
 
 
 def _mask_params(sig: Signature):
-    from tiledsl.reference import fmha_mask_params
+    from tiledsl.prebuild import MASKS as PARAMS  # the mask each name stands for (any window will do)
 
-    return {"none": fmha_mask_params(False), "causal": fmha_mask_params(True),
-            "top_left": fmha_mask_params("top_left"), "window": fmha_mask_params(False, (1, 1))}[sig.mask]
+    return PARAMS[sig.mask]
 
 
 def _split_shape(arch: str, sig: Signature, **kw: Any):
