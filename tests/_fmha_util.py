@@ -10,6 +10,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 import tiledsl
@@ -71,3 +72,15 @@ def check_out_lse(out: Any, lse: Any, ref_out: Any, ref_lse: Any, tol: float) ->
     assert np.array_equal(np.isfinite(lse), np.isfinite(ref_lse))
     finite = np.isfinite(ref_lse)
     np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
+
+
+def assert_grads_close(got, ref, dtype, what=("dq", "dk", "dv", "dsink")) -> None:
+    """Backward results against the float64 reference: max error within 4e-3 (f16) or 2e-2 (bf16)
+    of the reference's largest magnitude (at least 1), all finite, same shapes."""
+    tol = 2e-2 if dtype == ml_dtypes.bfloat16 else 4e-3
+    for name, g, r in zip(what, got, ref, strict=False):
+        g = np.asarray(g, dtype=np.float64)
+        assert g.shape == r.shape, name
+        assert np.isfinite(g).all(), f"{name} has non-finite values"
+        err = np.abs(g - r).max() if r.size else 0.0
+        assert err <= tol * max(np.abs(r).max(initial=0.0), 1.0), f"{name}: max error {err}"

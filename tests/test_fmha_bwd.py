@@ -8,6 +8,7 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
+from _fmha_util import assert_grads_close
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
@@ -40,16 +41,6 @@ def inputs(*, b=1, sq=40, sk=56, hq=2, hk=1, d=64, dv=None, dtype=np.float16, la
     if layout == "bhsd":
         arrays = [np.ascontiguousarray(np.swapaxes(a, -3, -2)) for a in arrays]
     return arrays
-
-
-def assert_grads_close(got, ref, dtype, what=("dq", "dk", "dv", "dsink")) -> None:
-    tol = 2e-2 if dtype == BF16 else 4e-3
-    for name, g, r in zip(what, got, ref, strict=False):
-        g = np.asarray(g, dtype=np.float64)
-        assert g.shape == r.shape, name
-        assert np.isfinite(g).all(), f"{name} has non-finite values"
-        err = np.abs(g - r).max() if r.size else 0.0
-        assert err <= tol * max(np.abs(r).max(initial=0.0), 1.0), f"{name}: max error {err}"
 
 
 def run(arch, do, q, k, v, *, device=None, **opts):
