@@ -130,6 +130,7 @@ def test_prebuilt_variants_load_without_compiling(tmp_path, monkeypatch, capsys)
     from tiledsl import driver
     from tiledsl.cli import main
 
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path))  # restored afterwards (prebuild sets it for its builders)
     status = main(["prebuild", "fmha_fwd", "--arch", "gfx942", "--dtype", "f16", "--hdim", "64",
                    "--mask", "causal", "--with", "lse", "--cache-dir", str(tmp_path)])
     assert status == 0, capsys.readouterr().err
@@ -139,7 +140,6 @@ def test_prebuilt_variants_load_without_compiling(tmp_path, monkeypatch, capsys)
         raise AssertionError("compiled at run time although the variant was prebuilt")
 
     monkeypatch.setattr(driver, "run_stages", no_compiling)
-    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path))
     q, k, v = qkv(sq=20, sk=30, d=64, seed=3)
     out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice("gfx942"))
     ref, ref_lse = fmha_fwd_reference(q, k, v, causal=True, return_lse=True)

@@ -110,6 +110,7 @@ def test_prebuild_receipt_keeps_going_and_exits_nonzero(tmp_path, monkeypatch, c
         return []
 
     monkeypatch.setitem(registry._BUILDERS, "fmha_fwd", build)
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path))  # restored afterwards (prebuild sets it for its builders)
     status = main(["prebuild", "--receipt", "pytorch", "--arch", "gfx942", "--family", "fmha_fwd", "-j", "1",
                    "-q", "--cache-dir", str(tmp_path)])
     captured = capsys.readouterr()

@@ -202,7 +202,6 @@ def _receipt_names() -> list[str]:
 
 
 def cmd_prebuild(args: argparse.Namespace) -> int:
-    from tiledsl.cache import Cache
     from tiledsl.prebuild import FmhaVariant, fmha_variants, prebuild_fmha_fwd
 
     if (args.kernel is None) == (args.receipt is None):
@@ -211,7 +210,7 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
         return _prebuild_receipt(args)
     variants = fmha_variants(_parse_archs(args.arch), args.dtype or ["f16", "bf16"], args.hdim or ["64", "128"],
                              args.mask or ["none", "causal"], args.features or [])
-    cache = Cache(Path(args.cache_dir).expanduser()) if args.cache_dir else Cache.from_env()
+    root = _use_cache_dir(args.cache_dir)
     done = {True: 0, False: 0}
 
     def report(v: FmhaVariant, cached: bool, seconds: float) -> None:
@@ -219,14 +218,23 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"{v.describe()}: {'already cached' if cached else f'compiled in {seconds:.1f} s'}", flush=True)
 
-    prebuild_fmha_fwd(variants, cache, on_result=report)
-    print(f"{len(variants)} variants in {cache.root} ({done[False]} compiled, {done[True]} already there); "
+    prebuild_fmha_fwd(variants, on_result=report)
+    print(f"{len(variants)} variants in {root} ({done[False]} compiled, {done[True]} already there); "
           f"tiledsl.ops loads them from there when TILEDSL_CACHE_DIR points at it")
     return EXIT_OK
 
 
-def _prebuild_receipt(args: argparse.Namespace) -> int:
+def _use_cache_dir(cache_dir: str | None) -> Path:
+    """The compile cache prebuild fills: --cache-dir, else the default. Set here, at the edge, for
+    the library's builders (and the worker processes) to read."""
     from tiledsl.cache import default_cache_dir
+
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    os.environ["TILEDSL_CACHE_DIR"] = str(root)
+    return root
+
+
+def _prebuild_receipt(args: argparse.Namespace) -> int:
     from tiledsl.prebuild import prebuild_variants
 
     given = [f"--{n}" for n in ("dtype", "hdim", "mask", "with") if getattr(args, n if n != "with" else "features")]
@@ -236,8 +244,7 @@ def _prebuild_receipt(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise TileError(f"--jobs: expected at least 1, got {args.jobs}")
     variants = _receipt(args.receipt, args.arch, args.family)
-    root = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
-    os.environ["TILEDSL_CACHE_DIR"] = str(root)  # the edge: the library's builders and the workers read it
+    root = _use_cache_dir(args.cache_dir)
     start = time.perf_counter()
     results = prebuild_variants(variants, args.jobs, progress=not args.quiet)
     failed = [r for r in results if r.error]

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tiledsl.cache import Cache
 from tiledsl.errors import TileError
 from tiledsl.kernels.fmha_configs import HDIMS
 from tiledsl.reference import MaskParams, fmha_mask_params
@@ -47,6 +46,15 @@ class FmhaVariant:
         extras = "".join(f" +{f}" for f in FEATURES if f in self.features)
         return f"fmha_fwd {self.arch} {self.dtype} hdim {hd} mask {self.mask}{extras}"
 
+    def registry_variant(self) -> Any:
+        """The same variant as a registry key (what `Variant.build` compiles)."""
+        from tiledsl.registry import Signature, Variant
+
+        f = self.features
+        return Variant(self.arch, Signature("fmha_fwd", dtype=self.dtype, mode="group" if "varlen" in f else "batch",
+                                            hdim_q=self.hdim_q, hdim_v=self.hdim_v, mask=self.mask, lse="lse" in f,
+                                            sink="sink" in f, softcap="softcap" in f))
+
 
 def parse_hdim(text: str) -> tuple[int, int]:
     """'128' -> (128, 128); '192/128' -> (192, 128) (q/k head dim / v head dim)."""
@@ -74,20 +82,14 @@ def fmha_variants(archs: Sequence[str], dtypes: Sequence[str], hdims: Sequence[s
             for a, dt, (dq, dv), m, f in itertools.product(archs, dtypes, dims, masks, subsets)]
 
 
-def prebuild_fmha_fwd(variants: Sequence[FmhaVariant], cache: Cache,
+def prebuild_fmha_fwd(variants: Sequence[FmhaVariant],
                       on_result: Callable[[FmhaVariant, bool, float], None] | None = None) -> None:
-    """Compile each variant into `cache` (a variant already there is loaded, not compiled)."""
-    from tiledsl.ops import compile_fmha_fwd
-
+    """Compile each variant into the compile cache (`$TILEDSL_CACHE_DIR`, set by the caller; a
+    variant already there is loaded, not compiled) through the registry's builder, which also
+    builds the shape-driven alternatives (GQA packing)."""
     for v in variants:
         start = time.perf_counter()
-        # softcap is a run-time value; any positive one selects the variant that applies it. Each
-        # variant is built twice: fmha_fwd packs GQA heads (PACK_GQA) for short queries, a choice
-        # made from the call's shapes, so a prebuilt variant must serve both.
-        kernels = [compile_fmha_fwd(v.arch, dtype=v.dtype, hdim_q=v.hdim_q, hdim_v=v.hdim_v, mask=MASKS[v.mask],
-                                    varlen="varlen" in v.features, lse="lse" in v.features,
-                                    sink="sink" in v.features, softcap=1.0 if "softcap" in v.features else 0.0,
-                                    pack_gqa=packed, cache=cache) for packed in (False, True)]
+        kernels = v.registry_variant().build()
         if on_result is not None:
             on_result(v, all(k.from_cache for k in kernels), time.perf_counter() - start)
 
