@@ -77,11 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("doctor", help="check the toolchain: versions, and a real compile for every arch")
 
-    b = sub.add_parser("prebuild", help="compile library kernel variants ahead of time into the compile cache")
+    b = sub.add_parser("prebuild", help="compile library kernel variants ahead of time, into a kernel package (-o) "
+                       "or the compile cache")
     b.add_argument("kernel", nargs="?", choices=["fmha_fwd"],
-                   help="one family chosen by --dtype/--hdim/--mask/--with (or use --receipt)")
+                   help="one family chosen by --dtype/--hdim/--mask/--with (or use --receipt or --variant)")
     b.add_argument("--receipt", help="a named set of variants over every family: " + ", ".join(_receipt_names()))
-    b.add_argument("--arch", action="append", required=True, metavar="ARCH",
+    b.add_argument("--variant", action="append", metavar="KEY",
+                   help="one variant by its key, e.g. gfx942/fmha_fwd-f16-batch-d128-causal-lse (repeatable; "
+                        "`tiledsl list` prints keys); --arch is then optional")
+    b.add_argument("-o", "--output", metavar="DIR",
+                   help="write a self-contained kernel package there (index.json + code objects) for "
+                        "TILEDSL_KERNELS=DIR or tiledsl.load_package(DIR); added to if it exists")
+    b.add_argument("--arch", action="append", metavar="ARCH",
                    help=f"target: {', '.join(ARCH_NAMES)} or all; repeat or comma-separate for several")
     b.add_argument("--dtype", nargs="+", help="f16 and/or bf16 (default: both)")
     b.add_argument("--hdim", nargs="+", help="head dims, QK/V for unequal ones such as 192/128 (default: 64 128)")
@@ -95,8 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
     ls = sub.add_parser("list", help="the kernel variants the library can build (by receipt, arch, family)")
-    ls.add_argument("--receipt", default="all", help="a named set of variants (default: all): "
+    ls.add_argument("--receipt", help="a named set of variants (default: all, or what --package holds): "
                     + ", ".join(_receipt_names()))
+    ls.add_argument("--package", metavar="DIR", help="a kernel package (tiledsl prebuild -o DIR): with --receipt, "
+                    "which of its variants DIR holds; alone, everything DIR holds")
     ls.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (default: all)")
     ls.add_argument("--family", action="append", metavar="FAMILY", help="only these families (default: all)")
     ls.add_argument("--json", action="store_true", help="print JSON (keys, signatures, tiles) instead of a table")
@@ -120,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--mask", default="none", help="none, causal (bottom-right), top_left, or window=LEFT,RIGHT")
     pl.add_argument("--softcap", action="store_true", help="with a logits soft-cap")
     pl.add_argument("--deterministic", action="store_true", help="no atomics (one dq_acc slice per key block)")
+    pl.add_argument("--json", action="store_true",
+                    help="print the plan as JSON for the C runtime (stages by package key, workspace layout)")
     return p
 
 
@@ -204,10 +215,15 @@ def _receipt_names() -> list[str]:
 def cmd_prebuild(args: argparse.Namespace) -> int:
     from tiledsl.prebuild import FmhaVariant, fmha_variants, prebuild_fmha_fwd
 
-    if (args.kernel is None) == (args.receipt is None):
-        raise TileError("prebuild: give a kernel family (fmha_fwd) or --receipt NAME, not both or neither")
-    if args.receipt is not None:
-        return _prebuild_receipt(args)
+    chosen = [what for what, given in (("a kernel family", args.kernel), ("--receipt", args.receipt),
+                                       ("--variant", args.variant)) if given]
+    if len(chosen) != 1:
+        raise TileError("prebuild: give one of a kernel family (fmha_fwd), --receipt NAME or --variant KEY"
+                        + (f", not {' and '.join(chosen)}" if chosen else ""))
+    if args.arch is None and not args.variant:
+        raise TileError("prebuild: --arch is required (e.g. --arch gfx942,gfx950 or --arch all)")
+    if args.receipt is not None or args.variant or args.output:
+        return _prebuild_registry(args)
     variants = fmha_variants(_parse_archs(args.arch), args.dtype or ["f16", "bf16"], args.hdim or ["64", "128"],
                              args.mask or ["none", "causal"], args.features or [])
     root = _use_cache_dir(args.cache_dir)
@@ -226,35 +242,63 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
 
 def _use_cache_dir(cache_dir: str | None) -> Path:
     """The compile cache prebuild fills: --cache-dir, else the default. Set here, at the edge, for
-    the library's builders (and the worker processes) to read."""
+    the library's builders (and the worker processes) to read; prebuilding always compiles what
+    is missing, whatever TILEDSL_OFFLINE says."""
     from tiledsl.cache import default_cache_dir
 
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     os.environ["TILEDSL_CACHE_DIR"] = str(root)
+    os.environ["TILEDSL_OFFLINE"] = "0"
     return root
 
 
-def _prebuild_receipt(args: argparse.Namespace) -> int:
+def _prebuild_registry(args: argparse.Namespace) -> int:
+    """prebuild --receipt / --variant / -o: registry variants, built in worker processes."""
     from tiledsl.prebuild import prebuild_variants
+    from tiledsl.registry import parse_variant_key
 
     given = [f"--{n}" for n in ("dtype", "hdim", "mask", "with") if getattr(args, n if n != "with" else "features")]
-    if given:
-        raise TileError(f"prebuild --receipt: {', '.join(given)} select variants of one family; a receipt "
-                        "names its own (see `tiledsl list --receipt NAME`)")
+    if given and args.kernel is None:
+        raise TileError(f"prebuild: {', '.join(given)} select variants of one family (fmha_fwd ...); a receipt "
+                        "or a variant key names its own (see `tiledsl list --receipt NAME`)")
     if args.jobs < 1:
         raise TileError(f"--jobs: expected at least 1, got {args.jobs}")
-    variants = _receipt(args.receipt, args.arch, args.family)
+    if args.receipt is not None:
+        label, variants = args.receipt, _receipt(args.receipt, args.arch, args.family)
+    elif args.variant:
+        try:
+            variants = [parse_variant_key(k) for k in args.variant]
+        except ValueError as exc:
+            raise TileError(f"--variant: {exc}") from None
+        archs = set(_parse_archs(args.arch)) if args.arch else None
+        variants = [v for v in variants if archs is None or v.arch in archs]
+        label = "variants"
+    else:
+        from tiledsl.prebuild import fmha_variants
+
+        variants = [v.registry_variant() for v in fmha_variants(
+            _parse_archs(args.arch), args.dtype or ["f16", "bf16"], args.hdim or ["64", "128"],
+            args.mask or ["none", "causal"], args.features or [])]
+        label = "fmha_fwd"
     root = _use_cache_dir(args.cache_dir)
     start = time.perf_counter()
-    results = prebuild_variants(variants, args.jobs, progress=not args.quiet)
+    try:
+        results = prebuild_variants(variants, args.jobs, progress=not args.quiet, package=args.output,
+                                    receipt=args.receipt)
+    except OSError as exc:
+        raise TileError(f"-o {args.output}: cannot write the package: {exc.strerror or exc}") from None
     failed = [r for r in results if r.error]
-    rows = [{"receipt": args.receipt, "variants": len(results), "kernels": sum(r.kernels for r in results),
+    rows = [{"built": label, "variants": len(results), "kernels": sum(r.kernels for r in results),
              "compiled": sum(r.compiled for r in results), "failed": len(failed),
              "seconds": f"{time.perf_counter() - start:.0f}"}]
     print(format_table(rows, [(k, k) for k in rows[0]], text_columns=1))
     for r in failed:
         print(f"FAILED {r.key}: {r.error}", file=sys.stderr)
-    print(f"kernels in {root}; tiledsl.ops loads them from there when TILEDSL_CACHE_DIR points at it")
+    if args.output:
+        print(f"kernel package {args.output}: use it with TILEDSL_KERNELS={args.output} or "
+              f"tiledsl.load_package({args.output!r}) (add TILEDSL_OFFLINE=1 to never compile)")
+    else:
+        print(f"kernels in {root}; tiledsl.ops loads them from there when TILEDSL_CACHE_DIR points at it")
     return EXIT_ICE if failed else EXIT_OK
 
 
@@ -273,16 +317,46 @@ def _receipt(receipt: str, archs: Sequence[str], families: Sequence[str] | None)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    chosen = [v.to_json() for v in _receipt(args.receipt, args.arch or ["all"], args.family)]
+    from tiledsl.package import Package
+
+    package = Package(args.package) if args.package else None
+    if package is not None and args.receipt is None:
+        return _list_package(package, args)
+    receipt = args.receipt or "all"
+    chosen = [v.to_json() for v in _receipt(receipt, args.arch or ["all"], args.family)]
+    if package is not None:
+        for v in chosen:
+            v["in_package"] = v["key"] in package.variants
     if args.json:
         print(json.dumps(chosen, indent=1))
         return EXIT_OK
+    cols = ["key", "block_m", "block_n", "waves", "stages", "spills"] + (["in_package"] if package else [])
     rows = [{"key": v["key"], **{k: v["algorithm"][k] for k in ("block_m", "block_n", "waves", "stages")},
-             "spills": "yes" if v["algorithm"]["spills"] else ""} for v in chosen]
-    print(format_table(rows, [(k, k) for k in ("key", "block_m", "block_n", "waves", "stages", "spills")],
-                       text_columns=1))
-    print(f"{len(rows)} variants ({args.receipt}); build them with `tiledsl prebuild --receipt {args.receipt} "
-          "--arch ...`")
+             "spills": "yes" if v["algorithm"]["spills"] else "",
+             "in_package": "yes" if v.get("in_package") else "no"} for v in chosen]
+    print(format_table(rows, [(k, k) for k in cols], text_columns=1))
+    held = f", {sum(v['in_package'] for v in chosen)} of them in {package.root}" if package else ""
+    print(f"{len(rows)} variants ({receipt}){held}; build them with `tiledsl prebuild --receipt {receipt} "
+          "--arch ... [-o DIR]`")
+    return EXIT_OK
+
+
+def _list_package(package: Any, args: argparse.Namespace) -> int:
+    """Every variant a kernel package holds (optionally of some archs and families)."""
+    archs = set(_parse_archs(args.arch)) if args.arch else None
+    rows = []
+    for key, v in sorted(package.variants.items()):
+        arch = key.partition("/")[0]
+        if (archs is None or arch in archs) and (not args.family or v["signature"]["family"] in args.family):
+            kernels = [package.kernels[k] for k in v["kernels"]]
+            rows.append({"key": key, "kernels": len(kernels), "bytes": sum(k.get("bytes", 0) for k in kernels)})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    print(format_table(rows, [(k, k) for k in ("key", "kernels", "bytes")], text_columns=1))
+    index = package.index
+    print(f"{len(rows)} variants in {package.root} (tiledsl {index.get('tiledsl')}, receipts "
+          f"{', '.join(index.get('receipts', [])) or 'none'}, {len(package.kernels)} kernels)")
     return EXIT_OK
 
 
@@ -341,7 +415,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                deterministic=args.deterministic)
     except ValueError as exc:
         raise TileError(str(exc)) from None
-    print(plan.describe())
+    print(json.dumps(plan.to_json(), indent=1) if args.json else plan.describe())
     return EXIT_OK
 
 

@@ -42,6 +42,7 @@ class CompiledKernel:
     manifest: dict[str, Any]
     from_cache: bool = False
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (empty on a hit)
+    key: str | None = None  # a library kernel's package key (tiledsl.package.kernel_key)
 
 
 @dataclass

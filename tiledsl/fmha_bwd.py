@@ -17,6 +17,7 @@ from pathlib import Path
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.errors import TileError
 from tiledsl.kernels.fmha_configs import fmha_dim_units, padded_hdim
+from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words
 from tiledsl.reference import MaskParams
 
@@ -125,16 +126,17 @@ def bwd_workspace(shape: BwdShape, block_n: int) -> WorkspaceLayout:
 def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dims: tuple[str, ...] = (),
              allow_spills: bool = False):
     """Compile stage `name`; `dims`: the head-dim symbols it declares (their dim_units apply)."""
-    from tiledsl.cache import Cache
-    from tiledsl.driver import compile_source
+    from tiledsl.library import KernelNotPrebuilt, library_kernel
     from tiledsl.options import CompileOptions
+    from tiledsl.package import PackageError
 
     units = tuple((sym, unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v) if sym in dims)
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
                                   dim_units=units)
-    source = KERNELS / f"{name}.tile"
     try:
-        return compile_source(source.read_text(), str(source), arch, defines, options, cache=Cache.from_env())
+        return library_kernel(KERNELS / f"{name}.tile", arch, defines, options)
+    except (KernelNotPrebuilt, PackageError):  # not a compile failure: say it as it is
+        raise
     except TileError as exc:
         raise TileError(f"fmha_bwd: compiling stage {name} for {arch} failed: {exc}") from None
 
@@ -144,6 +146,7 @@ def _flag(b: bool) -> str:
 
 
 @functools.lru_cache(maxsize=64)
+@plan_builder
 def build_plan(shape: BwdShape) -> Plan:
     """Compile (or load from the cache) the three stages for `shape` and lay out the workspace."""
     cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v)

@@ -24,6 +24,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, pack_gqa, padded_hdim
+from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import CausalArg
 
@@ -43,8 +44,7 @@ class KvCacheShape:
 
 
 def _append_kernel(shape: KvCacheShape, target: str) -> Any:
-    from tiledsl.cache import Cache
-    from tiledsl.driver import compile_source
+    from tiledsl.library import library_kernel
     from tiledsl.options import CompileOptions
 
     a = shape.attention
@@ -54,11 +54,11 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
                "POSITIONS": shape.q_positions if target == "query" else "rows",
                "VARLEN": flag[target == "query" and a.varlen]}
     options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous)
-    source = KERNELS / "fmha_kv_append.tile"
-    return compile_source(source.read_text(), str(source), a.arch, defines, options, cache=Cache.from_env())
+    return library_kernel(KERNELS / "fmha_kv_append.tile", a.arch, defines, options)
 
 
 @functools.lru_cache(maxsize=64)
+@plan_builder
 def build_kvcache_plan(shape: KvCacheShape) -> Plan:
     a = shape.attention
     common = tuple((n, Ref(n)) for n in ("cache_seqlens", "cache_batch_idx", "block_table"))

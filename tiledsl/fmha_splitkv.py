@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.kernels.fmha_configs import fmha_config, fmha_dim_units, pack_gqa, padded_hdim
+from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import MaskParams
 
@@ -102,8 +103,7 @@ FWD_ARGS = ("k", "v", "o", "lse", "sink", "cu_seqlens_q", "cu_seqlens_k", "cache
 def attention_stages(shape: SplitShape) -> list[Stage]:
     """The forward's stages: "attention" (one kernel), or "producers" and "combine" with splits
     (their workspace is `splitkv_workspace`)."""
-    from tiledsl.cache import Cache
-    from tiledsl.driver import compile_source
+    from tiledsl.library import library_kernel
     from tiledsl.ops import compile_fmha_fwd
     from tiledsl.options import CompileOptions
 
@@ -113,8 +113,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                               mask=shape.mask, varlen=shape.varlen, lse=shape.lse and not split,
                               sink=shape.sink and not split, softcap=1.0 if shape.softcap else 0.0,
                               contiguous=shape.contiguous, aligned=shape.aligned, split=split,
-                              kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size,
-                              cache=Cache.from_env())
+                              kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size)
     args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
         ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block))
     if not split:
@@ -130,8 +129,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                "PAD_D": flag[hd_v != shape.hdim_v]}
     units = tuple((s, u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V")
     options = CompileOptions.make(shape.arch, defines, unit_last_stride=shape.contiguous, dim_units=units)
-    source = KERNELS / "fmha_fwd_combine.tile"
-    combine = compile_source(source.read_text(), str(source), shape.arch, defines, options, cache=Cache.from_env())
+    combine = library_kernel(KERNELS / "fmha_fwd_combine.tile", shape.arch, defines, options)
     return [
         Stage("producers", kernel, args + (("o_acc", Ref("o_acc")), ("lse_acc", Ref("lse_acc")))),
         Stage("combine", combine, tuple((n, Ref(n)) for n in ("o_acc", "lse_acc", "o", "lse", "sink", "cu_seqlens_q",
@@ -140,6 +138,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
 
 
 @functools.lru_cache(maxsize=64)
+@plan_builder
 def build_attention_plan(shape: SplitShape) -> Plan:
     """fmha_fwd's plan: one kernel, or split-KV producers and combine over one workspace."""
     op = "fmha_fwd split-KV" if shape.num_splits > 1 else "fmha_fwd"

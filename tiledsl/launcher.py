@@ -191,11 +191,11 @@ def _free_all(device: Any, buffers: Sequence[Any], failing: bool) -> None:
 def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> PreparedLaunch:
     """Run a compiled kernel (anything with .hsaco and .manifest) on `device` (default: the default
     device for the kernel's arch). numpy arrays are copied in and, after the run, back in place."""
-    from tiledsl.backends.rocm.runtime import default_device
+    from tiledsl.backends.rocm.runtime import default_device, device_from
 
     manifest = kernel.manifest
     prep = prepare(manifest, args, kwargs)
-    device = device or default_device(manifest["arch"])
+    device = device_from(device, manifest["arch"]) if device is not None else default_device(manifest["arch"])
     device_arch = getattr(device, "arch", None)
     device_arch = getattr(device_arch, "name", device_arch)
     if device_arch is not None and device_arch != manifest["arch"]:

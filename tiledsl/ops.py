@@ -24,7 +24,6 @@ from tiledsl.launcher import numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, fmha_mask_params
 
 if TYPE_CHECKING:
-    from tiledsl.cache import Cache
     from tiledsl.driver import CompiledKernel
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
@@ -126,15 +125,18 @@ def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg
 
 def resolve_device(device: Any, on_device: bool, q: Any, arch: str | None) -> tuple[Any, str]:
     """The device a call runs on (q's for DeviceArrays, else the default for `arch`) and its arch."""
-    from tiledsl.backends.rocm.arch import get_arch
-    from tiledsl.backends.rocm.runtime import default_device
+    from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+    from tiledsl.backends.rocm.runtime import default_device, device_from
 
+    if arch is not None and arch not in ARCH_NAMES:
+        raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)}, got {arch!r}")
     if device is None and on_device:
         device = q.device
-    if device is None:
+    if device is not None:
+        device = device_from(device, arch)
+    else:
         if arch is None:
-            raise ValueError("arch: expected one of gfx90a, gfx942, gfx950, gfx1100, gfx1201 "
-                             "(or pass device=...), got None")
+            raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)} (or pass device=...), got None")
         device = default_device(arch)
     dev_arch = getattr(getattr(device, "arch", None), "name", getattr(device, "arch", None))
     if arch is not None and dev_arch is not None and get_arch(arch).name != dev_arch:
@@ -346,11 +348,11 @@ def _splits_count(num_splits: int, arch: str, *, batch: int, hq: int, hk: int, m
 def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: MaskParams, varlen: bool = False,
                      lse: bool = False, sink: bool = False, softcap: float = 0.0, contiguous: bool = True,
                      aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False, kv_cache: str = "none",
-                     pack_gqa: bool = False, page_size: int = 0, cache: Cache | None = None) -> CompiledKernel:
-    """The fmha_fwd variant `fmha_fwd` launches for these features, compiled through `cache` (a hit
-    loads it: `tiledsl prebuild fmha_fwd` fills a cache ahead of time). contiguous: the head dim
-    of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
-    from tiledsl.driver import compile_source
+                     pack_gqa: bool = False, page_size: int = 0) -> CompiledKernel:
+    """The fmha_fwd variant `fmha_fwd` launches for these features, from a kernel package or
+    compiled through the compile cache (`tiledsl.library.library_kernel`). contiguous: the head
+    dim of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
+    from tiledsl.library import library_kernel
     from tiledsl.options import CompileOptions
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
@@ -359,8 +361,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v))
-    source = KERNELS / "fmha_fwd.tile"
-    return compile_source(source.read_text(), str(source), arch, defines, options, cache=cache)
+    return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 
 
 def _check_like(name: str, x: Any, like: Any, shape: tuple[int, ...], on_device: bool) -> Any:

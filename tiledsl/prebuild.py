@@ -11,13 +11,15 @@ multiples of 16 bytes; other strides compile their own variant on first use.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tiledsl.errors import TileError
 from tiledsl.kernels.fmha_configs import HDIMS
+from tiledsl.package import PackagedKernel, write_package
 from tiledsl.reference import MaskParams, fmha_mask_params
 
 # --mask names and the mask each stands for (window sizes are run-time values: any will do).
@@ -102,10 +104,12 @@ class BuildResult:
     kernels: int = 0
     compiled: int = 0  # kernels compiled now (the rest came from the cache)
     error: str | None = None
+    packaged: tuple[PackagedKernel, ...] = ()  # the kernels themselves, when building a package
 
 
-def build_variant(variant: Any) -> BuildResult:
-    """Build one registry Variant; a failure is a result (with its message), not an exception."""
+def build_variant(variant: Any, package: bool = False) -> BuildResult:
+    """Build one registry Variant; a failure is a result (with its message), not an exception.
+    package=True: the result carries the kernels (code objects, manifests, package keys)."""
     start = time.perf_counter()
     try:
         kernels = variant.build()
@@ -115,14 +119,17 @@ def build_variant(variant: Any) -> BuildResult:
         first = str(exc).splitlines()[0] if str(exc) else ""
         return BuildResult(variant.key(), time.perf_counter() - start,
                            error=f"internal error: {type(exc).__name__}: {first}")
-    unique = {id(k): k for k in kernels}.values()
+    unique = list({k.key or id(k): k for k in kernels}.values())
+    packaged = tuple(PackagedKernel.of(k) for k in unique) if package else ()
     return BuildResult(variant.key(), time.perf_counter() - start, len(unique),
-                       sum(not k.from_cache for k in unique))
+                       sum(not k.from_cache for k in unique), packaged=packaged)
 
 
-def prebuild_variants(variants: Sequence[Any], jobs: int, progress: bool = True) -> list[BuildResult]:
+def prebuild_variants(variants: Sequence[Any], jobs: int, progress: bool = True,
+                      package: str | os.PathLike[str] | None = None, receipt: str | None = None) -> list[BuildResult]:
     """Build every variant, `jobs` at a time in worker processes, with a progress bar (count and
-    ETA) on stderr; keeps going past failures. Results in the variants' order."""
+    ETA) on stderr; keeps going past failures. Results in the variants' order. `package`: also
+    write the variants that built into the kernel package at that directory (index last)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
@@ -136,9 +143,16 @@ def prebuild_variants(variants: Sequence[Any], jobs: int, progress: bool = True)
 
         if jobs <= 1:
             for v in variants:
-                done(build_variant(v))
+                done(build_variant(v, package is not None))
         else:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                for fut in as_completed([pool.submit(build_variant, v) for v in variants]):
+                for fut in as_completed([pool.submit(build_variant, v, package is not None) for v in variants]):
                     done(fut.result())
-    return [results[v.key()] for v in variants]
+    ordered = [results[v.key()] for v in variants]
+    if package is not None:
+        built = [(v, r) for v, r in zip(variants, ordered, strict=True) if not r.error]
+        kernels = {k.key: k for _, r in built for k in r.packaged}
+        write_package(package, kernels.values(), {
+            v.key(): {"signature": asdict(v.signature), "kernels": [k.key for k in r.packaged]} for v, r in built},
+            receipt=receipt)
+    return ordered

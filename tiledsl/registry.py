@@ -300,3 +300,59 @@ def arch_specs(arch: str) -> dict[str, Any]:
                 "padded_hdims": list(HDIMS), "not_yet": NOT_YET}
     return {"arch": arch, "facts": facts, "supports": supports,
             "families": {"fmha_fwd": fwd, "fmha_fwd_splitkv": fwd, "fmha_fwd_kvcache": fwd, "fmha_bwd": bwd}}
+
+
+# -- the variant a plan's shape belongs to (named in errors when a package lacks a kernel) ----------
+MASK_NAMES = {"none": "none", "causal_bottom_right": "causal", "causal_top_left": "top_left", "window": "window"}
+
+
+def variant_of(shape: Any) -> Variant:
+    """The registry variant whose build covers the kernels of a plan built for `shape` (a
+    fmha_splitkv.SplitShape, fmha_bwd.BwdShape or fmha_kvcache.KvCacheShape)."""
+    from tiledsl.fmha_bwd import BwdShape
+    from tiledsl.fmha_kvcache import KvCacheShape
+
+    if isinstance(shape, KvCacheShape):
+        a = shape.attention
+        return Variant(a.arch, Signature("fmha_fwd_kvcache", dtype=a.dtype, mode="group" if a.varlen else "batch",
+                                         hdim_q=a.hdim_q, hdim_v=a.hdim_v, mask=MASK_NAMES[a.mask.kind], lse=a.lse,
+                                         sink=a.sink, softcap=a.softcap, paged=a.kv_cache == "paged",
+                                         rotary=shape.rotary))
+    mode = "group" if shape.varlen else "batch"
+    if isinstance(shape, BwdShape):
+        return Variant(shape.arch, Signature("fmha_bwd", dtype=shape.dtype, mode=mode, hdim_q=shape.hdim_q,
+                                             hdim_v=shape.hdim_v, mask=MASK_NAMES[shape.mask.kind], sink=shape.sink,
+                                             softcap=shape.softcap, deterministic=shape.deterministic))
+    family = "fmha_fwd_splitkv" if shape.num_splits > 1 else "fmha_fwd"
+    return Variant(shape.arch, Signature(family, dtype=shape.dtype, mode=mode, hdim_q=shape.hdim_q,
+                                         hdim_v=shape.hdim_v, mask=MASK_NAMES[shape.mask.kind], lse=shape.lse,
+                                         sink=shape.sink, softcap=shape.softcap))
+
+
+def parse_variant_key(key: str) -> Variant:
+    """'gfx942/fmha_fwd-f16-batch-d128-causal-lse' -> its Variant (the inverse of Variant.key),
+    validated; a ValueError saying which part is wrong otherwise."""
+    arch, _, name = key.partition("/")
+    parts = name.split("-")
+    if not name or len(parts) < 5:
+        raise ValueError(f"variant {key!r}: expected ARCH/FAMILY-DTYPE-MODE-dHDIM-MASK[-flags], e.g. "
+                         "gfx942/fmha_fwd-f16-batch-d128-causal-lse (`tiledsl list` prints them)")
+    family, dtype, mode, hd, mask, *flags = parts
+    dims = hd[1:].split("x") if hd.startswith("d") else []
+    if len(dims) not in (1, 2) or not all(d.isdigit() for d in dims):
+        raise ValueError(f"variant {key!r}: head dims {hd!r} should read d128 or d192x128")
+    kw: dict[str, Any] = {"dtype": dtype, "mode": mode, "hdim_q": int(dims[0]), "hdim_v": int(dims[-1]),
+                          "mask": mask}
+    for flag in flags:
+        if flag in ("lse", "sink", "softcap", "paged", "deterministic", "dropout"):
+            kw[flag] = True
+        elif flag.startswith(("rotary_", "bias_")):
+            field_name, _, value = flag.partition("_")
+            kw[field_name] = value
+        else:
+            raise ValueError(f"variant {key!r}: unknown flag {flag!r}")
+    variant = Variant(arch, Signature(family, **kw))
+    validate(arch, variant.signature)
+    if variant.key() != key:
+        raise ValueError(f"variant {key!r}: not in canonical form; did you mean {variant.key()}?")
+    return variant

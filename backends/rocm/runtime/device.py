@@ -273,3 +273,46 @@ def default_device(arch: str | Arch | None = None) -> Device:
     from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 
     return EmulatorDevice(arch if isinstance(arch, Arch) else get_arch(arch))
+
+
+DEVICE_FORMS = "a Device, 'emulator', 'emulator:ARCH' (e.g. 'emulator:gfx942'), 'hip' or 'hip:N'"
+_named_emulators: dict[str, Device] = {}
+
+
+def device_from(spec: Any, arch: str | None = None) -> Device:
+    """The device a `device=` argument names: a Device as it is; "emulator" (for `arch`) or
+    "emulator:ARCH" (one EmulatorDevice per arch and process, so its buffers and workspace
+    outlive a call); "hip" (the first visible GPU of `arch`, or any) or "hip:N" (ordinal N).
+    Anything else is a ValueError naming `device` and the accepted forms."""
+    if isinstance(spec, Device):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"device: expected {DEVICE_FORMS}, got {type(spec).__name__} {spec!r}")
+    kind, _, rest = spec.strip().partition(":")
+    if kind == "emulator":
+        name = rest or arch
+        if not name:
+            raise ValueError("device: 'emulator' needs an arch: pass arch=... or device='emulator:gfx942'")
+        try:
+            row = get_arch(name)
+        except TileError as exc:
+            raise ValueError(f"device: {exc}") from None
+        if arch is not None and rest and get_arch(arch).name != row.name:
+            raise ValueError(f"device: {spec!r} emulates {row.name}, but arch is {arch}")
+        if row.name not in _named_emulators:
+            from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+
+            _named_emulators[row.name] = EmulatorDevice(row)
+        return _named_emulators[row.name]
+    if kind == "hip":
+        if not rest:
+            if not gpu_visible():
+                raise ValueError("device: 'hip' needs a visible AMD GPU (ROCm's libamdhip64 and /dev/kfd), and "
+                                 "this machine has none; use device='emulator:ARCH'")
+            return default_device(arch)
+        if not rest.isdigit():
+            raise ValueError(f"device: expected 'hip:N' with a GPU ordinal N, got {spec!r}")
+        from tiledsl.backends.rocm.runtime.hip_device import HipDevice
+
+        return HipDevice(int(rest))
+    raise ValueError(f"device: expected {DEVICE_FORMS}, got {spec!r}")

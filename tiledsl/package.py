@@ -1,0 +1,198 @@
+"""Kernel packages: a directory of prebuilt code objects that runs without the compiler.
+
+`tiledsl prebuild --receipt NAME --arch A -o DIR` writes one; `TILEDSL_KERNELS=DIR` (or
+`tiledsl.load_package(DIR)`) makes the library's ops load their kernels from it. Layout:
+
+    DIR/index.json                      what the package holds (below)
+    DIR/<arch>/<kernel>-<key12>.hsaco   a code object
+    DIR/<arch>/<kernel>-<key12>.json    its manifest (kernarg layout, grid, registers, ...)
+
+index.json:
+
+    {"format": "tiledsl-kernel-package", "version": 1, "tiledsl": "0.1.0",
+     "toolchain": {"llvmlite": "0.50.0", ...}, "receipts": ["training"], "archs": ["gfx942"],
+     "kernels": {KEY: {"arch", "kernel", "constexprs", "hsaco", "manifest", "sha256", "bytes"}},
+     "variants": {"gfx942/fmha_fwd-f16-batch-d128-causal-lse": {"signature": {...},
+                                                                "kernels": [KEY, ...]}}}
+
+KEY (`kernel_key`) is a sha256 over what decides a kernel's code and ABI -- the package format
+version, the arch, the kernel source's text, the -D defines and the compile options -- and not
+over the toolchain or the compiler's own code, so a runtime-only install of the same tiledsl
+finds the kernels a full install built. `sha256` is the code object's digest: a file that does
+not match it is reported as corrupted, never loaded.
+
+This module is on the runtime-only path: it imports neither the compiler nor MLIR.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tiledsl
+from tiledsl.errors import TileError
+
+FORMAT = "tiledsl-kernel-package"
+VERSION = 1
+INDEX = "index.json"
+
+
+class PackageError(TileError):
+    """A kernel package that cannot be read (missing, corrupted, from another format version)."""
+
+
+def kernel_key(*, arch: str, source: str, defines: Mapping[str, str], options_key: str) -> str:
+    """The toolchain-independent address of one library kernel (see the module docstring)."""
+    material = {"format": VERSION, "arch": arch, "source": hashlib.sha256(source.encode()).hexdigest(),
+                "defines": sorted(defines.items()), "options": options_key}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class PackagedKernel:
+    """One kernel as a package stores it (what a prebuild worker hands back)."""
+
+    key: str
+    hsaco: bytes
+    manifest: dict[str, Any]  # names the kernel, its arch and its constexpr values
+
+    @staticmethod
+    def of(kernel: Any) -> PackagedKernel:
+        """A library CompiledKernel (it carries its package key)."""
+        if not kernel.key:
+            raise ValueError(f"kernel {kernel.name}: not a library kernel (no package key)")
+        return PackagedKernel(kernel.key, kernel.hsaco, kernel.manifest)
+
+
+class Package:
+    """A kernel package on disk, read-only. `get(key)` returns (hsaco, manifest) or None."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root).expanduser()
+        self.index = read_index(self.root)
+
+    @property
+    def kernels(self) -> dict[str, dict[str, Any]]:
+        return self.index["kernels"]
+
+    @property
+    def variants(self) -> dict[str, dict[str, Any]]:
+        return self.index["variants"]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.kernels
+
+    def get(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
+        entry = self.kernels.get(key)
+        if entry is None:
+            return None
+        hsaco = self._read(entry["hsaco"], "code object")
+        if hashlib.sha256(hsaco).hexdigest() != entry["sha256"]:
+            raise PackageError(f"kernel package {self.root}: {entry['hsaco']} is corrupted (its sha256 does not "
+                               f"match index.json); rebuild the package with `tiledsl prebuild ... -o {self.root}`")
+        try:
+            manifest = json.loads(self._read(entry["manifest"], "manifest"))
+        except ValueError as exc:
+            raise PackageError(f"kernel package {self.root}: {entry['manifest']} is not valid JSON ({exc}); "
+                               "rebuild the package") from None
+        if not isinstance(manifest, dict) or manifest.get("arch") != entry["arch"]:
+            raise PackageError(f"kernel package {self.root}: {entry['manifest']} is not the manifest of a "
+                               f"{entry['arch']} kernel; rebuild the package")
+        return hsaco, manifest
+
+    def _read(self, relative: str, what: str) -> bytes:
+        path = self.root / relative
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise PackageError(f"kernel package {self.root}: cannot read the {what} {relative} "
+                               f"({exc.strerror or exc})") from None
+
+    def __repr__(self) -> str:
+        return f"Package({str(self.root)!r}: {len(self.kernels)} kernels, {len(self.variants)} variants)"
+
+
+def read_index(root: Path) -> dict[str, Any]:
+    """index.json of `root`, checked: a PackageError saying what is wrong otherwise."""
+    path = root / INDEX
+    if not root.is_dir():
+        raise PackageError(f"kernel package {root}: no such directory")
+    try:
+        data = json.loads(path.read_text())
+    except OSError:
+        raise PackageError(f"kernel package {root}: no {INDEX} (write one with `tiledsl prebuild --receipt NAME "
+                           f"--arch ARCH -o {root}`)") from None
+    except ValueError as exc:
+        raise PackageError(f"kernel package {root}: {INDEX} is not valid JSON ({exc}); rebuild the package") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise PackageError(f"kernel package {root}: {INDEX} is not a tiledsl kernel package index")
+    if data.get("version") != VERSION:
+        raise PackageError(f"kernel package {root}: format version {data.get('version')!r}, this tiledsl reads "
+                           f"version {VERSION}; rebuild the package with this tiledsl")
+    kernels, variants = data.get("kernels"), data.get("variants")
+    if not isinstance(kernels, dict) or not isinstance(variants, dict):
+        raise PackageError(f"kernel package {root}: {INDEX} lacks its 'kernels' or 'variants' table")
+    needed = ("arch", "kernel", "hsaco", "manifest", "sha256")
+    for key, entry in kernels.items():
+        if not isinstance(entry, dict) or any(not isinstance(entry.get(f), str) for f in needed):
+            raise PackageError(f"kernel package {root}: {INDEX} entry {key[:16]}... lacks one of {', '.join(needed)}")
+    return data
+
+
+def _empty_index() -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, "tiledsl": tiledsl.__version__, "toolchain": {}, "receipts": [],
+            "archs": [], "kernels": {}, "variants": {}}
+
+
+def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel],
+                  variants: Mapping[str, Mapping[str, Any]], *, receipt: str | None = None) -> Path:
+    """Add kernels and variants to the package at `root` (created if missing; an existing index is
+    extended, so several prebuilds can fill one package). The index is replaced atomically last,
+    so a reader never sees an entry whose files are not written yet."""
+    from tiledsl.cache import toolchain_versions
+
+    root = Path(root).expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    index = read_index(root) if (root / INDEX).exists() else _empty_index()
+    if index.get("tiledsl") != tiledsl.__version__:
+        raise PackageError(f"kernel package {root}: built by tiledsl {index.get('tiledsl')}, this is "
+                           f"{tiledsl.__version__}; write the new kernels to a new directory")
+    for k in kernels:
+        arch, name = k.manifest["arch"], k.manifest["kernel"]
+        stem = f"{arch}/{name}-{k.key[:12]}"
+        _write_atomic(root / f"{stem}.hsaco", k.hsaco)
+        _write_atomic(root / f"{stem}.json", json.dumps(k.manifest, indent=1, sort_keys=True).encode())
+        index["kernels"][k.key] = {"arch": arch, "kernel": name, "constexprs": k.manifest.get("constexprs", {}),
+                                   "hsaco": f"{stem}.hsaco", "manifest": f"{stem}.json",
+                                   "sha256": hashlib.sha256(k.hsaco).hexdigest(), "bytes": len(k.hsaco)}
+    for name, v in variants.items():
+        missing = [key for key in v["kernels"] if key not in index["kernels"]]
+        if missing:
+            raise PackageError(f"variant {name}: kernel {missing[0][:16]}... was not written to the package")
+        index["variants"][name] = dict(v)
+    index["archs"] = sorted({e["arch"] for e in index["kernels"].values()})
+    if receipt and receipt not in index["receipts"]:
+        index["receipts"].append(receipt)
+    index["toolchain"] = toolchain_versions()
+    index["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    _write_atomic(root / INDEX, json.dumps(index, indent=1, sort_keys=True).encode())
+    return root
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
