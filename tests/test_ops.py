@@ -37,9 +37,17 @@ BAD = [
     (lambda q, k, v: dict(v=np.zeros((1, 23, 1, 64), np.float16)), "v: expected the batch, sequence and head"),
     (lambda q, k, v: dict(window=(-2, 0)), "window: window sizes must be >= -1"),
     (lambda q, k, v: dict(window=(1.5, 0)), "window: expected a pair of ints"),
-    (lambda q, k, v: dict(causal="diagonal"), "causal: causal must be a bool"),
+    (lambda q, k, v: dict(causal="diagonal"), "causal: expected a bool, .top_left. or .bottom_right., got .diagonal."),
     (lambda q, k, v: dict(softcap=-1.0), "softcap: expected a finite number >= 0"),
     (lambda q, k, v: dict(scale=float("nan")), "scale: expected a finite number"),
+    (lambda q, k, v: dict(scale=1e39), "scale: expected a finite number within f32 range, got 1e"),
+    (lambda q, k, v: dict(scale=True), "scale: expected a finite number within f32 range, got True"),
+    (lambda q, k, v: dict(softcap=True), "softcap: expected a finite number >= 0 within f32 range"),
+    (lambda q, k, v: dict(causal=1.0), "causal: expected a bool, 'top_left' or 'bottom_right', got 1.0"),
+    (lambda q, k, v: dict(sink=np.array([0.0, np.inf])), "sink: head 1 has logit inf"),
+    (lambda q, k, v: dict(sink=np.array([1e300, 0.0])), r"sink: head 0 has logit 1e\+300 \(as f32: inf\)"),
+    (lambda q, k, v: dict(sink=np.array([np.nan, 0.0])), "sink: head 0 has logit nan"),
+    (lambda q, k, v: dict(arch="gfx800"), "arch: expected one of gfx90a, gfx942, gfx950, gfx1100, gfx1201, got"),
     (lambda q, k, v: dict(sink=np.zeros(3, np.float32)), r"sink: expected a float array of shape \(2,\)"),
     (lambda q, k, v: dict(layout="sbhd"), "layout: expected 'bshd' or 'bhsd'"),
     (lambda q, k, v: dict(arch=None), "arch: expected one of"),
@@ -147,3 +155,18 @@ def test_prebuilt_variants_load_without_compiling(tmp_path, monkeypatch, capsys)
     np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
     with pytest.raises(AssertionError, match="prebuilt"):  # a variant not prebuilt would compile
         fmha_fwd(q, k, v, device=EmulatorDevice("gfx942"))
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
+def test_api_any_strides(arch: str) -> None:
+    """Strided head dims (q[..., ::2]), a Fortran-ordered k and a -inf sink (a head without a sink)
+    run the general-stride variants and match the reference (README: any strides)."""
+    rng = np.random.default_rng(7)
+    wide = rng.standard_normal((1, 21, 2, 128)).astype(np.float16)
+    q = wide[..., ::2]
+    k = np.asfortranarray(rng.standard_normal((1, 26, 1, 64)).astype(np.float16))
+    v = rng.standard_normal((1, 26, 1, 64)).astype(np.float16)
+    sink = np.array([-np.inf, 0.5], np.float32)
+    out = fmha_fwd(q, k, v, causal=True, sink=sink, device=EmulatorDevice(arch))
+    ref = fmha_fwd_reference(q, k, v, causal=True, sink=sink)
+    np.testing.assert_allclose(out.astype(np.float64), ref, atol=2e-3, rtol=2e-3)

@@ -279,7 +279,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     if batch and sq and max_q:
         contiguous = unit_last_stride(q4, k_cache, v_cache, *([k, v] if k is not None else []))
         out4 = _to_bshd(out, "bshd", varlen)
-        aligned = aligned_names(q=q4, k=k_cache, v=v_cache, o=out4)
+        aligned = aligned_names(contiguous, q=q4, k=k_cache, v=v_cache, o=out4)
         if rotary != "none" and "q" in aligned and d % VECTOR_ELEMS:
             aligned = tuple(n for n in aligned if n != "q")  # q_rot is packed: rows are d elements apart
         masked = mask.kind != "none"

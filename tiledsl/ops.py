@@ -62,12 +62,14 @@ def unit_last_stride(*tensors: Any) -> bool:
     return all(x.shape[-1] == 1 or _elem_strides(x)[-1] == 1 for x in tensors)
 
 
-def aligned_names(**tensors: Any) -> tuple[str, ...]:
-    """The names of the tensors whose strides (but the last) are multiples of 16 bytes: their
-    row starts are provably aligned, so the kernel may use vector access (CompileOptions.stride_units)."""
+def aligned_names(contiguous: bool, **tensors: Any) -> tuple[str, ...]:
+    """The names of the tensors whose passed strides are multiples of 16 bytes: their row starts
+    are provably aligned, so the kernel may use vector access (CompileOptions.stride_units). A
+    contiguous variant does not pass the head dim's stride (it is 1); a general one passes all."""
+    passed = (lambda x: x.ndim - 1) if contiguous else (lambda x: x.ndim)
     return tuple(name for name, x in tensors.items()
                  if all(n == 1 or s % VECTOR_ELEMS == 0
-                        for n, s in zip(x.shape[:-1], _elem_strides(x)[:-1], strict=True)))
+                        for n, s in zip(x.shape[:passed(x)], _elem_strides(x)[:passed(x)], strict=True)))
 
 
 def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
@@ -103,10 +105,12 @@ def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg
     """Check the attention options every forward/backward entry point shares: (scale, mask, sink
     as f32 or None), or a ValueError naming the argument."""
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    if not isinstance(scale, int | float) or not math.isfinite(scale):
-        raise ValueError(f"scale: expected a finite number, got {scale!r}")
-    if not isinstance(softcap, int | float) or not math.isfinite(softcap) or softcap < 0:
-        raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {softcap!r}")
+    if not _f32_number(scale):
+        raise ValueError(f"scale: expected a finite number within f32 range, got {scale!r}")
+    if not _f32_number(softcap) or softcap < 0:
+        raise ValueError(f"softcap: expected a finite number >= 0 within f32 range (0 = off), got {softcap!r}")
+    if not (isinstance(causal, bool | np.bool_) or causal in ("top_left", "bottom_right")):
+        raise ValueError(f"causal: expected a bool, 'top_left' or 'bottom_right', got {causal!r}")
     if not (isinstance(window, tuple | list) and len(window) == 2 and all(isinstance(w, int) for w in window)):
         raise ValueError(f"window: expected a pair of ints (left, right), got {window!r}")
     try:
@@ -119,8 +123,20 @@ def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg
         if sink_arr.shape != (hq,) or not np.issubdtype(sink_arr.dtype, np.floating):
             raise ValueError(f"sink: expected a float array of shape ({hq},) (one logit per query head), "
                              f"got {sink_arr.dtype} {sink_arr.shape}")
-        sink32 = np.ascontiguousarray(sink_arr, dtype=np.float32)
+        with np.errstate(over="ignore"):  # a logit past the f32 range becomes inf: refused below
+            sink32 = np.ascontiguousarray(sink_arr, dtype=np.float32)
+        bad = np.flatnonzero(np.isnan(sink32) | (sink32 == np.inf))
+        if len(bad):
+            raise ValueError(f"sink: head {bad[0]} has logit {sink_arr[bad[0]]} (as f32: {sink32[bad[0]]}); expected "
+                             "finite f32 logits, or -inf for a head without a sink (a +inf sink would take all "
+                             "the attention)")
     return float(scale), mask, sink32
+
+
+def _f32_number(x: Any) -> bool:
+    """A real number (not a bool) that is finite as an f32 kernel argument."""
+    return (isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool | np.bool_)
+            and math.isfinite(float(x)) and abs(float(x)) <= float(np.finfo(np.float32).max))
 
 
 def resolve_device(device: Any, on_device: bool, q: Any, arch: str | None) -> tuple[Any, str]:
@@ -288,7 +304,7 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
         from tiledsl.fmha_splitkv import SplitShape, build_attention_plan
 
         contiguous = unit_last_stride(q4, k4, v4)
-        aligned = aligned_names(q=q4, k=k4, v=v4, o=out4)
+        aligned = aligned_names(contiguous, q=q4, k=k4, v=v4, o=out4)
         env = {"q": q4, "k": k4, "v": v4, "o": out4, "lse": lse, "sink": sink_arg, "cu_seqlens_q": cuq,
                "cu_seqlens_k": cuk, "scale": float(scale), "softcap": float(softcap) or 1.0,
                "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
