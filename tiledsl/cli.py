@@ -165,15 +165,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _internal_error(argv)
 
 
+def _reports_dir() -> Path:
+    """Where internal-error reports and the IR of failed stages go: under the cache directory."""
+    from tiledsl.cache import default_cache_dir
+
+    return default_cache_dir() / "reports"
+
+
 def _internal_error(argv: Sequence[str] | None) -> int:
     text = (f"tiledsl {__version__} internal compiler error\nargv: {list(argv or sys.argv[1:])}\n"
             f"python {platform.python_version()} on {platform.platform()}\n\n" + traceback.format_exc())
     try:
-        fd, path = tempfile.mkstemp(prefix="tiledsl-ice-", suffix=".txt")
+        reports = _reports_dir()
+        reports.mkdir(parents=True, exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix="tiledsl-ice-", suffix=".txt", dir=reports)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         where = f"the traceback is saved at {path}"
-    except OSError:
+    except Exception:  # OSError, or a broken environment: never hide the error being reported
         where = "the traceback could not be saved:\n" + text
     exc = sys.exc_info()[1]
     notes = "".join(f"{note}\n" for note in getattr(exc, "__notes__", []))  # e.g. the failing stage
@@ -195,7 +204,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     defines = _parse_defines(args.defines)
     cache = None if args.no_cache else Cache.from_env()
     options = CompileOptions.make(archs[0], defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills,
-                                  unit_last_stride=not args.strided)
+                                  unit_last_stride=not args.strided, failure_dir=str(_reports_dir()))
 
     def report(kernel: CompiledKernel, files: list[Path]) -> None:
         if not args.quiet:

@@ -216,10 +216,15 @@ def _save_input(ctx: StageContext, index: int, start: int, kind: str, value: Any
     if isinstance(value, IsaObject):  # the link stage consumes the object only
         ext, value = "o", value.obj
     try:
-        directory = (Path(ctx.options.dump_ir_dir) if ctx.options.dump_ir_dir
-                     else Path(tempfile.mkdtemp(prefix="tiledsl-failed-")))
+        if ctx.options.dump_ir_dir:
+            directory = Path(ctx.options.dump_ir_dir)
+        else:
+            parent = ctx.options.failure_dir
+            if parent:
+                Path(parent).mkdir(parents=True, exist_ok=True)
+            directory = Path(tempfile.mkdtemp(prefix="tiledsl-failed-", dir=parent))
         return str(_write_artifact(directory, ctx, number, action, ext, value))
-    except OSError:
+    except Exception:  # OSError, or a RecursionError printing a deep AST
         return None  # never hide the real error behind a failure to save its input
 
 

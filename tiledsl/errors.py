@@ -38,9 +38,11 @@ class SourceError(TileError):
             return f"error: {self.message}"
         text = f"{self.loc}: error: {self.message}"
         if self.source is not None:
-            lines = self.source.splitlines()
+            # Lines as the parser counts them: only '\n' ends one (str.splitlines would also split
+            # at '\r', form feeds and U+2028 and put the caret on the wrong line).
+            lines = self.source.split("\n")
             if 1 <= self.loc.line <= len(lines):
-                line = lines[self.loc.line - 1]
+                line = "".join(ch if ch.isprintable() else " " for ch in lines[self.loc.line - 1].expandtabs(1))
                 text += f"\n    {line}\n    {' ' * (self.loc.col - 1)}^"
         if self.hint:
             text += f"\nhint: {self.hint}"

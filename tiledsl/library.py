@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import importlib.util
 import os
@@ -168,6 +169,8 @@ def library_kernel(source_path: Path, arch: str, defines: Mapping[str, Any], opt
     from tiledsl.cache import Cache
     from tiledsl.driver import compile_source
 
+    if s.cache_dir and not options.failure_dir:
+        options = dataclasses.replace(options, failure_dir=str(s.cache_dir / "reports"))
     kernel = compile_source(source, str(source_path), arch, clean, options,
                             cache=Cache(s.cache_dir) if s.cache_dir else None)
     kernel.key = key

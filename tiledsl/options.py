@@ -16,6 +16,9 @@ class CompileOptions:
     arch: str
     constexprs: tuple[tuple[str, str], ...] = ()  # -D NAME=VALUE pairs as given, sorted
     dump_ir_dir: str | None = field(default=None, compare=False)  # not part of the key
+    # Where a failing stage saves its input IR (a new folder per failure; default: the system temp
+    # directory). The CLI and the library put it under the cache directory. Not part of the key.
+    failure_dir: str | None = field(default=None, compare=False)
     lds_padding: bool = True  # pad LDS rows to avoid bank conflicts in layout conversions
     allow_spills: bool = False  # accept a kernel that spills registers to scratch (normally an error)
     # Every tensor's last dim has stride 1 (a compile-time constant, checked by the launcher): the
@@ -35,7 +38,7 @@ class CompileOptions:
         return dict(self.dim_units).get(symbol, 1)
 
     def cache_key(self) -> str:
-        data = {k: v for k, v in asdict(self).items() if k != "dump_ir_dir"}
+        data = {k: v for k, v in asdict(self).items() if k not in ("dump_ir_dir", "failure_dir")}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     @staticmethod

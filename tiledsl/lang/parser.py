@@ -8,9 +8,10 @@ exceptions become `SourceError`s whose message names the expected tokens in word
 from __future__ import annotations
 
 import math
+import unicodedata
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from tiledsl.errors import SourceError, SourceLocation
@@ -40,6 +41,7 @@ def parse(source: str, filename: str) -> ast.Kernel:
         tree = _LARK.parse(source)
     except UnexpectedInput as e:
         raise _syntax_error(e, source, filename) from None
+    _check_depth(tree, source, filename)
     kernels = _ToAst(filename, source).transform(tree)
     if not kernels:
         raise SourceError("no kernel found: a .tile file defines one `kernel NAME(...) grid(...) { ... }`",
@@ -49,6 +51,28 @@ def parse(source: str, filename: str) -> ast.Kernel:
                           f"'{kernels[0].name}'", kernels[1].loc, source,
                           hint="put each kernel in its own .tile file")
     return kernels[0]
+
+
+# The deepest parse tree accepted. Every later stage walks the AST recursively; real kernels nest
+# about 20 levels (fmha_bwd_dq_dk_dv.tile: 23), and 100 stays inside Python's recursion limit
+# through every stage.
+MAX_DEPTH = 100
+
+
+def _check_depth(tree: Tree, source: str, filename: str) -> None:
+    """Refuse a program nested deeper than MAX_DEPTH (a 1,000-term sum, 400 unary minuses, 200
+    nested ifs) with a located error, walking the tree without recursion."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            meta = node.meta if isinstance(node, Tree) else node
+            loc = SourceLocation(filename, getattr(meta, "line", 1) or 1, getattr(meta, "column", 1) or 1)
+            raise SourceError(f"this program nests expressions and blocks more than {MAX_DEPTH} levels deep here",
+                              loc, source, hint="split long chains of operators or nested blocks with `let` "
+                                                "temporaries")
+        if isinstance(node, Tree):
+            stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree | Token))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,8 +138,9 @@ def _loc_of_offset(source: str, filename: str, pos: int) -> SourceLocation:
 def _syntax_error(e: UnexpectedInput, source: str, filename: str) -> SourceError:
     if isinstance(e, UnexpectedCharacters):
         ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else "?"
-        return SourceError(f"unexpected character '{ch}'", SourceLocation(filename, e.line, e.column),
-                           source)
+        shown = f"'{ch}'" if ch.isprintable() and not ch.isspace() else \
+            f"{ascii(ch)} ({unicodedata.name(ch, 'a control character')})"
+        return SourceError(f"unexpected character {shown}", SourceLocation(filename, e.line, e.column), source)
     if not isinstance(e, UnexpectedToken):  # e.g. UnexpectedEOF; LALR reports $END tokens instead
         return SourceError("syntax error", SourceLocation(filename, max(e.line, 1), max(e.column, 1)),
                            source)
