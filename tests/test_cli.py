@@ -191,3 +191,22 @@ def test_prebuild_errors_exit_2(args, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not list(tmp_path.iterdir()), "nothing is compiled when an argument is bad"
+
+
+def test_compile_all_archs_goes_past_a_failing_one(tmp_path, capsys):
+    """`--arch all` compiles every arch it can, summarises the failures and exits 2; -D ARCH:NAME=VALUE
+    binds a constexpr for one arch only."""
+    gemm = Path(__file__).resolve().parent.parent / "examples" / "gemm.tile"
+    status = main(["compile", str(gemm), "--arch", "gfx942,gfx1100,gfx1201", "-D", "DT=bf16",
+                   "-D", "gfx1100:BLOCK_M=1000", "-o", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert status == 2
+    assert sorted(p.name for p in tmp_path.glob("*.hsaco")) == ["gemm.gfx1201.hsaco", "gemm.gfx942.hsaco"]
+    assert "tile dims must be powers of two, got 1000" in captured.err
+    assert "2 of 3 archs compiled; failed: gfx1100 (" in captured.err
+    manifest = json.loads((tmp_path / "gemm.gfx942.json").read_text())
+    assert manifest["constexprs"]["DT"] == "bf16" and manifest["constexprs"]["BLOCK_M"] != 1000
+    for bad, err in ((["-D", "gfx11:BLOCK_M=1"], "'gfx11' is not an arch"),
+                     (["-D", "gfx942:BLOCK_M=64", "-D", "gfx942:BLOCK_M=32"], "-D gfx942:BLOCK_M given twice")):
+        assert main(["compile", str(gemm), "--arch", "gfx942", *bad, "-o", str(tmp_path)]) == 2
+        assert err in capsys.readouterr().err

@@ -37,16 +37,27 @@ def _parse_archs(values: Sequence[str]) -> list[str]:
     return archs
 
 
-def _parse_defines(values: Sequence[str]) -> dict[str, str]:
+def _parse_defines(values: Sequence[str], arch: str | None = None) -> dict[str, str]:
+    """-D NAME=VALUE for every arch, and -D ARCH:NAME=VALUE for one (it wins over the former);
+    `arch` None: the shared ones only, with every arch prefix checked."""
     defines: dict[str, str] = {}
-    for item in values:
-        name, eq, value = item.partition("=")
-        name, value = name.strip(), value.strip()
-        if not eq or not name.isidentifier() or not value:
-            raise TileError(f"bad -D '{item}': expected NAME=VALUE, e.g. -D BLOCK_M=128")
-        if name in defines and defines[name] != value:
-            raise TileError(f"-D {name} given twice with different values ({defines[name]}, {value})")
-        defines[name] = value
+    for specific in (False, True):
+        seen: dict[str, str] = {}
+        for item in values:
+            target, colon, rest = item.partition(":") if ":" in item.partition("=")[0] else ("", "", item)
+            if colon and target not in ARCH_NAMES:
+                raise TileError(f"bad -D '{item}': '{target}' is not an arch ({', '.join(ARCH_NAMES)})")
+            name, eq, value = rest.partition("=")
+            name, value = name.strip(), value.strip()
+            if not eq or not name.isidentifier() or not value:
+                raise TileError(f"bad -D '{item}': expected NAME=VALUE or ARCH:NAME=VALUE, e.g. -D BLOCK_M=128 "
+                                "or -D gfx1100:BLOCK_M=64")
+            if bool(colon) != specific or (colon and target != arch):
+                continue
+            if name in seen and seen[name] != value:
+                raise TileError(f"-D {target + ':' if colon else ''}{name} given twice with different values "
+                                f"({seen[name]}, {value})")
+            seen[name] = defines[name] = value
     return defines
 
 
@@ -59,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("file", help=".tile source, or .tile.mlir / .gpu.mlir / .rocdl.mlir / .ll")
     c.add_argument("--arch", action="append", required=True, metavar="ARCH",
                    help=f"target: {', '.join(ARCH_NAMES)} or all; repeat or comma-separate for several")
-    c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a constexpr parameter (repeatable)")
+    c.add_argument("-D", dest="defines", action="append", default=[], metavar="[ARCH:]NAME=VALUE",
+                   help="bind a constexpr parameter (repeatable); ARCH: for one arch only, e.g. -D gfx1100:BLOCK_M=64")
     c.add_argument("-o", "--outdir", required=True, help="output directory")
     c.add_argument("--dump-ir", metavar="DIR", help="write every stage's artifact to DIR")
     c.add_argument("--no-cache", action="store_true", help="neither read nor write the compile cache")
@@ -201,17 +212,30 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from tiledsl.options import CompileOptions
 
     archs = _parse_archs(args.arch)
-    defines = _parse_defines(args.defines)
+    _parse_defines(args.defines)  # every -D checked before anything compiles
     cache = None if args.no_cache else Cache.from_env()
-    options = CompileOptions.make(archs[0], defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills,
-                                  unit_last_stride=not args.strided, failure_dir=str(_reports_dir()))
 
     def report(kernel: CompiledKernel, files: list[Path]) -> None:
         if not args.quiet:
             note = " (cached)" if kernel.from_cache else ""
             print(f"{kernel.name} {kernel.arch}: {files[0]}{note}")
 
-    compile_file(args.file, archs, defines, args.outdir, options, cache=cache, on_result=report)
+    failed: dict[str, str] = {}
+    for arch in archs:  # one arch failing (e.g. spilling on gfx1100) does not stop the others
+        defines = _parse_defines(args.defines, arch)
+        options = CompileOptions.make(arch, defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills,
+                                      unit_last_stride=not args.strided, failure_dir=str(_reports_dir()))
+        try:
+            compile_file(args.file, [arch], defines, args.outdir, options, cache=cache, on_result=report)
+        except TileError as exc:
+            if len(archs) == 1:
+                raise
+            print(str(exc) if isinstance(exc, SourceError) else f"error: {exc}", file=sys.stderr)
+            failed[arch] = str(exc).splitlines()[0]
+    if failed:
+        print(f"{len(archs) - len(failed)} of {len(archs)} archs compiled; failed: "
+              + "; ".join(f"{a} ({why})" for a, why in failed.items()), file=sys.stderr)
+        return EXIT_USER
     return EXIT_OK
 
 
