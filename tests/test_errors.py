@@ -114,3 +114,16 @@ def test_internal_error_report_goes_to_the_cache_dir(tmp_path: Path, monkeypatch
     err = capsys.readouterr().err
     saved = Path(err.split("the traceback is saved at ")[1].split()[0])
     assert saved.parent == tmp_path / "cache" / "reports" and "RuntimeError: unexpected" in saved.read_text()
+
+
+def test_a_tile_too_large_for_the_registers_fails_fast(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by fuzzing: it compiled for minutes before failing on spills."""
+    src = tmp_path / "big.tile"
+    src.write_text("kernel k(x: tensor[f32](N, M)) grid(1) {\n let i = arange(0, 4096);\n"
+                   " store(x[i[:, None], i[None, :]], zeros([4096, 4096], f32));\n}\n")
+    for arch, lanes, regs in (("gfx942", 64, 512), ("gfx1100", 32, 256)):
+        assert main(["compile", str(src), "--arch", arch, "-o", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert f"big.tile:3:35: error: this tile[4096, 4096] of f32 holds 16777216 values: at least " \
+               f"{16777216 // (4 * lanes)} registers per lane over 4 waves of {lanes} lanes, but a {arch} lane has " \
+               f"{regs}" in err, err

@@ -18,7 +18,9 @@ Non-value nodes (DTypeLit, EnumLit, Slice, NoneLit, ListExpr) and store/atomic_a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
+import math
 from collections.abc import Callable, Iterable
 from typing import NoReturn
 
@@ -27,6 +29,7 @@ from tiledsl.errors import SourceError, SourceLocation
 from tiledsl.lang.ast import (
     BUILTINS,
     DTYPE_ALIASES,
+    DTYPE_BYTES,
     DTYPES,
     Arg,
     Assign,
@@ -49,6 +52,7 @@ from tiledsl.lang.ast import (
     ScalarType,
     Stmt,
     TensorType,
+    TileType,
     UnaryOp,
 )
 from tiledsl.lang.typer import CMP_OPS, I32_MAX, I32_MIN, Typer
@@ -70,7 +74,33 @@ def bind(kernel: Kernel, constexprs: dict[str, str | int | bool], arch: Arch) ->
     check_scopes(k, shape_symbols)
     k.body = fold_ifs(k.body)
     waves = infer_types(k, arch)
+    check_tile_sizes(k, arch, waves)
     return BoundKernel(kernel=k, constexpr_values=values, shape_symbols=shape_symbols, waves=waves)
+
+
+def check_tile_sizes(kernel: Kernel, arch: Arch, waves: int) -> None:
+    """Refuse a tile that cannot fit a lane's registers on its own (a lower bound: the values
+    spread evenly over every lane of the workgroup, packed 4 bytes a register). Such a kernel
+    would spend minutes in the compiler before failing on spills; this says so at once."""
+    lanes = arch.wave_size * waves
+    limit = arch.vgprs_per_lane  # on CDNA the unified file (arch VGPRs and AGPRs together)
+    nodes: list[object] = [kernel.body]
+    while nodes:  # iterative: the depth limit of the parser keeps this shallow, but no recursion needed
+        node = nodes.pop()
+        if isinstance(node, list | tuple):
+            nodes.extend(node)
+            continue
+        if not dataclasses.is_dataclass(node) or isinstance(node, type):
+            continue
+        t = getattr(node, "type", None) if isinstance(node, Expr) else None
+        if isinstance(t, TileType):
+            elements = math.prod(t.shape)
+            regs = -(-elements * DTYPE_BYTES[t.dtype] // (4 * lanes))
+            if regs > limit:
+                _fail(kernel.source, f"this {t} holds {elements} values: at least {regs} registers per lane over "
+                      f"{waves} waves of {arch.wave_size} lanes, but a {arch.name} lane has {limit}",
+                      node.loc, hint="use smaller blocks and loop over them")
+        nodes.extend(getattr(node, f.name) for f in dataclasses.fields(node) if f.name not in ("loc", "type"))
 
 
 def _fail(source: str, message: str, loc: SourceLocation | None, hint: str | None = None) -> NoReturn:
