@@ -234,11 +234,11 @@ def _strip_prefix(exc: CompileError) -> str:
     return text[len(prefix):] if text.startswith(prefix) else text
 
 
-def run_stages(ctx: StageContext, value: Any, start: int, kind: str) -> Any:
-    """Run STAGES[start:] on `value` (an artifact of kind `kind`); returns the last artifact."""
+def run_stages(ctx: StageContext, value: Any, start: int, kind: str, stop: int | None = None) -> Any:
+    """Run STAGES[start:stop] on `value` (an artifact of kind `kind`); returns the last artifact."""
     dump = Path(ctx.options.dump_ir_dir) if ctx.options.dump_ir_dir else None
     initial, initial_dumped = value, False
-    for index in range(start, len(STAGES)):
+    for index in range(start, len(STAGES) if stop is None else stop):
         stage = STAGES[index]
         t0 = time.perf_counter()
         try:

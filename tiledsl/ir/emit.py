@@ -454,6 +454,11 @@ def _cast(x: ir.Value, src: str, dst: str, rt: ir.Type) -> ir.Value:
         return arith.CmpIOp(arith.CmpIPredicate.ne, x, zero.result).result
     if src == "i1" and dst in fl:
         return arith.UIToFPOp(rt, x).result
+    if src in fl and dst == "i1":  # x != 0, NaN included (as C converts to bool)
+        zero = arith.ConstantOp(x.type, ir.DenseElementsAttr.get_splat(x.type, ir.FloatAttr.get(
+            element_type(src), 0.0))) if isinstance(x.type, ir.RankedTensorType) else \
+            arith.ConstantOp(x.type, ir.FloatAttr.get(element_type(src), 0.0))
+        return arith.CmpFOp(arith.CmpFPredicate.UNE, x, zero.result).result
     raise ValueError(f"cast {src} -> {dst}")
 
 
