@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-torch fuzz lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n $${TEST_WORKERS:-2} tests
+
+# tiledsl.torch's tests: installs torch (PyPI's wheel; for the CPU-only build pass
+# TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu") and runs them.
+fuzz: $(STAMP)  # a larger run of the fuzzer than make test's sample (tests/fuzz.py)
+	$(PY) tests/fuzz.py --count $${FUZZ_COUNT:-3000} --seed $${FUZZ_SEED:-1}
+
+test-torch: $(STAMP)
+	$(PY) -m pip install --quiet $(TORCH_PIP_ARGS) torch
+	$(PY) -m pytest -q tests/test_torch.py
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'

@@ -184,6 +184,40 @@ class Plan:
         for stage in self.stages:
             launch(stage.kernel, device=device, **stage.bind(full))
 
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON-ready data for the C runtime (include/tiledsl.h, docs/c_runtime.md):
+        each stage names its kernel by package key (tiledsl.package), so the plan runs from a
+        kernel package without the compiler. Arguments are {"param", "ref"} (a name of the call's
+        environment or the workspace), {"param", "value", "dtype"} (an i32 or f32 fixed at build
+        time) or {"param", "zeros": {"dtype", "shape", "strides"}} (a read-only stand-in the runtime
+        allocates as zeros; strides in elements). A fixed array that is not all zeros has no JSON
+        form: ValueError. "inputs" lists the names the caller must bind, in first-use order."""
+        # Names Plan.run binds itself: the regions, and the whole workspace when there is one.
+        provided = {r.name for r in self.workspace.regions} | ({"ws_i", "ws_f"} if self.workspace.size else set())
+        stages, inputs = [], []
+        for s in self.stages:
+            key = getattr(s.kernel, "key", None)
+            if not key:
+                raise ValueError(f"plan {self.op}, stage {s.name}: its kernel has no package key (only library "
+                                 "kernels, tiledsl.library.library_kernel, can be named in a plan's JSON)")
+            args = []
+            for param, value in s.args:
+                where = f"plan {self.op}, stage {s.name}, parameter '{param}'"
+                if isinstance(value, Ref):
+                    args.append({"param": param, "ref": value.name})
+                    if value.name not in provided and value.name not in inputs:
+                        inputs.append(value.name)
+                else:
+                    args.append({"param": param, **_fixed_json(value, where)})
+            stages.append({"name": s.name, "kernel": key, "kernel_name": s.kernel.manifest["kernel"],
+                           "arch": s.kernel.manifest["arch"], "args": args})
+        ws = self.workspace
+        return {"format": "tiledsl-plan", "version": 1, "op": self.op, "info": _json_ready(self.info),
+                "inputs": inputs, "stages": stages,
+                "workspace": {"size": ws.size, "host": ws.host.hex(),
+                              "regions": [{"name": r.name, "offset": r.offset, "words": r.words, "dtype": r.dtype,
+                                           "shape": list(r.shape), "zero": r.zero} for r in ws.regions]}}
+
     def describe(self) -> str:
         """The plan as a table (stage, kernel, grid, registers, LDS) and its workspace layout."""
         from tiledsl.cli import format_table
@@ -199,6 +233,48 @@ class Plan:
         facts = ", ".join(f"{k} {v}" for k, v in self.info.items())
         return f"{self.op} plan ({facts})\n" + format_table(rows, cols, text_columns=3) + "\n" + \
             self.workspace.describe()
+
+
+_DTYPE_NAMES = ("f32", "f16", "bf16", "i32", "i64", "i1", "f8e4m3", "f8e5m2")
+
+
+def _fixed_json(value: Any, where: str) -> dict[str, Any]:
+    """A stage's fixed argument as Plan.to_json writes it."""
+    if isinstance(value, bool | np.bool_):
+        raise ValueError(f"{where}: a bool has no kernel argument type; pass 0 or 1")
+    if isinstance(value, int | np.integer):
+        if not -(2**31) <= int(value) < 2**31:
+            raise ValueError(f"{where}: {value} does not fit in i32")
+        return {"value": int(value), "dtype": "i32"}
+    if isinstance(value, float | np.floating):
+        if not np.isfinite(value):
+            raise ValueError(f"{where}: {value} has no JSON form")
+        return {"value": float(value), "dtype": "f32"}
+    if isinstance(value, np.ndarray):
+        # The C runtime makes stand-ins (plan.unused) as zeroed device memory; any other array
+        # would need its contents in the JSON, which no plan has needed.
+        if np.any(value != 0):
+            raise ValueError(f"{where}: a fixed array that is not all zeros cannot be written as JSON "
+                             "(only zero stand-ins such as plan.unused(...) can)")
+        names = [n for n in _DTYPE_NAMES if numpy_dtype(n) == value.dtype]
+        if not names:
+            raise ValueError(f"{where}: a fixed array of dtype {value.dtype}, which no kernel takes")
+        item = value.dtype.itemsize
+        if any(s < 0 or s % item for s in value.strides):
+            raise ValueError(f"{where}: a fixed array with strides {value.strides} bytes")
+        return {"zeros": {"dtype": names[0], "shape": list(value.shape), "strides": [s // item for s in value.strides]}}
+    raise ValueError(f"{where}: a fixed value of type {type(value).__name__} has no JSON form")
+
+
+def _json_ready(value: Any) -> Any:
+    """`info` values as plain JSON types (numpy scalars and tuples become ints, floats and lists)."""
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 class WorkspacePool:
