@@ -204,9 +204,15 @@ def test_runtime_only_install_runs_a_package(package, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    # README's one-liner.
+    # README's one-liner, on a copy of the sources (pip's build leaves a build/ folder behind).
+    src = tmp_path / "src"
+    src.mkdir()
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / part, src / part)
+    for part in ("tiledsl", "passes", "backends"):
+        shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
     install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps",
-                              str(ROOT), "numpy", "ml_dtypes", "msgpack"], capture_output=True, text=True)
+                              str(src), "numpy", "ml_dtypes", "msgpack"], capture_output=True, text=True)
     assert install.returncode == 0, install.stderr[-3000:]
     script = RUNTIME_SCRIPT.replace("MISSING", f"{ARCH}/fmha_fwd-f16-batch-d64-none").replace("ARCH", ARCH)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TILEDSL_", "PYTHON"))}

@@ -29,14 +29,16 @@ class MatrixOp:
     isa_name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Arch:
     name: str
     family: str  # "CDNA2", "CDNA3", "CDNA4", "RDNA3", "RDNA4"
+    isa_generation: str  # instruction encodings: "gfx9" (CDNA), "gfx11", "gfx12"
+    elf_mach: int  # EF_AMDGPU_MACH_* in a code object's e_flags (LLVM AMDGPUUsage)
     wave_size: int
     lds_bytes: int
-    vgprs_per_lane: int  # architectural VGPRs a single wave may address
-    agprs_per_lane: int  # accumulation VGPRs (CDNA only; 0 on RDNA)
+    vgprs_per_lane: int  # VGPRs a single wave may address (CDNA: the unified file, AGPRs included)
+    agprs_per_lane: int  # of those, accumulation VGPRs (CDNA only; 0 on RDNA)
     sgprs: int
     simds_per_cu: int
     max_waves_per_simd: int
@@ -50,6 +52,16 @@ class Arch:
     # global_atomic_add_f32 ignores the denormal mode and flushes f32 denormals (MI200: LLVM's
     # "global FP atomics have a hardcoded FP mode"); later archs honour the mode.
     atomic_fadd_flushes_denormals: bool = False
+
+    @property
+    def m0_sgpr(self) -> int:
+        """The operand encoding of M0 (gfx9: 124; gfx10+ moved it to 125 and made 124 NULL)."""
+        return 124 if self.isa_generation == "gfx9" else 125
+
+    @property
+    def null_sgpr(self) -> int:
+        """The operand encoding of the NULL register (-1: none on gfx9)."""
+        return -1 if self.isa_generation == "gfx9" else 124
 
     @property
     def is_cdna(self) -> bool:
@@ -97,37 +109,47 @@ def _cdna_ops(k32: int, k16: int, names: dict[str, tuple[str, str]]) -> tuple[Ma
     return tuple(ops)
 
 
+_CDNA = {"isa_generation": "gfx9", "wave_size": 64, "vgprs_per_lane": 512, "agprs_per_lane": 256, "sgprs": 102,
+         "simds_per_cu": 4, "max_waves_per_simd": 8, "vgpr_file_per_simd": 512, "llvm_features": ""}
+_RDNA = {"wave_size": 32, "lds_bytes": 64 * 1024, "vgprs_per_lane": 256, "agprs_per_lane": 0, "sgprs": 106,
+         "simds_per_cu": 2, "max_waves_per_simd": 16, "vgpr_file_per_simd": 1536, "llvm_features": "+wavefrontsize32"}
+
 ARCHS: dict[str, Arch] = {
     "gfx90a": Arch(
-        "gfx90a", "CDNA2", 64, 64 * 1024, 512, 256, 102, 4, 8, 512, None, 383.0, "MI200 (MI250X)",
-        "", _cdna_ops(8, 16, {
+        name="gfx90a", family="CDNA2", elf_mach=0x3F, lds_bytes=64 * 1024, fp8_flavour=None, peak_tflops_f16=383.0,
+        product="MI200 (MI250X)", compute_units=110, atomic_fadd_flushes_denormals=True, **_CDNA,
+        matrix_ops=_cdna_ops(8, 16, {
             "f16": ("v_mfma_f32_32x32x8f16", "v_mfma_f32_16x16x16f16"),
             "bf16": ("v_mfma_f32_32x32x8bf16_1k", "v_mfma_f32_16x16x16bf16_1k"),
-        }), compute_units=110, atomic_fadd_flushes_denormals=True),
+        })),
     "gfx942": Arch(
-        "gfx942", "CDNA3", 64, 64 * 1024, 512, 256, 102, 4, 8, 512, "fnuz", 1307.0, "MI300X",
-        "", _cdna_ops(8, 16, {
+        name="gfx942", family="CDNA3", elf_mach=0x4C, lds_bytes=64 * 1024, fp8_flavour="fnuz", peak_tflops_f16=1307.0,
+        product="MI300X", compute_units=304, **_CDNA,
+        matrix_ops=_cdna_ops(8, 16, {
             "f16": ("v_mfma_f32_32x32x8_f16", "v_mfma_f32_16x16x16_f16"),
             "bf16": ("v_mfma_f32_32x32x8_bf16", "v_mfma_f32_16x16x16_bf16"),
-        }), compute_units=304),
+        })),
     "gfx950": Arch(
-        "gfx950", "CDNA4", 64, 160 * 1024, 512, 256, 102, 4, 8, 512, "ocp", 2500.0, "MI355X",
-        "", _cdna_ops(16, 32, {
+        name="gfx950", family="CDNA4", elf_mach=0x4F, lds_bytes=160 * 1024, fp8_flavour="ocp", peak_tflops_f16=2500.0,
+        product="MI355X", compute_units=256, **_CDNA,
+        matrix_ops=_cdna_ops(16, 32, {
             "f16": ("v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_f16"),
             "bf16": ("v_mfma_f32_32x32x16_bf16", "v_mfma_f32_16x16x32_bf16"),
-        }), compute_units=256),
+        })),
     "gfx1100": Arch(
-        "gfx1100", "RDNA3", 32, 64 * 1024, 256, 0, 106, 2, 16, 1536, None, 123.0, "RX 7900 XTX",
-        "+wavefrontsize32", (
+        name="gfx1100", family="RDNA3", isa_generation="gfx11", elf_mach=0x41, fp8_flavour=None,
+        peak_tflops_f16=123.0, product="RX 7900 XTX", compute_units=96, **_RDNA,
+        matrix_ops=(
             MatrixOp("wmma_gfx11", 16, 16, 16, "f16", 16, "v_wmma_f32_16x16x16_f16"),
             MatrixOp("wmma_gfx11", 16, 16, 16, "bf16", 16, "v_wmma_f32_16x16x16_bf16"),
-        ), compute_units=96),
+        )),
     "gfx1201": Arch(
-        "gfx1201", "RDNA4", 32, 64 * 1024, 256, 0, 106, 2, 16, 1536, "ocp", 195.0, "RX 9070 XT",
-        "+wavefrontsize32", (
+        name="gfx1201", family="RDNA4", isa_generation="gfx12", elf_mach=0x4E, fp8_flavour="ocp",
+        peak_tflops_f16=195.0, product="RX 9070 XT", compute_units=64, **_RDNA,
+        matrix_ops=(
             MatrixOp("wmma_gfx12", 16, 16, 16, "f16", 8, "v_wmma_f32_16x16x16_f16"),
             MatrixOp("wmma_gfx12", 16, 16, 16, "bf16", 8, "v_wmma_f32_16x16x16_bf16"),
-        ), compute_units=64),
+        )),
 }
 
 ARCH_NAMES: tuple[str, ...] = tuple(ARCHS)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from tiledsl.backends.rocm.arch import ARCHS
 from tiledsl.errors import TileError
 
 EM_AMDGPU = 224
 EF_AMDGPU_MACH_MASK = 0xFF
 # e_flags machine numbers from LLVM's AMDGPUUsage ("AMDGPU ELF Header e_flags").
-MACH_BY_ARCH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx950": 0x4F, "gfx1100": 0x41, "gfx1201": 0x4E}
+MACH_BY_ARCH = {a.name: a.elf_mach for a in ARCHS.values()}  # from the arch table
 ARCH_BY_MACH = {v: k for k, v in MACH_BY_ARCH.items()}
 
 

@@ -11,9 +11,10 @@ import importlib
 import re
 from dataclasses import dataclass, field
 
+from tiledsl.backends.rocm.arch import ARCHS
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 
-GENERATION = {"gfx90a": "gfx9", "gfx942": "gfx9", "gfx950": "gfx9", "gfx1100": "gfx11", "gfx1201": "gfx12"}
+GENERATION = {a.name: a.isa_generation for a in ARCHS.values()}  # from the arch table
 
 _SUFFIX = re.compile(r"(_e32|_e64|_dpp|_sdwa)+$")
 

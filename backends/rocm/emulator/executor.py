@@ -155,9 +155,8 @@ def bind(image: KernelImage, code_base: int) -> BoundKernel:
     matrix.register_names(name for name, _ in opcode_table(image.arch.name).values())
 
     arch = image.arch
-    gen = {"CDNA2": "gfx9", "CDNA3": "gfx9", "CDNA4": "gfx9", "RDNA3": "gfx11", "RDNA4": "gfx12"}[arch.family]
-    ctx = Ctx(image, code_base, arch.name, gen, image.wave_size, null_sgpr=-1 if gen == "gfx9" else 124,
-              m0=124 if gen == "gfx9" else 125)
+    ctx = Ctx(image, code_base, arch.name, arch.isa_generation, image.wave_size, null_sgpr=arch.null_sgpr,
+              m0=arch.m0_sgpr)
     handlers = []
     for i, inst in enumerate(image.insts):
         ctx.index, ctx.nxt = i, i + 1
@@ -170,8 +169,7 @@ def bind(image: KernelImage, code_base: int) -> BoundKernel:
         except UnsupportedInstruction as exc:
             h = _unsupported(inst, ctx, str(exc))
         handlers.append(h)
-    nv = 512 if arch.is_cdna else 256
-    return BoundKernel(image, handlers, ctx, nv)
+    return BoundKernel(image, handlers, ctx, arch.vgprs_per_lane)
 
 
 def _unsupported(inst: Inst, ctx: Ctx, why: str = ""):

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.arch import ARCH_NAMES, ARCHS
 
 MARK_A = 0xBF807777  # s_nop 0x7777: consumed as a literal or printed as a marker
 MARK_B = 0xBF806666  # s_nop 0x6666: always printed, separates the instructions
@@ -112,7 +112,7 @@ def _templates(gen: str):
             yield "MUBUF", op, [0xC4000000 | op << 14 | 0x7C, 0x40000000 | 4 << 9 | 20, 10], {20: "d", 10: "s0"}
 
 
-GEN = {"gfx90a": "gfx9", "gfx942": "gfx9", "gfx950": "gfx9", "gfx1100": "gfx11", "gfx1201": "gfx12"}
+GEN = {a.name: a.isa_generation for a in ARCHS.values()}  # from the arch table
 _REG = re.compile(r"\b([vsa])(?:\[(\d+):(\d+)\]|(\d+))(\.[lh])?")
 
 
