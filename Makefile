@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-torch fuzz lint bench clean
+.PHONY: demo test test-fast test-torch fuzz lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(STAMP)
 
 # tiledsl.torch's tests: installs torch (PyPI's wheel; for the CPU-only build pass
 # TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu") and runs them.
+test-fast: $(STAMP)  # the inner loop: front end, passes, arch table, fuzz sample (no emulation), < 1 minute
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -n $${TEST_WORKERS:-2} -m "frontend or passes" tests
+
 fuzz: $(STAMP)  # a larger run of the fuzzer than make test's sample (tests/fuzz.py)
 	$(PY) tests/fuzz.py --count $${FUZZ_COUNT:-3000} --seed $${FUZZ_SEED:-1}
 

@@ -11,6 +11,8 @@ from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.arch import ARCH_NAMES, ARCHS, Arch, get_arch
 from tiledsl.backends.rocm.emulator import decoder, gen_tables
 
+pytestmark = pytest.mark.frontend
+
 
 def test_rows_are_keyword_only():
     row = get_arch("gfx942")

@@ -11,6 +11,8 @@ from fuzz import fuzz_api, fuzz_sources, report
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES
 
+pytestmark = pytest.mark.frontend
+
 COUNT = int(os.environ.get("TILEDSL_FUZZ_COUNT", "120"))
 
 
