@@ -18,7 +18,7 @@ from tiledsl.backends.rocm.arch import Arch, MatrixOp
 from tiledsl.ir.dialect import int_attr, tensor_type, tile_op
 from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.passes import layouts as L
-from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
+from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
 
 FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
 ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp")
@@ -44,12 +44,12 @@ class _Assigner:
         self.arch = arch
         self.source = source
         self.threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
-        self.layout: dict[ir.Value, str | None] = {}  # None = free (rematerialisable)
+        self.layout: dict[ir.Value, L.Layout | None] = {}  # None = free (rematerialisable)
         self.free_ops: list[ir.Operation] = []
         self.kperm: dict[ir.Operation, list[int] | None] = {}  # dot -> contraction relabelling
 
     # -- analysis: decide each value's layout ------------------------------------------------
-    def of(self, v: ir.Value) -> str | None:
+    def of(self, v: ir.Value) -> L.Layout | None:
         return self.layout.get(v)
 
     def analyse_block(self, block: ir.Block) -> None:
@@ -77,7 +77,7 @@ class _Assigner:
         if name in FREE_OPS:
             self.layout[res] = None
         elif name == "tile.load":
-            self.layout[res] = self.blocked(res)
+            self.layout[res] = self.retarget.get(res) or self.blocked(res)
         elif name == "tile.dot":
             a_shape = tile_shape(op.operands[0].type)
             m, n = tile_shape(res.type)
@@ -87,17 +87,17 @@ class _Assigner:
             except ValueError as exc:
                 raise op_error(op, str(exc), self.source, "assign-layouts") from None
             kind = "acct" if mop.m == mop.n and not _reduced_along_columns(res) else "acc"
-            self.layout[res] = L.mma_layout(kind, mop, wm, wn)
+            acc = L.Mma(kind, mop, wm, wn)
+            self.layout[res] = acc
             # An A operand computed in registers (P = softmax(S) from an earlier dot) keeps its
             # registers when relabelling the contraction index of both operands makes them agree.
             src = ins[0]
             if src is not None:
-                _, args = L.parse(self.layout[res])
-                self.kperm[op] = L.k_permutation(src, f"opa({','.join(args)})", a_shape, 1, self.threads)
+                self.kperm[op] = L.k_permutation(src, acc.with_kind("opa"), a_shape, 1, self.threads)
         elif name == "tile.reduce":
             src = ins[0] or self.blocked(op.operands[0])
             axis, n = int_attr(op, "axis"), tile_shape(op.operands[0].type)[int_attr(op, "axis")]
-            self.layout[res] = f"slice({axis},{n},{src})"
+            self.layout[res] = L.Slice(axis, n, src)
         elif name == "tile.broadcast":
             src = ins[0]
             self.layout[res] = None if src is None else self.broadcast_target(src, op)
@@ -106,8 +106,8 @@ class _Assigner:
             axis = int_attr(op, "axis")
             if src is None:
                 self.layout[res] = None
-            elif src.startswith(f"slice({axis},"):
-                self.layout[res] = f"expand({axis},{src})"
+            elif isinstance(src, L.Slice) and src.dim == axis:
+                self.layout[res] = L.Expand(axis, src)
             else:
                 self.layout[res] = self.blocked(res)
         elif name == "tile.convert_layout":
@@ -118,27 +118,23 @@ class _Assigner:
         else:
             raise op_error(op, f"internal: no layout rule for {name}", self.source, "assign-layouts")
 
-    def broadcast_target(self, src: str, op: ir.Operation) -> str:
+    def broadcast_target(self, src: L.Layout, op: ir.Operation) -> L.Layout:
         """A row/column vector reduced from a tile of layout P broadcasts back into P. P may also
         be taken at another size of the broadcast axis (an online-softmax row max of the
         [M, N] scores scaling the [M, D] accumulator): when P tiles the new shape and keeps the
         vector's elements in the same lanes, the broadcast needs no data movement."""
         shape = tile_shape(op.result.type)
         src_shape = tile_shape(op.operands[0].type)
-        kind, args = L.parse(src)
-        if kind == "expand":
-            inner_kind, inner = L.parse(args[1])
-            if inner_kind == "slice":
-                parent, axis = inner[2], int(args[0])
-                if int(inner[1]) == shape[axis]:
-                    return parent
-                need = f"expand({axis},slice({axis},{shape[axis]},{parent}))"
-                if self.tiles(parent, shape) and L.register_map(src, src_shape, need, src_shape,
-                                                                self.threads) is not None:
-                    return parent
+        if isinstance(src, L.Expand) and isinstance(src.inner, L.Slice):
+            parent, axis = src.inner.parent, src.dim
+            if src.inner.size == shape[axis]:
+                return parent
+            need = L.Expand(axis, L.Slice(axis, shape[axis], parent))
+            if self.tiles(parent, shape) and L.register_map(src, src_shape, need, src_shape, self.threads) is not None:
+                return parent
         return self.blocked(op.result)
 
-    def tiles(self, layout: str, shape: tuple[int, ...]) -> bool:
+    def tiles(self, layout: L.Layout, shape: tuple[int, ...]) -> bool:
         """Does `layout` cover every element of a tile of `shape` exactly (no gaps)?"""
         try:
             c = L.coords(layout, shape, self.threads)
@@ -171,24 +167,25 @@ class _Assigner:
                 self.layout[a] = self.of(a) or self.blocked(a)
                 self.layout[r] = self.layout[a]
 
-    def blocked(self, v: ir.Value) -> str:
+    def blocked(self, v: ir.Value) -> L.Layout:
         return L.blocked_for(DTYPE_BYTES[tile_dtype(v.type)])
 
     # -- what each op needs from its tile operands, given its own result layout ---------------
-    def needs(self, op: ir.Operation) -> list[str | None]:
+    def needs(self, op: ir.Operation) -> list[L.Layout | None]:
         name = op.name
-        out: list[str | None] = []
+        out: list[L.Layout | None] = []
         res_layout = self.of(op.results[0]) if len(op.results) and is_tile(op.results[0]) else None
         for i, v in enumerate(op.operands):
             if not is_tile(v):
                 out.append(None)
                 continue
             if name == "tile.dot":
-                res_kind, args = L.parse(res_layout)  # type: ignore[arg-type]
+                acc = res_layout
+                assert isinstance(acc, L.Mma), f"a dot result in {acc}"
                 trans_b = _bool_attr(op, "trans_b")
-                kind = ("opa", "opbt" if trans_b else "opb", res_kind)[i]
+                kind = ("opa", "opbt" if trans_b else "opb", acc.kind)[i]
                 k_axis = (1, 1 if trans_b else 0, None)[i]
-                need = f"{kind}({','.join(args)})"
+                need = acc.with_kind(kind)
                 out.append(need if k_axis is None else L.with_k_permutation(need, k_axis, self.kperm.get(op)))
             elif name in ("tile.store", "tile.atomic_add"):
                 out.append(self.write_layout(op))
@@ -196,13 +193,14 @@ class _Assigner:
                 if res_layout is None:  # a 1-D tile reduced to a uniform scalar
                     out.append(self.of(v) or self.blocked(v))
                 else:
-                    out.append(L.parse(res_layout)[1][2])
+                    assert isinstance(res_layout, L.Slice), f"a reduction result in {res_layout}"
+                    out.append(res_layout.parent)
             elif name == "tile.broadcast":
                 out.append(self.broadcast_source(op, res_layout))  # type: ignore[arg-type]
             elif name == "tile.expand_dims":
                 axis = int_attr(op, "axis")
-                kind, args = L.parse(res_layout)  # type: ignore[arg-type]
-                out.append(args[1] if kind == "expand" else f"slice({axis},1,{res_layout})")
+                out.append(res_layout.inner if isinstance(res_layout, L.Expand)
+                           else L.Slice(axis, 1, res_layout))  # type: ignore[arg-type]
             elif name == "scf.yield":
                 out.append(self.yield_target(op, i))
             elif name == "scf.for":
@@ -211,19 +209,19 @@ class _Assigner:
                 out.append(res_layout)
         return out
 
-    def write_layout(self, op: ir.Operation) -> str:
+    def write_layout(self, op: ir.Operation) -> L.Layout:
         value, offsets = op.operands[2], op.operands[1]
         return self.of(value) or self.of(offsets) or self.blocked(value)
 
-    def broadcast_source(self, op: ir.Operation, target: str) -> str:
+    def broadcast_source(self, op: ir.Operation, target: L.Layout) -> L.Layout:
         src_shape, shape = tile_shape(op.operands[0].type), tile_shape(op.result.type)
         need = target
         for d in reversed(range(len(shape))):
             if src_shape[d] == 1 and shape[d] != 1:
-                need = f"expand({d},slice({d},{shape[d]},{need}))"
+                need = L.Expand(d, L.Slice(d, shape[d], need))
         return need
 
-    def yield_target(self, op: ir.Operation, i: int) -> str | None:
+    def yield_target(self, op: ir.Operation, i: int) -> L.Layout | None:
         parent = op.parent
         if parent.name == "scf.for":
             return self.of(list(parent.regions[0].blocks[0].arguments)[i + 1])
@@ -256,7 +254,7 @@ class _Assigner:
         return len(op.results) == 1 and is_tile(op.results[0]) and self.of(op.results[0]) is None \
             and op.name != "scf.for"
 
-    def materialise(self, v: ir.Value, need: str, user: ir.Operation) -> ir.Value:
+    def materialise(self, v: ir.Value, need: L.Layout, user: ir.Operation) -> ir.Value:
         have = self.of(v)
         if have is None and not isinstance(v.owner, ir.Block) and is_tile(v):
             return self.remat(v, need)
@@ -269,7 +267,7 @@ class _Assigner:
         with ir.InsertionPoint(user), user.location:
             return tile_op("convert_layout", [v], [_with_layout(v.type, need)]).result
 
-    def rebroadcast(self, op: ir.Operation, need: str, user: ir.Operation) -> ir.Value:
+    def rebroadcast(self, op: ir.Operation, need: L.Layout, user: ir.Operation) -> ir.Value:
         """A broadcast whose result is wanted in another layout is done again from its source in
         that layout: the conversion moves to the small source (an online-softmax row factor is
         [M, 1]) instead of the [M, N] result, which would go through LDS every iteration."""
@@ -305,7 +303,7 @@ class _Assigner:
                 return False
         return found
 
-    def redo_elementwise(self, op: ir.Operation, need: str, user: ir.Operation) -> ir.Value:
+    def redo_elementwise(self, op: ir.Operation, need: L.Layout, user: ir.Operation) -> ir.Value:
         """An elementwise function of broadcasts wanted in another layout is computed again in
         that layout from its operands: the conversions move to the broadcasts' small sources.
         (Addresses built from a loaded row vector, such as a paged cache's page per key, would
@@ -317,7 +315,7 @@ class _Assigner:
                                       operands=operands, attributes=attrs)
         return new.result
 
-    def remat(self, v: ir.Value, need: str) -> ir.Value:
+    def remat(self, v: ir.Value, need: L.Layout) -> ir.Value:
         key = (v, need)
         if key in self.memo:
             return self.memo[key]
@@ -363,10 +361,57 @@ class _Assigner:
                                        f"{self.arch.name}; use smaller block sizes or more waves",
                                    self.source, "assign-layouts")
 
+    def retarget_loads(self, block: ir.Block) -> bool:
+        """Find loads whose values are only combined, elementwise, with a matrix accumulator (an
+        attention bias added to the scores): loading them straight in the accumulator's layout
+        costs no conversion, where the coalesced layout would go through LDS as a whole tile each
+        time (CK loads its bias in the gemm's C distribution for the same reason). A load
+        qualifies when its address and mask are free (rematerialised in any layout) and every
+        value on the way has that one use. Records them in `retarget`; True if any was new."""
+        found = False
+        for op in ops_in(block):
+            for region in op.regions:
+                for b in region.blocks:
+                    found |= self.retarget_loads(b)
+            if not op.name.startswith(ELEMENTWISE_PREFIXES) or len(op.results) != 1 or not is_tile(op.results[0]):
+                continue
+            want = self.of(op.results[0])
+            if not (isinstance(want, L.Mma) and want.is_accumulator):
+                continue
+            for x in op.operands:
+                if not is_tile(x) or self.of(x) == want:
+                    continue
+                load = self.load_chain(x)
+                if load is not None and load.result not in self.retarget:
+                    self.retarget[load.result] = want
+                    found = True
+        return found
+
+    def load_chain(self, v: ir.Value) -> ir.Operation | None:
+        """The tile.load that v is an elementwise function of (casts, scaling by free values),
+        every value on the way used once, and whose offsets and mask are free; else None."""
+        while not isinstance(v.owner, ir.Block) and len(list(v.uses)) == 1:
+            op = v.owner
+            if op.name == "tile.load":
+                free = all(self.of(x) is None for x in list(op.operands)[1:3] if is_tile(x))
+                return op if free and len(tile_shape(v.type)) >= 2 else None
+            if not op.name.startswith(ELEMENTWISE_PREFIXES):
+                return None
+            bound = [x for x in op.operands if is_tile(x) and self.of(x) is not None]
+            if len(bound) != 1:
+                return None
+            v = bound[0]
+        return None
+
     def run(self) -> None:
         self.memo: dict = {}
+        self.retarget: dict[ir.Value, L.Layout] = {}
         body = self.fn.regions[0].blocks[0]
         self.analyse_block(body)
+        if self.retarget_loads(body):  # analyse again with those loads in their users' layout
+            self.layout.clear()
+            self.kperm.clear()
+            self.analyse_block(body)
         self.check_registers(body)
         self.rewrite_block(body)
         for op in reversed(self.free_ops):  # originals of rematerialised values are now unused
@@ -425,16 +470,19 @@ def _bool_attr(op: ir.Operation, name: str) -> bool:
     return bool(ir.BoolAttr(op.attributes[name]).value) if name in op.attributes else False
 
 
-def _priority(layout: str) -> int:
-    ranks = {"acc": 4, "acct": 4, "permk": 3, "opa": 3, "opb": 3, "opbt": 3, "slice": 2, "expand": 2}
-    return ranks.get(L.parse(layout)[0], 1)
+def _priority(layout: L.Layout) -> int:
+    """Which operand's layout an elementwise result takes: accumulators first (they are the
+    expensive ones to move), then operand and relabelled layouts, slices, and blocked last."""
+    if isinstance(layout, L.Mma):
+        return 4 if layout.is_accumulator else 3
+    return {L.PermK: 3, L.Slice: 2, L.Expand: 2}.get(type(layout), 1)
 
 
-def _with_layout(t: ir.Type, layout: str) -> ir.Type:
+def _with_layout(t: ir.Type, layout: L.Layout) -> ir.Type:
     rt = ir.RankedTensorType(t)
-    return tensor_type(tuple(rt.shape), rt.element_type, layout)
+    return tensor_type(tuple(rt.shape), rt.element_type, str(layout))
 
 
-def assign_layouts(module: ir.Module, arch: Arch, source: str | None = None) -> None:
+def assign_layouts(module: ir.Module, ctx: PassContext) -> None:
     for fn in kernel_funcs(module):
-        _Assigner(fn, arch, source).run()
+        _Assigner(fn, ctx.arch, ctx.source).run()

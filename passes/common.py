@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from mlir import ir
 
+from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import CompileError, SourceError, SourceLocation
 from tiledsl.ir.dialect import dtype_of
+from tiledsl.options import CompileOptions
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What every pass is given besides the module: `pass(module, context)`."""
+
+    arch: Arch
+    options: CompileOptions
+    source: str | None = None  # the DSL text, for error carets
 
 
 def ops_in(block: ir.Block) -> list[ir.Operation]:

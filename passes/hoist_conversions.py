@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tiledsl.backends.rocm.arch import Arch
-from tiledsl.ir.dialect import int_attr, layout_of
+from tiledsl.ir.dialect import int_attr
 from tiledsl.passes import layouts as L
-from tiledsl.passes.common import kernel_funcs, ops_in, tile_shape, walk_blocks
+from tiledsl.passes.common import PassContext, kernel_funcs, ops_in, tile_shape, walk_blocks
 
 
 def _op(x: object) -> ir.Operation | None:
@@ -39,10 +38,11 @@ def _defined_inside(value: ir.Value, loop: ir.Operation) -> bool:
 def _grows(op: ir.Operation, threads: L.Threads) -> bool:
     src, dst = op.operands[0], op.result
     shape = tile_shape(src.type)
-    return L.num_regs(layout_of(dst.type), shape, threads) > L.num_regs(layout_of(src.type), shape, threads)
+    return L.num_regs(L.layout_of(dst.type), shape, threads) > L.num_regs(L.layout_of(src.type), shape, threads)
 
 
-def hoist_conversions(module: ir.Module, arch: Arch) -> int:
+def hoist_conversions(module: ir.Module, ctx: PassContext) -> int:
+    arch = ctx.arch
     moved = 0
     changed = True
     while changed:  # a hoisted conversion may now be invariant in an enclosing loop too

@@ -1,37 +1,42 @@
 """Distributed layouts: which lane of which wave holds which element of a tile, in which register.
 
-A layout is written as a short text, stored as the tensor encoding in the IR:
+A layout is a typed value (`Layout` and its kinds below), printed as a short text that is stored
+as the tensor encoding in the IR and parsed back by `Layout.parse`:
 
-    blocked(V)              loads/stores: V contiguous elements per lane along the last axis,
-                            lanes then waves fill the tile row by row (coalesced access)
-    acc(KIND,m,n,k,kpl,WM,WN)  MFMA/WMMA accumulator of a [M, N] tile, WM x WN waves
+    blocked(V)              Blocked: loads/stores, V contiguous elements per lane along the last
+                            axis, lanes then waves fill the tile row by row (coalesced access)
+    acc(KIND,m,n,k,kpl,DT,WM,WN)  Mma: MFMA/WMMA accumulator of a [M, N] tile, WM x WN waves
     acct(...)               the accumulator of the same dot computed transposed (C^T = B^T A^T,
                             operands swapped): each lane holds part of one row instead of one
                             column, so row reductions stay inside the lane and the result is
                             already in the A-operand layout of a following dot (P @ V)
     opa(...) / opb(...) / opbt(...)  the A operand [M, K], B operand [K, N], or B given as [N, K]
-    slice(D,SIZE,P)         P with axis D (of size SIZE) reduced away (results of reductions)
-    expand(D,L)             L with a size-1 axis inserted at D (x[:, None])
-    permk(D,B0:B1:..,L)     L with the index along axis D relabelled bit by bit: bit i of the
+    slice(D,SIZE,P)         Slice: P with axis D (of size SIZE) reduced away (results of reductions)
+    expand(D,L)             Expand: L with a size-1 axis inserted at D (x[:, None])
+    permk(D,B0:B1:..,L)     PermK: L with the index along axis D relabelled bit by bit: bit i of the
                             index becomes B_i (a permutation of the powers of two). A dot may
                             relabel its contraction index in both operands alike and still
                             compute the same sum; that lets P keep its registers (see k_permutation)
 
-`table()` turns a layout into explicit coordinates; every layout here is linear in the bits of
-the lane and wave ids: coord(lane, wave, reg) = lane_part(lane) + wave_part(wave) + reg_offset,
-which is what the lowering computes at run time (`Linear`).
+`verify(layout, shape, threads, arch)` rejects a layout that does not fit its tile, its wave
+count or the arch's matrix instructions. `table()` turns a layout into explicit coordinates;
+every layout here is linear in the bits of the lane and wave ids: coord(lane, wave, reg) =
+lane_part(lane) + wave_part(wave) + reg_offset, which is what the lowering computes at run time
+(`Linear`).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NoReturn
 
 import numpy as np
+from mlir import ir
 
 from tiledsl.backends.rocm import fragments
-from tiledsl.backends.rocm.arch import MatrixOp
+from tiledsl.backends.rocm.arch import Arch, MatrixOp
 
 
 @dataclass(frozen=True)
@@ -63,22 +68,125 @@ class Linear:
         return [k for k, b in enumerate(self.wave_bases) if not b.any()]
 
 
-def matrix_op_text(op: MatrixOp) -> str:
-    return f"{op.kind},{op.m},{op.n},{op.k},{op.k_per_lane},{op.in_dtype}"
+# -- the typed layouts ---------------------------------------------------------------------------
+class LayoutError(ValueError):
+    """A layout text that does not parse, or a layout that does not fit its tile."""
 
 
-def _op_from(parts: list[str]) -> MatrixOp:
-    kind, m, n, k, kpl, dt = parts
-    return MatrixOp(kind, int(m), int(n), int(k), dt, int(kpl), "")
+class Layout:
+    """Base of the layout kinds. Layouts are frozen dataclasses: hashable, compared by value,
+    printed by `str()` in the text form above and parsed back by `Layout.parse`."""
+
+    @staticmethod
+    def parse(text: str) -> Layout:
+        return _parse(text)
+
+    def __str__(self) -> str:  # pragma: no cover - every kind prints itself
+        raise NotImplementedError
 
 
-def parse(text: str) -> tuple[str, list[str]]:
-    """'slice(1,64,acc(...))' -> ('slice', ['1', '64', 'acc(...)']) splitting at top-level commas."""
+@dataclass(frozen=True)
+class Blocked(Layout):
+    vec: int  # contiguous elements per lane along the last axis
+
+    def __str__(self) -> str:
+        return f"blocked({self.vec})"
+
+
+MMA_KINDS = ("acc", "acct", "opa", "opb", "opbt")
+
+
+@dataclass(frozen=True)
+class Mma(Layout):
+    kind: str  # one of MMA_KINDS
+    op: MatrixOp
+    wm: int  # waves along M
+    wn: int  # waves along N
+
+    def __post_init__(self) -> None:
+        if self.kind not in MMA_KINDS:
+            raise LayoutError(f"matrix layout kind '{self.kind}': expected one of {', '.join(MMA_KINDS)}")
+        if self.op.isa_name:  # the instruction's name is not part of the layout (nor of its text)
+            object.__setattr__(self, "op", replace(self.op, isa_name=""))
+
+    def with_kind(self, kind: str) -> Mma:
+        return Mma(kind, self.op, self.wm, self.wn)
+
+    @property
+    def is_accumulator(self) -> bool:
+        return self.kind in ("acc", "acct")
+
+    def __str__(self) -> str:
+        op = self.op
+        return f"{self.kind}({op.kind},{op.m},{op.n},{op.k},{op.k_per_lane},{op.in_dtype},{self.wm},{self.wn})"
+
+
+@dataclass(frozen=True)
+class Slice(Layout):
+    dim: int
+    size: int  # of the axis reduced away
+    parent: Layout
+
+    def __str__(self) -> str:
+        return f"slice({self.dim},{self.size},{self.parent})"
+
+
+@dataclass(frozen=True)
+class Expand(Layout):
+    dim: int
+    inner: Layout
+
+    def __str__(self) -> str:
+        return f"expand({self.dim},{self.inner})"
+
+
+@dataclass(frozen=True)
+class PermK(Layout):
+    dim: int
+    images: tuple[int, ...]  # bit i of the index along `dim` becomes images[i]
+    inner: Layout
+
+    def __str__(self) -> str:
+        return f"permk({self.dim},{':'.join(map(str, self.images))},{self.inner})"
+
+
+def as_layout(layout: Layout | str) -> Layout:
+    return layout if isinstance(layout, Layout) else _parse(layout)
+
+
+def layout_of(t: ir.Type) -> Layout | None:
+    """The layout a tile type carries as its encoding (None before layout assignment)."""
+    rt = ir.RankedTensorType(t)
+    return None if rt.encoding is None else _parse(ir.StringAttr(rt.encoding).value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> Layout:
     m = re.fullmatch(r"(\w+)\((.*)\)", text)
     if not m:
-        raise ValueError(f"bad layout text '{text}'")
+        raise LayoutError(f"bad layout text '{text}'")
+    kind, args = m.group(1), _split_args(m.group(2))
+    try:
+        if kind == "blocked" and len(args) == 1:
+            return Blocked(int(args[0]))
+        if kind in MMA_KINDS and len(args) == 8:
+            mkind, mm, n, k, kpl, dt, wm, wn = args
+            return Mma(kind, MatrixOp(mkind, int(mm), int(n), int(k), dt, int(kpl), ""), int(wm), int(wn))
+        if kind == "slice" and len(args) == 3:
+            return Slice(int(args[0]), int(args[1]), _parse(args[2]))
+        if kind == "expand" and len(args) == 2:
+            return Expand(int(args[0]), _parse(args[1]))
+        if kind == "permk" and len(args) == 3:
+            return PermK(int(args[0]), tuple(int(x) for x in args[1].split(":")), _parse(args[2]))
+    except ValueError as exc:
+        raise LayoutError(f"bad layout text '{text}': {exc}") from None
+    raise LayoutError(f"bad layout text '{text}': unknown kind '{kind}' or wrong number of fields")
+
+
+def _split_args(body: str) -> list[str]:
+    """'1,64,acc(...)' -> ['1', '64', 'acc(...)'] splitting at top-level commas."""
     args, depth, cur = [], 0, ""
-    for ch in m.group(2):
+    for ch in body:
         if ch == "," and depth == 0:
             args.append(cur)
             cur = ""
@@ -87,45 +195,87 @@ def parse(text: str) -> tuple[str, list[str]]:
         depth -= ch == ")"
         cur += ch
     args.append(cur)
-    return m.group(1), args
+    return args
 
 
-def coords(layout: str, shape: tuple[int, ...], threads: Threads) -> np.ndarray:
+def verify(layout: Layout, shape: tuple[int, ...], threads: Threads, arch: Arch | None = None) -> None:
+    """Raise LayoutError saying why `layout` cannot distribute a tile of `shape` over `threads`
+    (on `arch`: its matrix instructions and wave size), or return None."""
+    shape = tuple(shape)
+
+    def fail(why: str) -> NoReturn:
+        raise LayoutError(f"layout {layout} does not fit a tile [{', '.join(map(str, shape))}]: {why}")
+
+    if arch is not None and threads.wave_size != arch.wave_size:
+        fail(f"{threads.wave_size}-lane waves, but {arch.name} runs {arch.wave_size}")
+    if isinstance(layout, Blocked):
+        if layout.vec < 1 or layout.vec & (layout.vec - 1) or not shape:
+            fail("blocked needs a power-of-two vector and a tile of rank >= 1")
+    elif isinstance(layout, Mma):
+        op, wm, wn = layout.op, layout.wm, layout.wn
+        if len(shape) != 2:
+            fail("a matrix layout needs a 2-D tile")
+        if arch is not None and not any(replace(o, isa_name="") == op for o in arch.matrix_ops):
+            fail(f"{arch.name} has no {op.kind} {op.m}x{op.n}x{op.k} {op.in_dtype} instruction")
+        if wm * wn != threads.waves:
+            fail(f"{wm} x {wn} waves, but the kernel runs {threads.waves}")
+        rows, cols = shape if layout.kind != "opbt" else shape[::-1]
+        need = {"acc": (wm * op.m, wn * op.n), "acct": (wm * op.m, wn * op.n), "opa": (wm * op.m, op.k),
+                "opb": (op.k, wn * op.n), "opbt": (op.k, wn * op.n)}[layout.kind]
+        if rows % need[0] or cols % need[1]:
+            fail(f"{layout.kind} tiles [{need[0]}k, {need[1]}k] blocks")
+        if layout.kind == "acct" and op.m != op.n:
+            fail("a transposed accumulator needs a square instruction")
+    elif isinstance(layout, Slice):
+        if not 0 <= layout.dim <= len(shape) or layout.size < 1:
+            fail(f"slice axis {layout.dim} of size {layout.size}")
+        verify(layout.parent, shape[:layout.dim] + (layout.size,) + shape[layout.dim:], threads, arch)
+    elif isinstance(layout, Expand):
+        if not 0 <= layout.dim < len(shape) or shape[layout.dim] != 1:
+            fail(f"expand needs a size-1 axis {layout.dim}")
+        verify(layout.inner, shape[:layout.dim] + shape[layout.dim + 1:], threads, arch)
+    elif isinstance(layout, PermK):
+        n = shape[layout.dim] if 0 <= layout.dim < len(shape) else 0
+        if sorted(layout.images) != [1 << i for i in range(max(n, 1).bit_length() - 1)] or n & (n - 1):
+            fail(f"permk images {list(layout.images)} are not a permutation of the powers of two below {n}")
+        verify(layout.inner, shape, threads, arch)
+    else:
+        fail(f"unknown layout kind {type(layout).__name__}")
+
+
+# -- coordinates ---------------------------------------------------------------------------------
+def coords(layout: Layout | str, shape: tuple[int, ...], threads: Threads) -> np.ndarray:
     """All coordinates as an int array [threads, regs, rank]."""
-    return _coords(layout, tuple(shape), threads).copy()
+    return _coords(as_layout(layout), tuple(shape), threads).copy()
 
 
 @functools.lru_cache(maxsize=4096)
-def _coords(layout: str, shape: tuple[int, ...], threads: Threads) -> np.ndarray:
-    kind, args = parse(layout)
+def _coords(layout: Layout, shape: tuple[int, ...], threads: Threads) -> np.ndarray:
     t = np.arange(threads.count)
     lane, wave = t % threads.wave_size, t // threads.wave_size
-    if kind == "blocked":
-        return _blocked(int(args[0]), shape, threads)
-    if kind in ("acc", "acct", "opa", "opb", "opbt"):
-        op = _op_from(args[:6])
-        wm, wn = int(args[6]), int(args[7])
-        return _mma(kind, op, wm, wn, shape, lane, wave, threads)
-    if kind == "slice":
-        d, size, parent = int(args[0]), int(args[1]), args[2]
-        pshape = shape[:d] + (size,) + shape[d:]
-        lin = linear(parent, pshape, threads)
+    if isinstance(layout, Blocked):
+        return _blocked(layout.vec, shape, threads)
+    if isinstance(layout, Mma):
+        return _mma(layout.kind, layout.op, layout.wm, layout.wn, shape, lane, wave, threads)
+    if isinstance(layout, Slice):
+        d = layout.dim
+        pshape = shape[:d] + (layout.size,) + shape[d:]
+        lin = linear(layout.parent, pshape, threads)
         keep = [i for i in range(len(pshape)) if i != d]
         regs = lin.regs[:, keep]
         _, first = np.unique(regs, axis=0, return_index=True)
         regs = regs[np.sort(first)]
         return _compose(Linear(lin.lane_bases[:, keep], lin.wave_bases[:, keep], regs), threads)
-    if kind == "permk":
-        d, images, inner = int(args[0]), [int(x) for x in args[1].split(":")], args[2]
-        c = _coords(inner, shape, threads).copy()
-        x = c[:, :, d]
-        c[:, :, d] = sum(((x >> i) & 1) * b for i, b in enumerate(images))
+    if isinstance(layout, PermK):
+        c = _coords(layout.inner, shape, threads).copy()
+        x = c[:, :, layout.dim]
+        c[:, :, layout.dim] = sum(((x >> i) & 1) * b for i, b in enumerate(layout.images))
         return c
-    if kind == "expand":
-        d, inner = int(args[0]), args[1]
-        c = _coords(inner, shape[:d] + shape[d + 1:], threads)
+    if isinstance(layout, Expand):
+        d = layout.dim
+        c = _coords(layout.inner, shape[:d] + shape[d + 1:], threads)
         return np.insert(c, d, 0, axis=2)
-    raise ValueError(f"unknown layout kind '{kind}'")
+    raise LayoutError(f"unknown layout kind {type(layout).__name__}")
 
 
 def _blocked(vec: int, shape: tuple[int, ...], threads: Threads) -> np.ndarray:
@@ -183,9 +333,13 @@ def _vec(fn, op: MatrixOp, lane: np.ndarray, j: int) -> tuple[np.ndarray, np.nda
     return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
 
-@functools.lru_cache(maxsize=4096)
-def linear(layout: str, shape: tuple[int, ...], threads: Threads) -> Linear:
+def linear(layout: Layout | str, shape: tuple[int, ...], threads: Threads) -> Linear:
     """Decompose a layout into lane/wave bases and register offsets; checks it really is linear."""
+    return _linear(as_layout(layout), tuple(shape), threads)
+
+
+@functools.lru_cache(maxsize=4096)
+def _linear(layout: Layout, shape: tuple[int, ...], threads: Threads) -> Linear:
     c = _coords(layout, tuple(shape), threads)
     ws, nw = threads.wave_size, threads.waves
     regs = c[0]
@@ -208,11 +362,12 @@ def _compose(lin: Linear, threads: Threads) -> np.ndarray:
     return base[:, None, :] + lin.regs[None, :, :]
 
 
-def register_map(src: str, src_shape: tuple[int, ...], dst: str, dst_shape: tuple[int, ...],
+def register_map(src: Layout | str, src_shape: tuple[int, ...], dst: Layout | str, dst_shape: tuple[int, ...],
                  threads: Threads) -> list[int] | None:
     """For each dst register, the src register of the same thread holding its element (size-1 src
     axes broadcast), or None when some element lives in another thread (needs LDS)."""
-    cs, cd = _coords(src, tuple(src_shape), threads), _coords(dst, tuple(dst_shape), threads)
+    cs = _coords(as_layout(src), tuple(src_shape), threads)
+    cd = _coords(as_layout(dst), tuple(dst_shape), threads)
     cd = cd.copy()
     for axis, n in enumerate(src_shape):
         if n == 1:
@@ -226,7 +381,8 @@ def register_map(src: str, src_shape: tuple[int, ...], dst: str, dst_shape: tupl
     return out
 
 
-def k_permutation(src: str, dst: str, shape: tuple[int, ...], axis: int, threads: Threads) -> list[int] | None:
+def k_permutation(src: Layout | str, dst: Layout | str, shape: tuple[int, ...], axis: int,
+                  threads: Threads) -> list[int] | None:
     """Bit images B (see permk) such that permk(axis, B, dst) puts every element of a `shape`
     tile in the same lane, wave and register as `src` does, or None when no relabelling of the
     index along `axis` can (the other axes must already agree). Powers-of-two sizes only."""
@@ -257,26 +413,22 @@ def k_permutation(src: str, dst: str, shape: tuple[int, ...], axis: int, threads
         images[int(x[axis]).bit_length() - 1] = int(y[axis])
     if sorted(images) != [1 << i for i in range(len(images))]:
         return None
-    permuted = with_k_permutation(dst, axis, images)
-    return images if np.array_equal(_coords(permuted, tuple(shape), threads), _coords(src, tuple(shape), threads)) \
-        else None
+    permuted = with_k_permutation(as_layout(dst), axis, images)
+    same = np.array_equal(_coords(permuted, tuple(shape), threads), _coords(as_layout(src), tuple(shape), threads))
+    return images if same else None
 
 
-def with_k_permutation(layout: str, axis: int, images: list[int] | None) -> str:
+def with_k_permutation(layout: Layout, axis: int, images: list[int] | None) -> Layout:
     """permk(axis, images, layout), or the layout itself when there is nothing to relabel."""
     if images is None or images == [1 << i for i in range(len(images))]:
         return layout
-    return f"permk({axis},{':'.join(map(str, images))},{layout})"
+    return PermK(axis, tuple(images), layout)
 
 
-def blocked_for(elem_bytes: int) -> str:
+def blocked_for(elem_bytes: int) -> Blocked:
     """The default blocked layout: 16-byte vectors along the last axis (4 f32 or 8 f16 values)."""
-    return f"blocked({max(1, 16 // elem_bytes)})"
+    return Blocked(max(1, 16 // elem_bytes))
 
 
-def mma_layout(kind: str, op: MatrixOp, wm: int, wn: int) -> str:
-    return f"{kind}({matrix_op_text(op)},{wm},{wn})"
-
-
-def num_regs(layout: str, shape: tuple[int, ...], threads: Threads) -> int:
-    return _coords(layout, tuple(shape), threads).shape[1]
+def num_regs(layout: Layout | str, shape: tuple[int, ...], threads: Threads) -> int:
+    return _coords(as_layout(layout), tuple(shape), threads).shape[1]

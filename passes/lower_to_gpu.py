@@ -19,6 +19,7 @@ from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.passes import layouts as L
 from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import (
+    PassContext,
     constant_int,
     defining_op,
     is_tile,
@@ -55,8 +56,7 @@ class _Lowering:
 
     # -- types -----------------------------------------------------------------------------------
     def regs(self, t: ir.Type) -> int:
-        rt = ir.RankedTensorType(t)
-        return L.num_regs(ir.StringAttr(rt.encoding).value, tuple(rt.shape), self.threads)
+        return L.num_regs(L.layout_of(t), tile_shape(t), self.threads)
 
     def lowered_type(self, t: ir.Type) -> ir.Type:
         if not isinstance(t, ir.RankedTensorType):
@@ -64,8 +64,7 @@ class _Lowering:
         return ir.VectorType.get([self.regs(t)], ir.RankedTensorType(t).element_type)
 
     def lin(self, v: ir.Value) -> L.Linear:
-        rt = ir.RankedTensorType(v.type)
-        return L.linear(ir.StringAttr(rt.encoding).value, tuple(rt.shape), self.threads)
+        return L.linear(L.layout_of(v.type), tile_shape(v.type), self.threads)
 
     # -- function ---------------------------------------------------------------------------------
     def build(self, gpu_module_body: ir.Block) -> None:
@@ -225,8 +224,7 @@ def rule_identity(lw: _Lowering, op: ir.Operation) -> None:
 def rule_permute(lw: _Lowering, op: ir.Operation) -> None:
     """broadcast and in-register convert_layout: pick each destination register from the source."""
     src, dst = op.operands[0], op.result
-    sl, dl = ir.StringAttr(ir.RankedTensorType(src.type).encoding).value, \
-        ir.StringAttr(ir.RankedTensorType(dst.type).encoding).value
+    sl, dl = L.layout_of(src.type), L.layout_of(dst.type)
     mapping = L.register_map(sl, tile_shape(src.type), dl, tile_shape(dst.type), lw.threads)
     if mapping is None:
         raise op_error(op, f"internal: {op.name} from {sl} to {dl} needs LDS", lw.source, "lower-to-gpu")
@@ -398,9 +396,10 @@ def _write(kind: str, addr: ir.Value, val: ir.Value, align: int) -> None:
 
 def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
     acc = lw.v(op.operands[2])
-    kind, args = L.parse(ir.StringAttr(ir.RankedTensorType(op.result.type).encoding).value)
-    mop = L._op_from(args[:6])
-    wm, wn = int(args[6]), int(args[7])
+    layout = L.layout_of(op.result.type)
+    if not isinstance(layout, L.Mma) or not layout.is_accumulator:
+        raise op_error(op, f"internal: a dot result in layout {layout}", lw.source, "lower-to-gpu")
+    mop, wm, wn = layout.op, layout.wm, layout.wn
     m, n = tile_shape(op.result.type)
     k = tile_shape(op.operands[0].type)[1]
     nm, nn, nk = m // wm // mop.m, n // wn // mop.n, k // mop.k
@@ -432,7 +431,7 @@ def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
                 av = a((rm * nk + rk) * kpl, kpl)
                 bv = b((rn * nk + rk) * kpl, kpl)
                 ct = ir.VectorType.get([ce], f32)
-                if kind == "acct":  # C^T = B^T A^T: each operand's registers serve the other role
+                if layout.kind == "acct":  # C^T = B^T A^T: each operand's registers serve the other role
                     av, bv = bv, av
                 if mop.kind == "mfma":
                     c = amdgpu.mfma(mop.m, mop.n, mop.k, av, bv, c, blocks=1, results=[ct])
@@ -658,8 +657,9 @@ for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi"
     RULES[f"arith.{_name}"] = rule_clone
 
 
-def lower_to_gpu(module: ir.Module, arch: Arch, source: str | None = None) -> ir.Module:
+def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:
     """Build the gpu-dialect module (container + one gpu.module) from the laid-out tile module."""
+    arch, source = ctx.arch, ctx.source
     attrs = module.operation.attributes
     lds_bytes = int(ir.IntegerAttr(attrs["tile.lds_bytes"]).value) if "tile.lds_bytes" in attrs else 0
     # Resident tiles (stage-lds) occupy the LDS below this byte; scratch space starts there.

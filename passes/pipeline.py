@@ -1,7 +1,9 @@
 """Our pass pipeline on the tile dialect, from emitted tile MLIR to gpu-dialect MLIR.
 
-Each pass is a function on the module; a failure names the pass and (through the driver) saves
-the IR it failed on. With options.dump_ir_dir, every pass's output is written as a numbered file.
+Each pass is a function `(module, PassContext)`; after each one the module is verified (MLIR's
+verifier with the tile ops' IRDL constraints, and every layout against its tile and the arch), so
+a wrong output fails at the pass that made it. A failure names the pass and (through the driver)
+saves the IR it failed on. With options.dump_ir_dir, every pass's output is written as a numbered file.
 """
 
 from __future__ import annotations
@@ -13,31 +15,36 @@ from mlir import ir
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import CompileError, TileError
-from tiledsl.ir.dialect import new_context
+from tiledsl.ir.dialect import int_attr, new_context
 from tiledsl.options import CompileOptions
+from tiledsl.passes import layouts as L
 from tiledsl.passes.assign_layouts import assign_layouts
+from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, ops_in, tile_shape, walk_blocks
 from tiledsl.passes.hoist_conversions import hoist_conversions
 from tiledsl.passes.lower_to_gpu import lower_to_gpu
 from tiledsl.passes.pipeline_loops import pipeline_loops
 from tiledsl.passes.stage_lds import stage_lds
 
-PASSES: list[tuple[str, Callable]] = [
-    ("assign-layouts", lambda m, arch, opts, src: assign_layouts(m, arch, src)),
-    ("hoist-conversions", lambda m, arch, opts, src: hoist_conversions(m, arch)),
-    ("pipeline-loops", lambda m, arch, opts, src: pipeline_loops(m, arch, src)),
-    ("stage-lds", lambda m, arch, opts, src: stage_lds(m, arch, opts, src)),
+# Every pass is `pass(module, context)`; lower-to-gpu returns the new (gpu-dialect) module.
+PASSES: list[tuple[str, Callable[[ir.Module, PassContext], object]]] = [
+    ("assign-layouts", assign_layouts),
+    ("hoist-conversions", hoist_conversions),
+    ("pipeline-loops", pipeline_loops),
+    ("stage-lds", stage_lds),
 ]
 
 
 def make_gpu_mlir(tile_mlir: str, arch: Arch, options: CompileOptions, source: str | None = None,
                   dump_prefix: str = "kernel") -> str:
-    ctx = new_context()
-    with ctx, ir.Location.unknown():
+    context = PassContext(arch, options, source)
+    with new_context(), ir.Location.unknown():
         module = ir.Module.parse(tile_mlir)
+        check_arch(module, arch)
         for i, (name, fn) in enumerate(PASSES):
-            _run(name, lambda m=module, f=fn: f(m, arch, options, source), module.operation)
+            _run(name, lambda m=module, f=fn: f(m, context), module.operation)
+            _run(name, lambda m=module: verify_tile_module(m, arch), module.operation)
             _dump(options, dump_prefix, i, name, module.operation)
-        out = _run("lower-to-gpu", lambda: lower_to_gpu(module, arch, source), module.operation)
+        out = _run("lower-to-gpu", lambda: lower_to_gpu(module, context), module.operation)
         _dump(options, dump_prefix, len(PASSES), "lower-to-gpu", out.operation)
         _run("verify", out.operation.verify, out.operation)
         return out.operation.get_asm(enable_debug_info=True)
@@ -45,14 +52,40 @@ def make_gpu_mlir(tile_mlir: str, arch: Arch, options: CompileOptions, source: s
 
 def run_pass(name: str, mlir_text: str, arch: Arch, options: CompileOptions | None = None) -> str:
     """Run one of our passes alone on a module's text (for tests and debugging)."""
-    options = options or CompileOptions(arch=arch.name)
-    ctx = new_context()
-    with ctx, ir.Location.unknown():
+    context = PassContext(arch, options or CompileOptions(arch=arch.name))
+    with new_context(), ir.Location.unknown():
         module = ir.Module.parse(mlir_text)
+        check_arch(module, arch)
         if name == "lower-to-gpu":
-            return lower_to_gpu(module, arch).operation.get_asm()
-        dict(PASSES)[name](module, arch, options, None)
+            return lower_to_gpu(module, context).operation.get_asm()
+        dict(PASSES)[name](module, context)
+        verify_tile_module(module, arch)
         return module.operation.get_asm()
+
+
+def check_arch(module: ir.Module, arch: Arch) -> None:
+    """The module's `tile.arch` (set by emit) must be the arch the passes run for."""
+    attrs = module.operation.attributes
+    if "tile.arch" in attrs and ir.StringAttr(attrs["tile.arch"]).value != arch.name:
+        raise CompileError("tile-passes", f"the module was emitted for {ir.StringAttr(attrs['tile.arch']).value}, "
+                                          f"but the passes were asked to compile it for {arch.name}")
+
+
+def verify_tile_module(module: ir.Module, arch: Arch) -> None:
+    """After each pass: the MLIR verifier (the tile ops' IRDL constraints) and every tile layout
+    checked against its tile, wave count and the arch (passes/layouts.verify). A pass that
+    leaves a wrong value fails here, at the op, instead of in a later pass."""
+    module.operation.verify()
+    for fn in kernel_funcs(module):
+        threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
+        for block in walk_blocks(fn):
+            for op in ops_in(block):
+                for value in op.results:
+                    if is_tile(value) and ir.RankedTensorType(value.type).encoding is not None:
+                        try:
+                            L.verify(L.layout_of(value.type), tile_shape(value.type), threads, arch)
+                        except L.LayoutError as exc:
+                            raise op_error(op, f"internal: {op.name} result: {exc}") from None
 
 
 def _run(name: str, thunk: Callable, op: ir.Operation):

@@ -17,12 +17,11 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, scf
 
-from tiledsl.backends.rocm.arch import Arch
 from tiledsl.ir.dialect import int_attr, tile_op
-from tiledsl.passes.common import defining_op, is_tile, kernel_funcs, ops_in, walk_blocks
+from tiledsl.passes.common import PassContext, defining_op, is_tile, kernel_funcs, ops_in, walk_blocks
 
 
-def pipeline_loops(module: ir.Module, arch: Arch, source: str | None = None) -> int:
+def pipeline_loops(module: ir.Module, ctx: PassContext) -> int:
     count = 0
     for fn in kernel_funcs(module):
         loops = [op for b in walk_blocks(fn) for op in ops_in(b)

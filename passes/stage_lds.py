@@ -18,11 +18,20 @@ from __future__ import annotations
 from mlir import ir
 
 from tiledsl.backends.rocm.arch import Arch
-from tiledsl.ir.dialect import i32_attr, int_attr, layout_of, tile_op
+from tiledsl.ir.dialect import i32_attr, int_attr, tile_op
 from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
-from tiledsl.passes.common import is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape, walk_blocks
+from tiledsl.passes.common import (
+    PassContext,
+    is_tile,
+    kernel_funcs,
+    op_error,
+    ops_in,
+    tile_dtype,
+    tile_shape,
+    walk_blocks,
+)
 
 
 def _padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
@@ -30,7 +39,8 @@ def _padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
     return cols + (max(1, 4 // elem_bytes) * 2 if pad and len(shape) == 2 else 0)
 
 
-def stage_lds(module: ir.Module, arch: Arch, options: CompileOptions, source: str | None = None) -> int:
+def stage_lds(module: ir.Module, ctx: PassContext) -> int:
+    arch, options, source = ctx.arch, ctx.options, ctx.source
     resident = 0  # bytes of the resident regions, which come first; the arena follows them
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
@@ -47,10 +57,10 @@ def stage_lds(module: ir.Module, arch: Arch, options: CompileOptions, source: st
                 if op.name == "tile.convert_layout":
                     need = max(need, resident + _stage_convert(op, resident, threads, options, arch, source))
                 elif op.name == "tile.reduce" and is_tile(op.operands[0]):
-                    lin = L.linear(layout_of(op.operands[0].type), tile_shape(op.operands[0].type), threads)
+                    lin = L.linear(L.layout_of(op.operands[0].type), tile_shape(op.operands[0].type), threads)
                     axis = int_attr(op, "axis")
                     if any(b[axis] for b in lin.wave_bases):
-                        outs = L.num_regs(layout_of(op.result.type), tile_shape(op.result.type), threads) \
+                        outs = L.num_regs(L.layout_of(op.result.type), tile_shape(op.result.type), threads) \
                             if is_tile(op.result) else 1
                         need = max(need, resident + threads.count * outs * 4)
                         _check(op, resident + threads.count * outs * 4, arch, source)
@@ -67,7 +77,7 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     # Store the tile column by column when the destination holds runs along axis 0 (a B operand
     # [K, N] read from a row-major tile): its reads become vectors instead of one per element.
     # Each wave reads its whole operand while the writes are shared, so the reads decide.
-    dst_lin = L.linear(layout_of(op.result.type), shape, threads)
+    dst_lin = L.linear(L.layout_of(op.result.type), shape, threads)
     transposed = len(shape) == 2 and _runs(dst_lin, 0) > _runs(dst_lin, 1)
     stored = (shape[1], shape[0]) if transposed else shape
     row = _padded_row(stored, eb, options.lds_padding)
@@ -100,7 +110,7 @@ def _stage_convert(op: ir.Operation, at: int, threads: L.Threads, options: Compi
                    source: str | None) -> int:
     src = op.operands[0]
     shape = tile_shape(src.type)
-    if L.register_map(layout_of(src.type), shape, layout_of(op.result.type), shape, threads) is not None:
+    if L.register_map(L.layout_of(src.type), shape, L.layout_of(op.result.type), shape, threads) is not None:
         return 0  # same lanes: a register permutation, lowered without LDS
     attrs, size = _staging(op, at, threads, options, arch, source)
     with ir.InsertionPoint(op), op.location:

@@ -72,7 +72,8 @@ def make_fake_modules(calls: Counter) -> dict[str, types.ModuleType]:
         flags = [w for w in ("FAIL_PASSES", "BAD_GPU") if w in bound.kernel.source]
         return f"// fake tile mlir\n// kernel: {bound.kernel.name}\n// flags: {' '.join(flags)}\n"
 
-    def make_gpu_mlir(tile_mlir: str, arch, options: object) -> str:
+    def make_gpu_mlir(tile_mlir: str, arch, options: object, source: str | None = None,
+                      dump_prefix: str = "kernel") -> str:
         calls["passes"] += 1
         if "FAIL_PASSES" in tile_mlir:
             raise TileError("the fake pass found nothing to lower")

@@ -94,15 +94,12 @@ def make_tile_mlir(ctx: StageContext, bound: Any) -> str:
 
 
 def make_gpu_mlir(ctx: StageContext, tile_mlir: str) -> str:
-    import inspect
-
     from tiledsl.passes.pipeline import make_gpu_mlir as run_tile_passes
 
-    # Optional extras of the pass pipeline: the DSL source for error carets, and a prefix that
-    # files its per-pass dumps between this run's "03-emit" and "04-tile-passes" dumps.
-    extras = {"source": ctx.source, "dump_prefix": f"{ctx.prefix}.{ctx.arch.name}.03"}
-    params = inspect.signature(run_tile_passes).parameters
-    return run_tile_passes(tile_mlir, ctx.arch, ctx.options, **{k: v for k, v in extras.items() if k in params})
+    # The DSL source for error carets, and a prefix that files the per-pass dumps between this
+    # run's "03-emit" and "04-tile-passes" dumps.
+    return run_tile_passes(tile_mlir, ctx.arch, ctx.options, source=ctx.source,
+                           dump_prefix=f"{ctx.prefix}.{ctx.arch.name}.03")
 
 
 def make_rocdl_mlir(ctx: StageContext, gpu_mlir: str) -> str:

@@ -10,41 +10,62 @@ from __future__ import annotations
 
 from mlir import ir
 
-# name: (operand names, result count). Every operand/result is `irdl.any`; the verifier of each op
-# is our own checks in the passes (shapes and layouts), since IRDL cannot express them.
-TILE_OPS: dict[str, tuple[tuple[str, ...], int]] = {
-    "program_id": ((), 1),          # {axis} -> i32
-    "num_programs": ((), 1),        # {axis} -> i32
-    "arange": ((), 1),              # {start} -> tensor<Nxi32>
-    "splat": (("value",), 1),       # scalar -> tensor
-    "broadcast": (("value",), 1),   # tensor with size-1 axes -> tensor of the result shape
-    "expand_dims": (("value",), 1),  # {axis} tensor<N> -> tensor<1xN> / tensor<Nx1>
-    "load": (("ptr", "offsets", "mask", "other"), 1),   # global gather, masked lanes get `other`
-    "store": (("ptr", "offsets", "value", "mask"), 0),
-    "atomic_add": (("ptr", "offsets", "value", "mask"), 0),
-    "dot": (("a", "b", "acc"), 1),  # {trans_b} f32 acc += a @ b (or a @ b^T)
-    "reduce": (("value",), 1),      # {kind = max|min|sum, axis}
-    "convert_layout": (("value",), 1),
-    "local_store": (("value",), 0),  # {offset, row_stride}: write a tile into the LDS arena
-    "local_load": ((), 1),          # {offset, row_stride}: read a tile (any layout) from the arena
-    "barrier": ((), 0),             # workgroup barrier around LDS reuse
-    "rcp": (("value",), 1),         # elementwise hardware reciprocal (1 ulp), scalar or tile
+# Each op: its operands as (name, constraint) and its results' constraints, checked by MLIR's
+# verifier (IRDL), so a pass that builds a malformed op fails where it built it. Constraints:
+# "tile" a ranked tensor, "scalar" an integer or float scalar, "i32"/"i1" those scalars,
+# "ptr" an LLVM pointer, "index" a tile or an i32 scalar (addresses of a scalar access), "mask" a
+# tile or an i1 scalar, "value" a tile or a scalar (these three unchecked, see _CONSTRAINTS).
+# Shapes and layouts are checked by the passes' own verifier (passes/pipeline.verify_tile_module),
+# since IRDL cannot express them.
+TILE_OPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
+    "program_id": ((), ("i32",)),                   # {axis}
+    "num_programs": ((), ("i32",)),                 # {axis}
+    "arange": ((), ("tile",)),                      # {start} -> tensor<Nxi32>
+    "splat": ((("value", "scalar"),), ("tile",)),
+    "broadcast": ((("value", "tile"),), ("tile",)),  # size-1 axes stretched to the result shape
+    "expand_dims": ((("value", "tile"),), ("tile",)),  # {axis}
+    "load": ((("ptr", "ptr"), ("offsets", "index"), ("mask", "mask"), ("other", "scalar")), ("value",)),
+    "store": ((("ptr", "ptr"), ("offsets", "index"), ("value", "value"), ("mask", "mask")), ()),
+    "atomic_add": ((("ptr", "ptr"), ("offsets", "index"), ("value", "value"), ("mask", "mask")), ()),
+    "dot": ((("a", "tile"), ("b", "tile"), ("acc", "tile")), ("tile",)),  # {trans_b} f32 acc += a @ b
+    "reduce": ((("value", "tile"),), ("value",)),    # {kind = max|min|sum, axis}; 1-D -> scalar
+    "convert_layout": ((("value", "tile"),), ("tile",)),
+    "local_store": ((("value", "tile"),), ()),       # {offset, row_stride}: a tile into the LDS arena
+    "local_load": ((), ("tile",)),                   # {offset, row_stride}: a tile from the arena
+    "barrier": ((), ()),                             # workgroup barrier around LDS reuse
+    "rcp": ((("value", "value"),), ("value",)),      # elementwise hardware reciprocal (1 ulp)
 }
+
+_SCALARS = ("i1", "i32", "f32", "f16", "bf16", "f8E4M3FN", "f8E5M2")
+
+
+def _constraint(c: str, v: str) -> list[str]:
+    """IRDL lines defining %v as constraint `c`. Each operand and result gets its own variable:
+    one IRDL variable used twice would force the two types to be equal."""
+    if c == "tile":
+        return [f'%{v} = irdl.base "!builtin.tensor"']
+    if c == "ptr":
+        return [f'%{v} = irdl.base "!llvm.ptr"']
+    if c in ("i32", "i1"):
+        return [f"%{v} = irdl.is {c}"]
+    if c == "scalar":
+        return [f"%{v}_{t} = irdl.is {t}" for t in _SCALARS] + \
+            [f"%{v} = irdl.any_of({', '.join(f'%{v}_{t}' for t in _SCALARS)})"]
+    # "index", "mask", "value": IRDL 22 aborts on an `irdl.base "!..."` inside `irdl.any_of`, so
+    # "tile or scalar" stays unchecked here (the passes' verifier and the lowering rules check it).
+    return [f"%{v} = irdl.any"]
 
 
 def _dialect_source() -> str:
     ops = []
-    for name, (operands, nresults) in TILE_OPS.items():
+    for name, (operands, results) in TILE_OPS.items():
         lines = [f"  irdl.operation @{name} {{"]
-        for i in range(len(operands) + nresults):
-            lines.append(f"    %t{i} = irdl.any")
-        if operands:
-            args = ", ".join(f"{n}: %t{i}" for i, n in enumerate(operands))
-            lines.append(f"    irdl.operands({args})")
-        if nresults:
-            lines.append(f"    irdl.results(result: %t{len(operands)})")
-        else:
-            lines.append("    irdl.results()")
+        for i, (_, c) in enumerate(operands):
+            lines += [f"    {line}" for line in _constraint(c, f"o{i}")]
+        for i, c in enumerate(results):
+            lines += [f"    {line}" for line in _constraint(c, f"r{i}")]
+        lines.append(f"    irdl.operands({', '.join(f'{n}: %o{i}' for i, (n, _) in enumerate(operands))})")
+        lines.append(f"    irdl.results({', '.join(f'r{i}: %r{i}' for i in range(len(results)))})")
         lines.append("  }")
         ops.append("\n".join(lines))
     return "irdl.dialect @tile {\n" + "\n".join(ops) + "\n}\n"
@@ -109,11 +130,6 @@ def tensor_type(shape: tuple[int, ...] | list[int], dtype: str | ir.Type,
     elt = element_type(dtype) if isinstance(dtype, str) else dtype
     enc = ir.StringAttr.get(layout) if layout else None
     return ir.RankedTensorType.get(list(shape), elt, encoding=enc)
-
-
-def layout_of(t: ir.Type) -> str | None:
-    rt = ir.RankedTensorType(t)
-    return ir.StringAttr(rt.encoding).value if rt.encoding is not None else None
 
 
 def is_tile(t: ir.Type) -> bool:

@@ -1,0 +1,108 @@
+"""Typed layouts (passes/layouts.py): parse/print round trips, the verifier, and the pipeline's
+checks after every pass (layouts, the tile ops' IRDL constraints, the module's arch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tiledsl.backends.rocm.arch import get_arch
+from tiledsl.errors import CompileError, TileError
+from tiledsl.passes import layouts as L
+from tiledsl.passes.pipeline import run_pass
+
+pytestmark = pytest.mark.passes
+
+GFX942 = get_arch("gfx942")
+ACC = L.Mma("acct", GFX942.matrix_op("f16", 32), 2, 2)
+T4 = L.Threads(64, 4)
+
+
+@pytest.mark.parametrize("layout", [
+    L.Blocked(8), ACC, ACC.with_kind("opa"), L.Slice(1, 64, ACC), L.Expand(1, L.Slice(1, 64, ACC)),
+    L.PermK(1, (2, 1, 4), ACC.with_kind("opa")), L.Slice(0, 4, L.Expand(0, L.Blocked(4))),
+])
+def test_print_parse_round_trip(layout: L.Layout) -> None:
+    text = str(layout)
+    assert L.Layout.parse(text) == layout and str(L.Layout.parse(text)) == text
+    assert hash(L.Layout.parse(text)) == hash(layout)
+
+
+def test_text_form_is_the_ir_encoding() -> None:
+    assert str(ACC) == "acct(mfma,32,32,8,4,f16,2,2)"  # the instruction's ISA name is not part of it
+    assert str(L.Slice(1, 64, ACC)) == "slice(1,64,acct(mfma,32,32,8,4,f16,2,2))"
+    assert str(L.PermK(1, (2, 1), ACC)) == "permk(1,2:1,acct(mfma,32,32,8,4,f16,2,2))"
+
+
+@pytest.mark.parametrize("text", ["blocked", "blocked(x)", "acc(mfma,32,32,8,4,f16,2)", "swizzle(1)",
+                                  "slice(1,64)", "acd(mfma,32,32,8,4,f16,2,2)"])
+def test_bad_text_is_a_layout_error(text: str) -> None:
+    with pytest.raises(L.LayoutError, match="bad layout text"):
+        L.Layout.parse(text)
+
+
+def test_verifier_accepts_what_fits() -> None:
+    L.verify(ACC, (64, 64), T4, GFX942)
+    L.verify(ACC.with_kind("opa"), (64, 32), T4, GFX942)
+    L.verify(ACC.with_kind("opbt"), (64, 32), T4, GFX942)
+    L.verify(L.Slice(1, 64, ACC), (64,), T4, GFX942)
+    L.verify(L.Expand(1, L.Slice(1, 64, ACC)), (64, 1), T4, GFX942)
+    L.verify(L.PermK(1, (2, 1, 4, 8), ACC.with_kind("opa")), (64, 16), T4, GFX942)
+
+
+@pytest.mark.parametrize("layout,shape,threads,arch,why", [
+    (L.Mma("acc", get_arch("gfx950").matrix_op("f16", 32), 2, 2), (64, 64), T4, GFX942,
+     "gfx942 has no mfma 32x32x16 f16 instruction"),
+    (ACC, (64, 64), L.Threads(64, 8), GFX942, "2 x 2 waves, but the kernel runs 8"),
+    (ACC, (48, 64), T4, GFX942, "tiles [64k, 64k] blocks"),
+    (ACC, (64, 64, 1), T4, GFX942, "needs a 2-D tile"),
+    (ACC, (64, 64), T4, get_arch("gfx1100"), "64-lane waves, but gfx1100 runs 32"),
+    (L.Expand(0, L.Blocked(8)), (4, 64), T4, GFX942, "expand needs a size-1 axis 0"),
+    (L.PermK(1, (1, 1), ACC.with_kind("opa")), (64, 4), T4, GFX942, "not a permutation"),
+    (L.Blocked(3), (64,), T4, GFX942, "power-of-two vector"),
+])
+def test_verifier_rejects_what_does_not_fit(layout, shape, threads, arch, why) -> None:
+    with pytest.raises(L.LayoutError, match=why.replace("[", r"\[").replace("]", r"\]")):
+        L.verify(layout, shape, threads, arch)
+
+
+MODULE = """module attributes {tile.arch = "gfx942"} {
+  func.func @k(%p: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32} {
+    %r = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32>
+    %true = arith.constant true
+    %m = "tile.splat"(%true) : (i1) -> tensor<64xi1>
+    %z = arith.constant 0.0 : f32
+    %x = "tile.load"(%p, %r, %m, %z) : (!llvm.ptr<1>, tensor<64xi32>, tensor<64xi1>, f32) -> tensor<64xf32>
+    "tile.store"(%p, %r, %x, %m) : (!llvm.ptr<1>, tensor<64xi32>, tensor<64xf32>, tensor<64xi1>) -> ()
+    return
+  }
+}
+"""
+
+
+def test_module_for_another_arch_is_refused() -> None:
+    run_pass("assign-layouts", MODULE, GFX942)
+    with pytest.raises(CompileError, match="emitted for gfx942, but the passes were asked to compile it for gfx1100"):
+        run_pass("assign-layouts", MODULE, get_arch("gfx1100"))
+
+
+def test_a_layout_that_does_not_fit_fails_at_the_pass() -> None:
+    bad = MODULE.replace('-> tensor<64xf32>\n', '-> tensor<64xf32, "acct(mfma,32,32,8,4,f16,2,2)">\n', 1) \
+        .replace("(!llvm.ptr<1>, tensor<64xi32>, tensor<64xf32>,", '(!llvm.ptr<1>, tensor<64xi32>, '
+                 'tensor<64xf32, "acct(mfma,32,32,8,4,f16,2,2)">,')
+    with pytest.raises(TileError, match="internal: tile.load result: layout acct.* does not fit a tile \\[64\\]: "
+                                        "a matrix layout needs a 2-D tile"):
+        run_pass("hoist-conversions", bad, GFX942)
+
+
+def test_tile_ops_have_typed_operands() -> None:
+    """The IRDL definition checks operand kinds: a dot of scalars does not verify."""
+    from mlir import ir
+
+    from tiledsl.ir.dialect import new_context
+
+    text = """func.func @f(%a: f32, %t: tensor<16x16xf32>) {
+  %d = "tile.dot"(%a, %t, %t) {trans_b = false} : (f32, tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  return
+}"""
+    with new_context(), ir.Location.unknown(), pytest.raises(ir.MLIRError, match="expected base type 'builtin.tensor'"):
+        ir.Module.parse(text)
