@@ -250,6 +250,9 @@ class _Emitter:
         return tile_op("broadcast", [v], [tensor_type(t.shape, elt)]).result
 
     def binop(self, e: A.BinOp) -> ir.Value:
+        folded = self._fold_logic(e)
+        if folded is not None:
+            return folded
         lt, rt = e.lhs.type, e.rhs.type
         shape_t = e.type if e.op not in _CMP else _tile_like(e.type, _dtype(lt))
         # Comparisons produce i1 but operate on the operands' (common) dtype.
@@ -263,6 +266,22 @@ class _Emitter:
             return arith.CmpIOp(_ICMP[e.op], lhs, rhs).result
         table = _FLOAT_OPS if dt in A.FLOAT_DTYPES else _INT_OPS
         return table[e.op](lhs, rhs).result
+
+    def _fold_logic(self, e: A.BinOp) -> ir.Value | None:
+        """`x & true`, `x | false` -> x and `x & false`, `x | true` -> the constant, for i1 values
+        whose other operand is known at compile time (a literal, a bool constexpr, or a `where`
+        on one): a mask that a constexpr switches off (`rows_ok & where(PAD_D, cols < D, true)`)
+        then costs nothing."""
+        if e.op not in ("&", "|", "and", "or") or _dtype(e.type) != "i1":
+            return None
+        lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
+        for const, other in ((lhs, rhs), (rhs, lhs)):
+            value = _constant_i1(const)  # type: ignore[arg-type]
+            if value is not None:
+                neutral = value == (e.op in ("&", "and"))  # true for and, false for or
+                return self.to_type(other if neutral else const, e.type)
+        lhs, rhs = self.to_type(lhs, e.type), self.to_type(rhs, e.type)
+        return (arith.AndIOp if e.op in ("&", "and") else arith.OrIOp)(lhs, rhs).result
 
     def index(self, e: A.Index) -> object:
         base = self.expr(e.base)
@@ -413,6 +432,42 @@ class _Emitter:
         x = self.to_type(self.expr(e.args[0]), e.type)
         return tile_op("rcp", [x], [x.type]).result
 
+    # exp, log, tanh and rsqrt are built from the hardware's exp2, log2, rcp and sqrt (what a kernel
+    # author would write by hand, and what the ROCm device library does without its slow paths).
+    def _scaled(self, x: ir.Value, factor: float, t: A.Type | None) -> ir.Value:
+        return arith.MulFOp(x, self.to_type(self.constant(factor, "f32"), t)).result
+
+    def call_exp(self, e: A.Call) -> ir.Value:
+        x = self.to_type(self.expr(e.args[0]), e.type)
+        return math.Exp2Op(self._scaled(x, _LOG2E, e.type)).result
+
+    def call_log(self, e: A.Call) -> ir.Value:
+        x = self.to_type(self.expr(e.args[0]), e.type)
+        return self._scaled(math.Log2Op(x).result, _LN2, e.type)
+
+    def call_tanh(self, e: A.Call) -> ir.Value:
+        """tanh(x) = 1 - 2 / (exp2(2 x log2e) + 1): -1 and 1 at the extremes (exp2 gives 0 and
+        inf, rcp(inf) = 0), NaN for NaN. That form cancels near 0, so |x| < 1/8 takes the Taylor
+        polynomial x - x^3/3 + 2x^5/15 - 17x^7/315 instead (relative error below 1e-6 overall)."""
+        t = e.type
+        x = self.to_type(self.expr(e.args[0]), t)
+        one = self.to_type(self.constant(1.0, "f32"), t)
+        e2 = arith.AddFOp(math.Exp2Op(self._scaled(x, 2 * _LOG2E, t)).result, one).result
+        r = tile_op("rcp", [e2], [e2.type]).result
+        wide = arith.SubFOp(one, self._scaled(r, 2.0, t)).result
+        x2 = arith.MulFOp(x, x).result
+        poly = self.to_type(self.constant(-17 / 315, "f32"), t)
+        for c in (2 / 15, -1 / 3, 1.0):
+            poly = arith.AddFOp(arith.MulFOp(poly, x2).result, self.to_type(self.constant(c, "f32"), t)).result
+        small = arith.CmpFOp(arith.CmpFPredicate.OLT, math.AbsFOp(x).result,
+                             self.to_type(self.constant(0.125, "f32"), t)).result
+        return arith.SelectOp(small, arith.MulFOp(x, poly).result, wide).result
+
+    def call_rsqrt(self, e: A.Call) -> ir.Value:
+        x = self.to_type(self.expr(e.args[0]), e.type)
+        s = math.SqrtOp(x).result
+        return tile_op("rcp", [s], [s.type]).result
+
     def call_cast(self, e: A.Call) -> ir.Value:
         x = self.expr(e.args[0])
         src = _dtype(e.args[0].type)
@@ -423,6 +478,9 @@ class _Emitter:
 
     def call_where(self, e: A.Call) -> ir.Value:
         t = e.type
+        cond = e.args[0]
+        if isinstance(cond, A.Const) and isinstance(cond.value, bool):  # a constexpr switch: no select
+            return self.to_type(self.expr(e.args[1] if cond.value else e.args[2]), t)
         c = self.to_type(self.expr(e.args[0]), _tile_like(t, "i1"))
         a = self.to_type(self.expr(e.args[1]), t)
         b = self.to_type(self.expr(e.args[2]), t)
@@ -478,12 +536,26 @@ def _common_dtype(a: A.Type | None, b: A.Type | None) -> str:
     return da if da == db or db == "i1" else db if da == "i1" else da
 
 
+def _constant_i1(v: ir.Value) -> bool | None:
+    """The value of an i1 constant or of a splat of one, else None."""
+    op = v.owner
+    if isinstance(op, ir.Block):
+        return None
+    op = op.operation if hasattr(op, "operation") else op
+    if op.name == "tile.splat":
+        return _constant_i1(op.operands[0])
+    if op.name == "arith.constant" and str(v.type) == "i1":
+        return bool(ir.IntegerAttr(op.attributes["value"]).value)
+    return None
+
+
 def _tile_like(t: A.Type | None, dtype: str) -> A.Type:
     if isinstance(t, A.TileType):
         return A.TileType(t.shape, dtype)
     return A.ScalarType(dtype)
 
 
+_LOG2E, _LN2 = 1.4426950408889634, 0.6931471805599453
 _CMP = {"<", "<=", ">", ">=", "==", "!="}
 _FCMP = {"<": arith.CmpFPredicate.OLT, "<=": arith.CmpFPredicate.OLE, ">": arith.CmpFPredicate.OGT,
          ">=": arith.CmpFPredicate.OGE, "==": arith.CmpFPredicate.OEQ, "!=": arith.CmpFPredicate.UNE}

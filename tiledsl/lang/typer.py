@@ -61,7 +61,7 @@ _PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {
     "dot": (("a", True), ("b", True), ("acc", False), ("trans_b", False)),
     **{f: (("x", True), ("axis", True)) for f in ("max", "min", "sum")},
     **{f: (("a", True), ("b", True)) for f in ("maximum", "minimum", "cdiv")},
-    **{f: (("x", True),) for f in ("exp2", "log2", "rcp", "sqrt", "abs")},
+    **{f: (("x", True),) for f in ("exp2", "log2", "rcp", "sqrt", "abs", "exp", "log", "tanh", "rsqrt")},
     "cast": (("x", True), ("dtype", True)),
     "where": (("cond", True), ("a", True), ("b", True)),
 }
@@ -579,6 +579,7 @@ class Typer:
         return t
 
     _call_exp2 = _call_log2 = _call_rcp = _call_sqrt = _call_abs = _float_math
+    _call_exp = _call_log = _call_tanh = _call_rsqrt = _float_math
 
     def _call_cast(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
         t = self.value(a["x"], env)
