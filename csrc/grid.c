@@ -195,3 +195,99 @@ td_status td__eval_formula(const char *text, const td_binding *values, int nvalu
     }
     return ev.status;
 }
+
+/* ---- requires(...) conditions -------------------------------------------------------------------- */
+/* The text is what render_condition writes: every comparison and logic operation in parentheses,
+ * "(A <= B)", "((A > 0) and (not (B == 1)))". Arithmetic inside a comparison may itself start with
+ * '(': a parenthesis opens a condition when what follows its match is "and", "or" or ')'. */
+static int condition(evaluator *ev, int *out);
+
+static const char *matching(const char *p) {
+    int depth = 0;
+    for (; *p; p++) {
+        if (*p == '(') depth++;
+        if (*p == ')' && --depth == 0) return p;
+    }
+    return NULL;
+}
+
+static int word(evaluator *ev, const char *w) {
+    skip(ev);
+    size_t n = strlen(w);
+    if (strncmp(ev->p, w, n) || isalnum((unsigned char)ev->p[n]) || ev->p[n] == '_') return 0;
+    ev->p += n;
+    return 1;
+}
+
+static int comparison(evaluator *ev, int *out) {
+    static const char *ops[] = {"<=", ">=", "==", "!=", "<", ">"};
+    int64_t a, b;
+    if (!expr(ev, 0, &a)) return 0;
+    const char *op = NULL;
+    skip(ev);
+    for (int i = 0; i < 6 && !op; i++)
+        if (!strncmp(ev->p, ops[i], strlen(ops[i]))) op = ops[i];
+    if (!op) return bad(ev, "expected a comparison");
+    ev->p += strlen(op);
+    if (!expr(ev, 0, &b)) return 0;
+    *out = op[0] == '<' ? (op[1] ? a <= b : a < b) : op[0] == '>' ? (op[1] ? a >= b : a > b)
+         : op[0] == '=' ? a == b : a != b;
+    return 1;
+}
+
+static int primary(evaluator *ev, int *out) {
+    if (++ev->depth > MAX_DEPTH) return bad(ev, "nested too deeply");
+    int ok;
+    skip(ev);
+    if (word(ev, "not")) {
+        ok = primary(ev, out);
+        if (ok) *out = !*out;
+    } else if (*ev->p == '(') {
+        const char *close = matching(ev->p);
+        if (!close) return bad(ev, "unbalanced parentheses");
+        const char *after = close + 1;
+        while (*after == ' ') after++;
+        int is_condition = !*after || *after == ')' || !strncmp(after, "and", 3) || !strncmp(after, "or", 2);
+        if (is_condition) {
+            ev->p++;
+            ok = condition(ev, out);
+            if (ok && !accept(ev, ")")) ok = bad(ev, "expected ')'");
+        } else {
+            ok = comparison(ev, out);
+        }
+    } else {
+        ok = comparison(ev, out);
+    }
+    ev->depth--;
+    return ok;
+}
+
+static int conjunction(evaluator *ev, int *out) {
+    if (!primary(ev, out)) return 0;
+    while (word(ev, "and")) {
+        int rhs;
+        if (!primary(ev, &rhs)) return 0;
+        *out = *out && rhs;
+    }
+    return 1;
+}
+
+static int condition(evaluator *ev, int *out) {
+    if (!conjunction(ev, out)) return 0;
+    while (word(ev, "or")) {
+        int rhs;
+        if (!conjunction(ev, &rhs)) return 0;
+        *out = *out || rhs;
+    }
+    return 1;
+}
+
+td_status td__eval_condition(const char *text, const td_binding *values, int nvalues, int *out) {
+    evaluator ev = {text, text, values, nvalues, 0, TD_OK};
+    if (!text || strlen(text) > MAX_FORMULA) return td__fail(TD_ERROR_PACKAGE, "bad condition (empty or too long)");
+    if (condition(&ev, out)) {
+        skip(&ev);
+        if (*ev.p) bad(&ev, "unexpected '%s'", ev.p);
+    }
+    return ev.status;
+}

@@ -74,6 +74,9 @@ void td__sha256_hex(const void *data, size_t len, char out[65]);
 typedef struct { const char *name; int64_t value; } td_binding;
 /* Evaluate one grid expression (Python syntax: + - * // / % << >> & | ^, cdiv/min/max). */
 td_status td__eval_formula(const char *text, const td_binding *values, int nvalues, int64_t *out);
+/* Evaluate one requires(...) condition as tiledsl/grid.py renders it: comparisons of formulas,
+ * each in parentheses, joined by and/or/not (also parenthesized). *out is 0 or 1. */
+td_status td__eval_condition(const char *text, const td_binding *values, int nvalues, int *out);
 
 /* ---- files (runtime.c) ---------------------------------------------------------------------- */
 /* Read a whole file into a malloc'd buffer (NUL-terminated); `what` names it in errors. */
@@ -122,6 +125,8 @@ struct td_kernel {
     td_binding *constexprs; /* the integer ones, for the grid */
     int nconstexprs;
     const char *grid[3];
+    const char **requires; /* requires(...) conditions, checked before every launch */
+    int nrequires;
     unsigned block[3];
     size_t kernarg_size; /* what we pack: the code object's whole segment, hidden arguments zero */
     void *module, *function;

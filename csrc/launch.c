@@ -185,6 +185,19 @@ static td_status grid_of(checker *c, const td_arg *const *given, unsigned grid[3
             values[n++] = (td_binding){k->params[p], given[p]->i32};
     for (int i = 0; i < c->nsymbols; i++) values[n++] = (td_binding){c->symbols[i].name, c->symbols[i].size};
     td_status s = TD_OK;
+    for (int r = 0; r < k->nrequires && s == TD_OK; r++) { /* requires(...): checked like the grid */
+        int holds = 0;
+        s = td__eval_condition(k->requires[r], values, n, &holds);
+        if (s == TD_OK && !holds) {
+            char given[512] = "";
+            size_t used = 0;
+            for (int i = 0; i < n && used < sizeof given; i++)
+                if (strstr(k->requires[r], values[i].name))
+                    used += (size_t)snprintf(given + used, sizeof given - used, "%s%s = %lld", used ? ", " : "",
+                                             values[i].name, (long long)values[i].value);
+            s = FAIL("%s() requires %s, but %s", k->name, k->requires[r], given);
+        }
+    }
     for (int d = 0; d < 3 && s == TD_OK; d++) {
         int64_t v = 0;
         s = td__eval_formula(k->grid[d], values, n, &v);

@@ -95,6 +95,7 @@ void td_package_close(td_package *p) {
         free(k->kernargs);
         free(k->dim_units);
         free(k->constexprs);
+        free(k->requires);
         free(((loaded_kernel *)k)->image);
         free(k);
         k = next;
@@ -266,6 +267,15 @@ td_status td__kernel_from_manifest(td_kernel *k, const char *path) {
     for (int i = 0; i < k->ndim_units; i++)
         if (k->dim_units[i].value < 1) return BAD("manifest %s: dim unit of %s < 1", path, k->dim_units[i].name);
     if ((s = read_bindings(js_get(m, "constexprs"), &k->constexprs, &k->nconstexprs)) != TD_OK) return s;
+    const js_value *req = js_get(m, "requires");
+    if (req && req->type != JS_ARRAY) return BAD("manifest %s: 'requires' must be a list of conditions", path);
+    k->nrequires = req ? (int)req->n : 0;
+    k->requires = calloc((size_t)k->nrequires + 1, sizeof *k->requires);
+    if (!k->requires) return td__fail(TD_ERROR_MEMORY, "out of memory");
+    for (int i = 0; i < k->nrequires; i++) {
+        if (req->items[i]->type != JS_STRING) return BAD("manifest %s: requires[%d] is not a string", path, i);
+        k->requires[i] = req->items[i]->s;
+    }
     /* Pack the whole kernarg segment (hidden arguments after ours stay zero; HIP fills them). */
     if ((size_t)segment > k->kernarg_size) k->kernarg_size = (size_t)segment;
     return TD_OK;

@@ -692,3 +692,39 @@ def test_grid_formulas_agree_with_python(runtime_lib, tmp_path):
             assert lib.td_last_error().decode().startswith(f"bad grid formula '{text}'")
         else:
             assert status == TD_OK and out.value == want, (text, out.value, want)
+
+
+CONDITION_SHIM = r"""
+#include "internal.h"
+#pragma GCC visibility push(default)
+int cond_eval(const char *text, const char **names, const long long *values, int n, int *out) {
+    td_binding b[16];
+    for (int i = 0; i < n; i++) b[i] = (td_binding){names[i], values[i]};
+    return td__eval_condition(text, b, n, out);
+}
+#pragma GCC visibility pop
+"""
+
+
+def test_requires_conditions_agree_with_python(runtime_lib, tmp_path):
+    """requires(...) conditions as render_condition writes them: C and Python give the same truth."""
+    from tiledsl.grid import eval_condition, render_condition
+    from tiledsl.lang.parser import parse
+
+    shim = tmp_path / "shim.c"
+    shim.write_text(CONDITION_SHIM)
+    lib_path = tmp_path / "libcond.so"
+    _zig_cc("-shared", "-fPIC", *CFLAGS, f"-I{ROOT / 'csrc'}", str(shim), str(ROOT / "csrc" / "grid.c"),
+            str(ROOT / "csrc" / "runtime.c"), "-o", str(lib_path), "-ldl", "-lpthread")
+    lib = ctypes.CDLL(str(lib_path))
+    sources = ["D % 8 == 0", "N <= 4096", "(N + 1) * 2 > D", "N > 0 and D < 64", "not (N == 3) or D != 64",
+               "N > 0 and (D % 16 == 0 or N % 2 == 1)", "not (not (N >= D))", "cdiv(N, 8) * 8 == N"]
+    for values in ({"N": 3, "D": 64}, {"N": 4096, "D": 8}, {"N": 7, "D": 12}):
+        names = (ctypes.c_char_p * 2)(*(n.encode() for n in values))
+        ints = (ctypes.c_longlong * 2)(*values.values())
+        for src in sources:
+            kernel = parse(f"kernel k(x: tensor[f32](N, D)) grid(1) requires({src}) {{ }}", "k.tile")
+            text = render_condition(kernel.requires[0])
+            out = ctypes.c_int(-1)
+            assert lib.cond_eval(text.encode(), names, ints, 2, ctypes.byref(out)) == TD_OK, text
+            assert bool(out.value) == eval_condition(text, values), (text, values)

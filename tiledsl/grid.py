@@ -55,6 +55,34 @@ def _render(expr: ast.Expr, parent: int) -> str:
     raise _unrenderable(expr, f"{type(expr).__name__} is not allowed in a grid expression")
 
 
+_CONDITION_OPS = {"<", "<=", ">", ">=", "==", "!="}
+_LOGIC_OPS = {"and": "and", "or": "or", "&": "and", "|": "or"}
+
+
+def render_condition(expr: ast.Expr) -> str:
+    """A requires(...) condition -> Python-syntax text, every comparison and logic operation in
+    parentheses (Python binds `&` tighter than `<`; the kernel language does not)."""
+    if isinstance(expr, ast.BinOp) and expr.op in _CONDITION_OPS:
+        return f"({_render(expr.lhs, 0)} {expr.op} {_render(expr.rhs, 0)})"
+    if isinstance(expr, ast.BinOp) and expr.op in _LOGIC_OPS:
+        return f"({render_condition(expr.lhs)} {_LOGIC_OPS[expr.op]} {render_condition(expr.rhs)})"
+    if isinstance(expr, ast.UnaryOp) and expr.op == "not":
+        return f"(not {render_condition(expr.operand)})"
+    raise SourceError("cannot use this requires(...) condition: expected comparisons of integer expressions "
+                      "joined by and/or/not", expr.loc, hint="e.g. requires(D % 8 == 0, N <= 4096)")
+
+
+def eval_condition(text: str, values: Mapping[str, int]) -> bool:
+    """A requires(...) condition (render_condition's text) with `values` bound."""
+    if not isinstance(text, str) or len(text) > _MAX_FORMULA:
+        raise TileError(f"bad condition {text!r}")
+    try:
+        tree = pyast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise TileError(f"bad condition '{text}': {exc.msg}") from None
+    return _Evaluator(text, values).condition(tree.body)
+
+
 def _unrenderable(expr: ast.Expr, why: str) -> TileError:
     return SourceError(f"cannot use this grid expression: {why}", expr.loc,
                        hint="a grid may use integers, shape symbols, i32 scalar args, + - * // % "
@@ -137,6 +165,18 @@ class _Evaluator:
                 raise self.fail(f"{node.func.id} needs arguments")
             return max(args) if node.func.id in ("max", "maximum") else min(args)
         raise self.fail(f"'{pyast.unparse(node)}' is not allowed")
+
+    def condition(self, node: pyast.AST) -> bool:
+        _cmp = {pyast.Lt: int.__lt__, pyast.LtE: int.__le__, pyast.Gt: int.__gt__, pyast.GtE: int.__ge__,
+                pyast.Eq: int.__eq__, pyast.NotEq: int.__ne__}
+        if isinstance(node, pyast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _cmp:
+            return bool(_cmp[type(node.ops[0])](self.visit(node.left), self.visit(node.comparators[0])))
+        if isinstance(node, pyast.BoolOp):
+            parts = [self.condition(v) for v in node.values]
+            return all(parts) if isinstance(node.op, pyast.And) else any(parts)
+        if isinstance(node, pyast.UnaryOp) and isinstance(node.op, pyast.Not):
+            return not self.condition(node.operand)
+        raise self.fail(f"'{pyast.unparse(node)}' is not a condition")
 
     def nonzero(self, v: int) -> int:
         if v == 0:

@@ -9,6 +9,7 @@ and what was given -- never a memory fault on the device.
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,9 +17,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tiledsl.backends.rocm.runtime.device import launch_dims_problem
+from tiledsl.backends.rocm.runtime.device import TensorArg, launch_dims_problem
 from tiledsl.device_array import DeviceArray
-from tiledsl.grid import eval_grid
+from tiledsl.grid import eval_condition, eval_grid
 
 I32_MAX = 2**31 - 1
 
@@ -158,14 +159,20 @@ def prepare(manifest: dict, args: Sequence[Any], kwargs: Mapping[str, Any]) -> P
     scalars = {s["name"]: given[s["name"]] for s in manifest["scalars"]}
     for s in manifest["scalars"]:
         _pack_scalar(s["dtype"], scalars[s["name"]], s["name"])
+    sym_values = {k: v.size for k, v in symbols.items()}
+    values = {**sym_values, **{k: int(v) for k, v in scalars.items() if isinstance(v, int | np.integer)}}
+    values.update({k: v for k, v in manifest.get("constexprs", {}).items() if isinstance(v, int)})
+    for condition in manifest.get("requires", []):
+        if not eval_condition(condition, values):
+            names = sorted(set(re.findall(r"[A-Za-z_]\w*", condition)) & set(values))
+            given = ", ".join(f"{n} = {values[n]}" + (f" (from {symbols[n].where()})" if n in symbols else "")
+                              for n in names)
+            raise ValueError(f"{manifest['kernel']}() requires {condition}, but {given}")
     for sym, unit in manifest.get("dim_units", {}).items():
         got = symbols[sym]
         if got.size % unit:
             raise ValueError(f"argument '{got.tensor}': {got.where()} is {sym} = {got.size}, which this kernel "
                              f"variant assumes is a multiple of {unit} (compile it without dim_units for {sym})")
-    sym_values = {k: v.size for k, v in symbols.items()}
-    values = {**sym_values, **{k: int(v) for k, v in scalars.items() if isinstance(v, int | np.integer)}}
-    values.update({k: v for k, v in manifest.get("constexprs", {}).items() if isinstance(v, int)})
     grid = eval_grid(manifest["grid"], values)
     block = tuple(manifest["workgroup_size"])
     return PreparedLaunch(grid, block, tensors, sym_values, scalars)  # type: ignore[arg-type]
@@ -186,6 +193,24 @@ def _free_all(device: Any, buffers: Sequence[Any], failing: bool) -> None:
             first = first or exc
     if first is not None and not failing:
         raise first
+
+
+def tensor_args(manifest: dict, tensors: Sequence[_Tensor], addresses: Mapping[str, int]) -> list[TensorArg]:
+    """Each pointer argument's name, kernarg offset, address, dtype and span (for a DeviceArray,
+    the view's place in its buffer), for devices that check accesses against them."""
+    by_name = {t.name: t for t in tensors}
+    out = []
+    for f in manifest["kernargs"]:
+        if f["kind"] != "pointer" or f["name"] not in by_name:
+            continue
+        t = by_name[f["name"]]
+        arr, itemsize = t.array, t.array.dtype.itemsize
+        view = ("", 0, 0)
+        if isinstance(arr, DeviceArray) and (arr.offset or t.span != arr.buffer.size):
+            view = (arr.buffer.name, arr.offset * itemsize, arr.buffer.size)
+        out.append(TensorArg(t.name, f["offset"], addresses[t.name], t.span, f["dtype"], itemsize,
+                             tuple(arr.shape), *view))
+    return out
 
 
 def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> PreparedLaunch:
@@ -227,7 +252,8 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
             buffers[t.name] = buf
             addresses[t.name] = buf.addr
         kernargs = prep.kernargs(manifest, addresses)
-        device.launch(fn, prep.grid, prep.block, kernargs, dynamic_lds=0)
+        device.launch(fn, prep.grid, prep.block, kernargs, dynamic_lds=0,
+                      tensors=tensor_args(manifest, prep.tensors, addresses))
         device.synchronize()
         for t in prep.tensors:
             if t.name in buffers and t.span and t.array.flags.writeable:

@@ -14,7 +14,7 @@ from tiledsl import __version__
 from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import CompileError, TileError
-from tiledsl.grid import render_grid
+from tiledsl.grid import render_condition, render_grid
 from tiledsl.ir.abi import kernarg_layout, kernarg_size
 from tiledsl.lang.ast import BoundKernel, ScalarType, TensorType
 
@@ -57,6 +57,15 @@ def _code_object_fields(md: dict) -> dict[str, Any]:
     return fields
 
 
+def merged_dim_units(bound: BoundKernel, options_units: dict[str, int] | None) -> dict[str, int]:
+    """Each shape symbol's unit: the larger of the compile option's and the kernel's declaration
+    (both powers of two, so the larger is a multiple of the other)."""
+    units = dict(bound.dim_units)
+    for sym, unit in (options_units or {}).items():
+        units[sym] = max(units.get(sym, 1), unit)
+    return units
+
+
 def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
                    defines: dict[str, str] | None = None, unit_last_stride: bool = True,
                    stride_units: dict[str, int] | None = None,
@@ -85,13 +94,16 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
         "waves": bound.waves,
         "workgroup_size": [bound.waves * arch.wave_size, 1, 1],
         "grid": render_grid(kernel.grid),
+        # Conditions the launcher checks before a launch (requires(...)), as host expressions.
+        "requires": [render_condition(r) for r in kernel.requires],
         "kernargs": [f.to_json() for f in layout],
         "kernarg_size": kernarg_size(layout),
         "tensors": tensors,
         "scalars": scalars,
         "shape_symbols": list(bound.shape_symbols),
-        # Symbols the kernel assumes are multiples of a unit (passed as size / unit).
-        "dim_units": {s: u for s, u in sorted((dim_units or {}).items()) if u > 1},
+        # Symbols the kernel assumes are multiples of a unit (passed as size / unit): the compile
+        # options' and the kernel's own requires(SYM % K == 0).
+        "dim_units": {s: u for s, u in sorted(merged_dim_units(bound, dim_units).items()) if u > 1},
         "constexprs": dict(bound.constexpr_values),
         "defines": dict(sorted((defines or {}).items())),
     }

@@ -94,7 +94,8 @@ class _Emitter:
                 self.define(a.name, args[a.name])
         for sym in self.bound.shape_symbols:
             # Passed in units of options.dim_unit (a divisibility fact, like the strides').
-            self.define(sym, self.scaled_arg(args[sym], self.options.dim_unit(sym)))
+            unit = max(self.options.dim_unit(sym), self.bound.dim_units.get(sym, 1))  # requires(SYM % K == 0)
+            self.define(sym, self.scaled_arg(args[sym], unit))
         with ir.InsertionPoint(entry):
             self.block(self.kernel.body)
             func.ReturnOp([], loc=self.loc(self.kernel))

@@ -266,6 +266,9 @@ class Kernel:
     loc: SourceLocation
     source: str  # the whole source text, for error carets
     file: str
+    # requires(...): conditions over shape symbols, i32 scalar args and constexprs, checked by the
+    # launcher before every launch; `SYM % K == 0` also lets the compiler assume the divisibility.
+    requires: list[Expr] = field(default_factory=list)
 
 
 @dataclass
@@ -276,3 +279,4 @@ class BoundKernel:
     constexpr_values: dict[str, int | bool | str]
     shape_symbols: list[str]  # run-time i32 dims, in first-appearance order over the tensor args
     waves: int
+    dim_units: dict[str, int] = field(default_factory=dict)  # from requires(SYM % K == 0), K a power of 2

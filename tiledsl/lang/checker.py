@@ -75,7 +75,37 @@ def bind(kernel: Kernel, constexprs: dict[str, str | int | bool], arch: Arch) ->
     k.body = fold_ifs(k.body)
     waves = infer_types(k, arch)
     check_tile_sizes(k, arch, waves)
-    return BoundKernel(kernel=k, constexpr_values=values, shape_symbols=shape_symbols, waves=waves)
+    k.requires = check_requirements(k, values)
+    return BoundKernel(kernel=k, constexpr_values=values, shape_symbols=shape_symbols, waves=waves,
+                       dim_units=declared_dim_units(k, shape_symbols))
+
+
+def check_requirements(kernel: Kernel, values: dict[str, ConstexprValue]) -> list[Expr]:
+    """requires(...) after constexpr folding: a condition false for these constexprs is an error
+    here; one true is dropped; the rest are checked by the launcher on every call."""
+    kept = []
+    for r in kernel.requires:
+        if isinstance(r, Const):
+            if not r.value:
+                bound = ", ".join(f"{k}={v}" for k, v in sorted(values.items())) or "no constexprs"
+                _fail(kernel.source, f"this kernel requires a condition that is false for this variant ({bound})",
+                      r.loc)
+            continue
+        kept.append(r)
+    return kept
+
+
+def declared_dim_units(kernel: Kernel, shape_symbols: list[str]) -> dict[str, int]:
+    """Shape symbols a requirement `SYM % K == 0` (K a power of two > 1) makes multiples of K."""
+    units: dict[str, int] = {}
+    for r in kernel.requires:
+        if (isinstance(r, BinOp) and r.op == "==" and isinstance(r.rhs, Const) and r.rhs.value == 0
+                and isinstance(r.lhs, BinOp) and r.lhs.op == "%" and isinstance(r.lhs.lhs, Name)
+                and r.lhs.lhs.id in shape_symbols and isinstance(r.lhs.rhs, Const)):
+            k = r.lhs.rhs.value
+            if isinstance(k, int) and not isinstance(k, bool) and k > 1 and not k & (k - 1):
+                units[r.lhs.lhs.id] = max(units.get(r.lhs.lhs.id, 1), k)
+    return units
 
 
 def check_tile_sizes(kernel: Kernel, arch: Arch, waves: int) -> None:
@@ -328,6 +358,7 @@ def substitute_constexprs(kernel: Kernel, values: dict[str, ConstexprValue]) -> 
 
     kernel.grid = [sub(g) for g in kernel.grid]
     kernel.waves = sub(kernel.waves) if kernel.waves is not None else None
+    kernel.requires = [sub(r) for r in kernel.requires]
     _map_exprs(kernel, kernel.body, sub)
 
 
@@ -424,38 +455,38 @@ class _ScopeChecker:
                   hint=f"assign to it with `{name} = ...;` or pick another name")
         self.scopes[-1][name] = (kind, loc)
 
-    def expr(self, e: Expr, grid: bool = False) -> None:
+    def expr(self, e: Expr, host: str = "") -> None:
         if isinstance(e, Name):
             found = self.lookup(e.id)
             if found is None:
                 _fail(self.src, f"unknown name '{e.id}'", e.loc, hint=_did_you_mean(e.id, self.visible()))
-            if grid and found[0] not in ("a shape symbol", "a scalar argument"):
-                _fail(self.src, f"grid(...) cannot use '{e.id}' ({found[0]})", e.loc,
-                      hint="the grid is computed on the host from shape symbols, scalar i32 arguments "
+            if host and found[0] not in ("a shape symbol", "a scalar argument"):
+                _fail(self.src, f"{host} cannot use '{e.id}' ({found[0]})", e.loc,
+                      hint=f"{host} is computed on the host from shape symbols, scalar i32 arguments "
                            "and constants")
         elif isinstance(e, Call):
             if e.func not in BUILTINS:
                 _fail(self.src, f"unknown function '{e.func}'", e.loc,
                       hint=_did_you_mean(e.func, BUILTINS) or f"builtins: {', '.join(BUILTINS)}")
-            if grid and e.func not in _GRID_BUILTINS:
-                _fail(self.src, f"grid(...) cannot call {e.func}()", e.loc,
-                      hint=f"only {', '.join(_GRID_BUILTINS)} and arithmetic are allowed in grid(...)")
+            if host and e.func not in _GRID_BUILTINS:
+                _fail(self.src, f"{host} cannot call {e.func}()", e.loc,
+                      hint=f"only {', '.join(_GRID_BUILTINS)} and arithmetic are allowed in {host}")
             for a in e.args:
-                self.expr(a, grid)
+                self.expr(a, host)
             for kw in e.kwargs:
-                self.expr(kw.value, grid)
+                self.expr(kw.value, host)
         elif isinstance(e, BinOp):
-            self.expr(e.lhs, grid)
-            self.expr(e.rhs, grid)
+            self.expr(e.lhs, host)
+            self.expr(e.rhs, host)
         elif isinstance(e, UnaryOp):
-            self.expr(e.operand, grid)
+            self.expr(e.operand, host)
         elif isinstance(e, Index):
-            self.expr(e.base, grid)
+            self.expr(e.base, host)
             for i in e.indices:
-                self.expr(i, grid)
+                self.expr(i, host)
         elif isinstance(e, ListExpr):
             for i in e.items:
-                self.expr(i, grid)
+                self.expr(i, host)
 
     def block(self, body: list[Stmt], new_vars: tuple[tuple[str, str, SourceLocation], ...] = ()) -> None:
         self.scopes.append({})
@@ -504,9 +535,11 @@ def check_scopes(kernel: Kernel, shape_symbols: list[str]) -> None:
         _fail(kernel.source, f"grid(...) takes 1 to 3 entries, got {len(kernel.grid)}",
               kernel.grid[min(3, len(kernel.grid) - 1)].loc)
     for g in kernel.grid:
-        checker.expr(g, grid=True)
+        checker.expr(g, host="grid(...)")
     if kernel.waves is not None:
-        checker.expr(kernel.waves, grid=True)
+        checker.expr(kernel.waves, host="waves(...)")
+    for r in kernel.requires:
+        checker.expr(r, host="requires(...)")
     checker.block(kernel.body)
 
 

@@ -189,10 +189,10 @@ class _ToAst(Transformer):
         return list(kernels)
 
     def kernel(self, meta, c):
-        kw, name, constexprs, args, grid, waves, body = c
+        kw, name, constexprs, args, grid, waves, requires, body = c
         return ast.Kernel(name=str(name), constexprs=constexprs or [], args=args, grid=grid,
                           waves=waves, body=body, loc=self._loc(kw), source=self.source,
-                          file=self.filename)
+                          file=self.filename, requires=requires or [])
 
     def constexpr_list(self, meta, params):
         return list(params)
@@ -239,6 +239,9 @@ class _ToAst(Transformer):
 
     def waves(self, meta, c):
         return c[1]
+
+    def requires(self, meta, c):
+        return list(c[1:])
 
     # ---- statements ----------------------------------------------------------------------
     def block(self, meta, stmts):

@@ -81,6 +81,23 @@ def desc(t: Type | None) -> str:
     return "no value" if t is None else str(t)
 
 
+def _names_in(e: Expr) -> list[Name]:
+    """The Name nodes of a host expression (requires, grid), left to right."""
+    out: list[Name] = []
+    todo: list[Expr] = [e]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, Name):
+            out.append(x)
+        elif isinstance(x, BinOp):
+            todo += [x.rhs, x.lhs]
+        elif isinstance(x, UnaryOp):
+            todo.append(x.operand)
+        elif isinstance(x, Call):
+            todo += list(reversed(x.args))
+    return out
+
+
 def _weak(e: Expr) -> bool:
     return isinstance(e, Const) and not isinstance(e.value, bool)
 
@@ -123,6 +140,15 @@ class Typer:
                 t = self.adapt(g, "i32", "grid(...)")
             if t != ScalarType("i32"):
                 self.fail(f"grid entries must be i32 scalars, got {desc(t)}", g.loc)
+        for r in self.kernel.requires:
+            t = self.value(r, self.globals)
+            if t != ScalarType("i1"):
+                self.fail(f"requires(...) takes conditions (i1 scalars such as N % 8 == 0 or M <= 4096), got "
+                          f"{desc(t)}", r.loc)
+            for name in _names_in(r):  # the host evaluates them with integers only
+                if name.type != ScalarType("i32"):
+                    self.fail(f"requires(...) compares i32 values (shape symbols, i32 arguments, constants); "
+                              f"'{name.id}' is {desc(name.type)}", name.loc)
         waves = DEFAULT_WAVES
         if self.kernel.waves is not None:
             waves = self.const_int(self.kernel.waves, "waves(...)")
