@@ -183,6 +183,11 @@ rule_absf = _per_element(lambda x: arith.MaxNumFOp(x, arith.NegFOp(x).result).re
 rule_rcp = _per_element(lambda x: rocdl.rcp(x.type, x))
 
 
+def rule_umulhi(lw: _Lowering, op: ir.Operation) -> None:
+    """High word of the 64-bit unsigned product (v_mul_hi_u32), on the per-lane vectors."""
+    lw.vmap[op.result] = arith.MulUIExtendedOp(lw.v(op.operands[0]), lw.v(op.operands[1])).high
+
+
 def rule_abs_i(lw: _Lowering, op: ir.Operation) -> None:
     x = lw.v(op.operands[0])
     zero = arith.ConstantOp(x.type, ir.DenseElementsAttr.get_splat(x.type, ir.IntegerAttr.get(i32(), 0))) \
@@ -647,7 +652,7 @@ RULES = {
     "tile.dot": rule_dot, "tile.reduce": rule_reduce,
     "tile.local_store": rule_local_store, "tile.local_load": rule_local_load, "tile.barrier": rule_barrier,
     "math.exp2": rule_exp2, "math.log2": rule_log2, "math.sqrt": rule_sqrt, "math.absf": rule_absf,
-    "math.absi": rule_abs_i, "tile.rcp": rule_rcp,
+    "math.absi": rule_abs_i, "tile.rcp": rule_rcp, "tile.umulhi": rule_umulhi,
     "scf.for": rule_for, "scf.if": rule_if, "scf.yield": rule_yield, "func.return": rule_return,
 }
 for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi", "muli", "floordivsi",

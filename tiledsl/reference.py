@@ -8,7 +8,7 @@ float32, or bfloat16 from `ml_dtypes`); outputs are float64.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -377,3 +377,24 @@ def fmha_fwd_kvcache_reference(
         out = out.reshape(q.shape[0], q.shape[1], *out.shape[1:])
         lse = lse.reshape(lse.shape[0], q.shape[0], q.shape[1]).transpose(1, 0, 2)
     return (out, lse) if return_lse else out
+
+
+# -- random bits ----------------------------------------------------------------------------------
+_PHILOX_M = (0xD2511F53, 0xCD9E8D57)
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+
+
+def philox4x32(key: tuple[Any, Any], counter: tuple[Any, Any, Any, Any]) -> tuple[np.ndarray, ...]:
+    """Philox-4x32-10 (Salmon et al., SC'11) on uint32 arrays (any shapes that broadcast): the 4
+    output words for (key, counter). The kernel language's `philox(key0, key1, c0, c1, c2, c3,
+    word)` computes the same words (int32 values with the same bits)."""
+    mask = np.uint64(0xFFFFFFFF)
+    k0, k1 = (np.asarray(k, np.int64).astype(np.uint64) & mask for k in key)
+    c0, c1, c2, c3 = (np.asarray(c, np.int64).astype(np.uint64) & mask for c in counter)
+    for r in range(10):
+        p0, p1 = np.uint64(_PHILOX_M[0]) * c0, np.uint64(_PHILOX_M[1]) * c2
+        hi0, lo0, hi1, lo1 = p0 >> np.uint64(32), p0 & mask, p1 >> np.uint64(32), p1 & mask
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        if r < 9:
+            k0, k1 = (k0 + np.uint64(_PHILOX_W[0])) & mask, (k1 + np.uint64(_PHILOX_W[1])) & mask
+    return tuple(np.broadcast_arrays(*(w.astype(np.uint32) for w in (c0, c1, c2, c3))))

@@ -34,6 +34,7 @@ TILE_OPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "local_load": ((), ("tile",)),                   # {offset, row_stride}: a tile from the arena
     "barrier": ((), ()),                             # workgroup barrier around LDS reuse
     "rcp": ((("value", "value"),), ("value",)),      # elementwise hardware reciprocal (1 ulp)
+    "umulhi": ((("a", "value"), ("b", "value")), ("value",)),  # high 32 bits of the unsigned i32 product
 }
 
 _SCALARS = ("i1", "i32", "f32", "f16", "bf16", "f8E4M3FN", "f8E5M2")

@@ -469,6 +469,34 @@ class _Emitter:
         s = math.SqrtOp(x).result
         return tile_op("rcp", [s], [s.type]).result
 
+    def call_umulhi(self, e: A.Call) -> ir.Value:
+        a, b = (self.to_type(self.expr(x), e.type) for x in e.args[:2])
+        return tile_op("umulhi", [a, b], [a.type]).result
+
+    def call_philox(self, e: A.Call) -> ir.Value:
+        """Philox-4x32-10 (Salmon et al., SC'11): 10 rounds of two 32x32->64 multiplies and xors
+        with a key bumped by the Weyl constants. The 4 output words are one function of (key,
+        counter); `word` picks one (calls that differ only in it share the work after LLVM's GVN).
+        tiledsl.reference.philox4x32 is the same function in numpy."""
+        args = self.args(e, ["key0", "key1", "c0", "c1", "c2", "c3", "word"])
+        k0, k1, c0, c1, c2, c3 = (self.to_type(self.expr(args[n]), e.type)  # type: ignore[arg-type]
+                                  for n in ("key0", "key1", "c0", "c1", "c2", "c3"))
+        word = args["word"].value  # type: ignore[union-attr]
+
+        def const(x: int) -> ir.Value:
+            return self.to_type(self.constant(x - (1 << 32) if x >= 1 << 31 else x, "i32"), e.type)
+
+        m0, m1, w0, w1 = const(0xD2511F53), const(0xCD9E8D57), const(0x9E3779B9), const(0xBB67AE85)
+        for r in range(10):
+            hi0 = tile_op("umulhi", [m0, c0], [c0.type]).result
+            hi1 = tile_op("umulhi", [m1, c2], [c2.type]).result
+            lo0, lo1 = arith.MulIOp(m0, c0).result, arith.MulIOp(m1, c2).result
+            c0, c1, c2, c3 = (arith.XOrIOp(arith.XOrIOp(hi1, c1).result, k0).result, lo1,
+                              arith.XOrIOp(arith.XOrIOp(hi0, c3).result, k1).result, lo0)
+            if r < 9:
+                k0, k1 = arith.AddIOp(k0, w0).result, arith.AddIOp(k1, w1).result
+        return (c0, c1, c2, c3)[word]
+
     def call_cast(self, e: A.Call) -> ir.Value:
         x = self.expr(e.args[0])
         src = _dtype(e.args[0].type)

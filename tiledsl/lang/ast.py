@@ -177,6 +177,8 @@ BUILTINS: dict[str, str] = {
     "log": "log(x)",
     "tanh": "tanh(x)",
     "rsqrt": "rsqrt(x)",
+    "umulhi": "umulhi(a, b)",
+    "philox": "philox(key0, key1, c0, c1, c2, c3, word)",
     "abs": "abs(x)",
     "cast": "cast(x, dtype)",
     "where": "where(cond, a, b)",

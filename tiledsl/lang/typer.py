@@ -63,6 +63,8 @@ _PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {
     **{f: (("a", True), ("b", True)) for f in ("maximum", "minimum", "cdiv")},
     **{f: (("x", True),) for f in ("exp2", "log2", "rcp", "sqrt", "abs", "exp", "log", "tanh", "rsqrt")},
     "cast": (("x", True), ("dtype", True)),
+    "umulhi": (("a", True), ("b", True)),
+    "philox": tuple((n, True) for n in ("key0", "key1", "c0", "c1", "c2", "c3", "word")),
     "where": (("cond", True), ("a", True), ("b", True)),
 }
 assert set(_PARAMS) == set(BUILTINS)
@@ -621,6 +623,26 @@ class Typer:
             self.fail(f"where: cond must be i1 (e.g. x < 0), got {desc(ct)}", a["cond"].loc)
         dtype, types = self.unify([a["a"], a["b"]], env, "where")
         return _make(self.broadcast([ct, *types], "where", e.loc), dtype)
+
+    def _i32_operands(self, e: Call, a: dict, names: tuple[str, ...], env: Env) -> ScalarType | TileType:
+        types = []
+        for n in names:
+            t = self.value(a[n], env)
+            if _weak(a[n]):
+                t = self.adapt(a[n], "i32", e.func)
+            if t.dtype != "i32":
+                self.fail(f"{e.func}: {n} must be i32 (a scalar or a tile), got {desc(t)}", a[n].loc)
+            types.append(t)
+        return _make(self.broadcast(types, e.func, e.loc), "i32")
+
+    def _call_umulhi(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
+        return self._i32_operands(e, a, ("a", "b"), env)
+
+    def _call_philox(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
+        word = self.const_int(a["word"], "philox: word")
+        if not 0 <= word <= 3:
+            self.fail(f"philox: word selects one of the 4 output words, 0..3, got {word}", a["word"].loc)
+        return self._i32_operands(e, a, ("key0", "key1", "c0", "c1", "c2", "c3"), env)
 
     def _call_cdiv(self, e: Call, a: dict, env: Env) -> ScalarType:
         dtype, types = self.unify([a["a"], a["b"]], env, "cdiv")

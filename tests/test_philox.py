@@ -1,0 +1,60 @@
+"""philox(...) and umulhi(...) in the kernel language: bit for bit against tiledsl.reference on
+every arch (the dropout masks of issue 14 are defined by these bits)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.driver import compile_source
+from tiledsl.errors import SourceError
+from tiledsl.lang.checker import bind
+from tiledsl.lang.parser import parse
+from tiledsl.launcher import launch
+from tiledsl.reference import philox4x32
+
+pytestmark = pytest.mark.emulator
+SOURCE = Path(__file__).resolve().parent / "kernels" / "philox.tile"
+
+
+def test_reference_known_answers() -> None:
+    """Random123's known-answer vectors for Philox-4x32-10."""
+    cases = [((0, 0), (0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+             ((0xFFFFFFFF,) * 2, (0xFFFFFFFF,) * 4, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+             ((0xA4093822, 0x299F31D0), (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+              (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+    for key, counter, want in cases:
+        assert tuple(int(w) for w in philox4x32(key, counter)) == want
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_philox_bits_match_the_reference(arch: str) -> None:
+    k = compile_source(SOURCE.read_text(), str(SOURCE), arch)
+    rows, cols = 21, 50
+    out = np.zeros((4, rows, cols), np.int32)
+    hi = np.zeros((rows, cols), np.int32)
+    seed0, seed1, offset = -123456789, 987654321, 2**31 - 5
+    launch(k, out, hi, seed0, seed1, offset, device=EmulatorDevice(arch))
+    c0, c1 = np.meshgrid(np.arange(cols), np.arange(rows))
+    want = philox4x32((seed0, seed1), (c0, c1, 7, offset))
+    np.testing.assert_array_equal(out.view(np.uint32), np.stack(want))
+    a = (c0.astype(np.int64) * 99991 + seed0) & 0xFFFFFFFF
+    b = (c1.astype(np.int64) - 1) & 0xFFFFFFFF
+    np.testing.assert_array_equal(hi.view(np.uint32), ((a * b) >> 32).astype(np.uint32))
+
+
+@pytest.mark.parametrize("call,message", [
+    ("philox(1, 2, 3, 4, 5, 6, 4)", "philox: word selects one of the 4 output words, 0..3, got 4"),
+    ("philox(1, 2, 3, 4, 5, 6, N)", "philox: word must be a compile-time integer"),
+    ("philox(1.0, 2, 3, 4, 5, 6, 0)", r"float literal 1.0 cannot be used with i32 \(in philox\)"),
+    ("philox(cast(N, f32), 2, 3, 4, 5, 6, 0)", "philox: key0 must be i32 .a scalar or a tile., got f32 scalar"),
+    ("umulhi(1, N < 2)", "umulhi: b must be i32 .a scalar or a tile., got i1 scalar"),
+])
+def test_bad_calls(call: str, message: str) -> None:
+    src = f"kernel k(x: tensor[i32](N)) grid(1) {{\n    store(x[0], {call});\n}}\n"
+    with pytest.raises(SourceError, match=message):
+        bind(parse(src, "k.tile"), {}, get_arch("gfx942"))
