@@ -58,3 +58,18 @@ def test_bad_calls(call: str, message: str) -> None:
     src = f"kernel k(x: tensor[i32](N)) grid(1) {{\n    store(x[0], {call});\n}}\n"
     with pytest.raises(SourceError, match=message):
         bind(parse(src, "k.tile"), {}, get_arch("gfx942"))
+
+
+def test_dropout_keep_mask_is_the_documented_function() -> None:
+    from tiledsl.reference import dropout_keep_mask, dropout_threshold
+
+    keep = dropout_keep_mask(seed=2**40 + 17, offset=3, batch=2, nhead=3, seqlen_q=33, seqlen_k=70, p=0.3)
+    assert keep.shape == (2, 3, 33, 70) and keep.dtype == np.bool_
+    assert abs(keep.mean() - 0.7) < 0.02  # 13,860 draws
+    word = philox4x32(((2**40 + 17) & 0xFFFFFFFF, (2**40 + 17) >> 32), (69, 32, 1 * 3 + 2, 3))[0]
+    assert keep[1, 2, 32, 69] == ((int(word) >> 8) >= dropout_threshold(0.3))
+    assert dropout_keep_mask(1, 0, 1, 1, 4, 4, 0.0).all()
+    for kwargs, message in (({"p": 1.0}, "dropout_p"), ({"seed": -1}, "seed"), ({"offset": 2**31}, "offset")):
+        args = {"seed": 1, "offset": 0, "batch": 1, "nhead": 1, "seqlen_q": 2, "seqlen_k": 2, "p": 0.5, **kwargs}
+        with pytest.raises(ValueError, match=message):
+            dropout_keep_mask(**args)

@@ -398,3 +398,29 @@ def philox4x32(key: tuple[Any, Any], counter: tuple[Any, Any, Any, Any]) -> tupl
         if r < 9:
             k0, k1 = (k0 + np.uint64(_PHILOX_W[0])) & mask, (k1 + np.uint64(_PHILOX_W[1])) & mask
     return tuple(np.broadcast_arrays(*(w.astype(np.uint32) for w in (c0, c1, c2, c3))))
+
+
+def dropout_threshold(p: float) -> int:
+    """The 24-bit threshold of dropout probability p: an element is dropped when its random
+    24-bit value is below it, so it is kept with probability 1 - threshold / 2^24."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_p: expected 0 <= p < 1, got {p!r}")
+    return int(p * (1 << 24))
+
+
+def dropout_keep_mask(seed: int, offset: int, batch: int, nhead: int, seqlen_q: int, seqlen_k: int,
+                      p: float) -> np.ndarray:
+    """The dropout keep mask, bool [batch, nhead, seqlen_q, seqlen_k] (group mode: batch is the
+    sequence index and the rows and columns are the sequence's own). Element (b, h, i, j) draws
+    Philox-4x32-10 with key (seed & 0xFFFFFFFF, seed >> 32) and counter (j, i, b * nhead + h,
+    offset), takes the top 24 bits of word 0, and is kept when they are at least
+    dropout_threshold(p). The kernels regenerate exactly these bits (never a stored mask)."""
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"seed: expected 0 <= seed < 2**64, got {seed!r}")
+    if not 0 <= offset < 2**31:
+        raise ValueError(f"offset: expected 0 <= offset < 2**31, got {offset!r}")
+    j = np.arange(seqlen_k)[None, None, None, :]
+    i = np.arange(seqlen_q)[None, None, :, None]
+    bh = (np.arange(batch)[:, None] * nhead + np.arange(nhead)[None, :])[:, :, None, None]
+    word = philox4x32((seed & 0xFFFFFFFF, seed >> 32), (j, i, bh, offset))[0]
+    return (word >> np.uint32(8)).astype(np.int64) >= dropout_threshold(p)
