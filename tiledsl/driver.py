@@ -355,7 +355,8 @@ def _entry_matches(entry: CacheEntry, arch: str, defines: dict[str, str]) -> boo
             and (m.get("partial") or m.get("defines") == defines))
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temp file in the same directory and os.replace."""
     # A reader (a launcher polling the output directory) never sees a half-written code object.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -378,7 +379,7 @@ def write_outputs(kernel: CompiledKernel, outdir: str | os.PathLike[str]) -> lis
     files = [(out / f"{base}.hsaco", kernel.hsaco), (out / f"{base}.s", kernel.asm.encode()),
              (out / f"{base}.json", (json.dumps(kernel.manifest, indent=2) + "\n").encode())]
     for path, data in files:
-        _write_atomic(path, data)
+        write_atomic(path, data)
     return [p for p, _ in files]
 
 

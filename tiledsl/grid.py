@@ -74,13 +74,7 @@ def render_condition(expr: ast.Expr) -> str:
 
 def eval_condition(text: str, values: Mapping[str, int]) -> bool:
     """A requires(...) condition (render_condition's text) with `values` bound."""
-    if not isinstance(text, str) or len(text) > _MAX_FORMULA:
-        raise TileError(f"bad condition {text!r}")
-    try:
-        tree = pyast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise TileError(f"bad condition '{text}': {exc.msg}") from None
-    return _Evaluator(text, values).condition(tree.body)
+    return _Evaluator(text, values).condition(_parse_host(text, "condition"))
 
 
 def _unrenderable(expr: ast.Expr, why: str) -> TileError:
@@ -120,13 +114,17 @@ def _split(formula: str) -> list[str]:
 
 def eval_formula(text: str, values: Mapping[str, int]) -> int:
     """One integer expression in the grid language (see render_expr) with `values` bound."""
+    return _Evaluator(text, values).visit(_parse_host(text, "grid formula"))
+
+
+def _parse_host(text: str, what: str) -> pyast.AST:
+    """The Python expression tree of a host formula or condition (never evaluated as Python)."""
     if not isinstance(text, str) or len(text) > _MAX_FORMULA:
-        raise TileError(f"bad grid formula {text!r}")
+        raise TileError(f"bad {what} {text!r}")
     try:
-        tree = pyast.parse(text.strip(), mode="eval")
+        return pyast.parse(text.strip(), mode="eval").body
     except SyntaxError as exc:
-        raise TileError(f"bad grid formula '{text}': {exc.msg}") from None
-    return _Evaluator(text, values).visit(tree.body)
+        raise TileError(f"bad {what} '{text}': {exc.msg}") from None
 
 
 class _Evaluator:
