@@ -5,7 +5,9 @@ bindings. `build` compiles tests/hipstub/libamdhip64.c (a C file exporting the H
 tiledsl calls, with their real signatures) with the C compiler ziglang ships; pointing ROCM_PATH
 at its directory makes hip-python load it. `HipStub` then gives it one device per arch and
 registers the launch callback that runs each kernel's real code object on the emulator, over the
-stand-in's own memory arena, with every access checked against the stand-in's live allocations.
+stand-in's own memory arena, with every access checked against the stand-in's live allocations:
+an access through a pointer argument against the allocation that pointer lies in (HIP passes no
+tensor extents; `emulator_device.tag_pointers`), so an overrun never reads the buffer next to it.
 On a machine with an AMD GPU none of this is used: the HIP tests run against the real library.
 """
 

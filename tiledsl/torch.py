@@ -241,7 +241,7 @@ class TorchHipDevice(Device):
         self.hip.unload_module(module)
 
     def launch(self, kernel: Any, grid: int | tuple[int, ...], block: int | tuple[int, ...], kernargs: bytes,
-               dynamic_lds: int = 0, stream: Stream | None = None) -> None:
+               dynamic_lds: int = 0, stream: Stream | None = None, tensors: Any = None) -> None:
         self.hip.launch(kernel, grid, block, kernargs, dynamic_lds=dynamic_lds,
                         stream=stream if stream is not None else Stream(self.hip, handle=self.stream_handle()))
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from tiledsl.backends.rocm.emulator.decoder import Inst
 from tiledsl.backends.rocm.emulator.loader import KernelImage
-from tiledsl.backends.rocm.emulator.memory import EmulatorError, Heap, MemoryFault, UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.memory import EmulatorError, Heap, MemoryFault, Regions, UnsupportedInstruction
 from tiledsl.backends.rocm.emulator.operands import M32, mask_to_int
 
 BARRIER = -1
@@ -59,7 +59,8 @@ class Ctx:
 
 class Wave:
     __slots__ = ("s", "v", "vf", "vi", "h", "hf", "scc", "exec", "mask", "lanes", "full", "W", "fullmask", "lds",
-                 "ldswin", "heap", "scratch", "wg", "index", "pc", "ctx", "mode", "lane_ids", "count", "dppvalid")
+                 "ldswin", "heap", "mem", "scratch", "wg", "index", "pc", "ctx", "mode", "lane_ids", "count",
+                 "dppvalid")
 
     def __init__(self, W: int, nv: int, heap: Heap, lds: np.ndarray, ctx: Ctx) -> None:
         self.s = [0] * 128
@@ -76,6 +77,7 @@ class Wave:
         self.lanes = np.zeros(0, dtype=np.int64)  # indices of the active lanes (EXEC), cached per value
         self.full = False
         self.heap = heap
+        self.mem: Regions | None = None  # the launch's memory checks (set by run_workgroup)
         self.lds = lds
         self.ldswin: dict = {}  # byte-window views of `lds` (memory.windows), shared by the workgroup
         self.scratch: np.ndarray | None = None
@@ -220,18 +222,24 @@ def _where(bk: BoundKernel, w: Wave, pc: int) -> str:
 
 def run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: tuple[int, int, int],
                   block: tuple[int, int, int], kernarg_addr: int, dispatch_addr: int, dynamic_lds: int,
-                  rng: np.random.Generator | None = None) -> int:
+                  rng: np.random.Generator | None = None, mem: Regions | None = None) -> int:
     """Run one workgroup to completion; returns the wave-instructions executed. With `rng`, the
-    waves run each stretch between barriers in a random order instead of in index order."""
+    waves run each stretch between barriers in a random order instead of in index order. `mem`:
+    the launch's pointer-argument regions (default: none, every live allocation is fair game).
+
+    A memory fault is the first in index order: when a wave faults, the waves of lower index that
+    have not yet run the same stretch (only under `rng`) run it first, and the lowest that faults
+    is reported -- the fault an in-order run reports."""
     # inf - inf, 0/0 and overflow are ordinary IEEE results on the GPU: no numpy warnings. Set once
     # here rather than around every instruction (np.errstate costs microseconds).
     with np.errstate(all="ignore"):
-        return _run_workgroup(bk, heap, wg, grid, block, kernarg_addr, dispatch_addr, dynamic_lds, rng)
+        return _run_workgroup(bk, heap, wg, grid, block, kernarg_addr, dispatch_addr, dynamic_lds, rng,
+                              mem if mem is not None else Regions(heap))
 
 
 def _run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: tuple[int, int, int],
                    block: tuple[int, int, int], kernarg_addr: int, dispatch_addr: int, dynamic_lds: int,
-                   rng: np.random.Generator | None) -> int:
+                   rng: np.random.Generator | None, mem: Regions) -> int:
     img = bk.image
     W = img.wave_size
     nthreads = block[0] * block[1] * block[2]
@@ -247,6 +255,7 @@ def _run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: 
     for i in range(nwaves):
         w = Wave(W, bk.nvgpr, heap, lds_view, bk.ctx)
         w.wg, w.index = wg, i
+        w.mem = mem
         w.ldswin = ldswin
         _abi_setup(w, bk, wg, kernarg_addr, dispatch_addr)
         w.v[0] = packed[i * W:(i + 1) * W]
@@ -263,14 +272,31 @@ def _run_workgroup(bk: BoundKernel, heap: Heap, wg: tuple[int, int, int], grid: 
         still = []
         if rng is not None:
             live = [live[j] for j in rng.permutation(len(live))]
-        for i in live:
+        for j, i in enumerate(live):
             try:
                 next(gens[i])
                 still.append(i)
             except StopIteration:
                 pass
+            except MemoryFault as exc:
+                fault = exc
+                if rng is not None:  # the lower waves not yet run in this stretch come first
+                    fault = _lower_fault([gens[k] for k in sorted(k for k in live[j + 1:] if k < i)]) or exc
+                raise fault from None
         live = sorted(still)
     return sum(w.count for w in waves)
+
+
+def _lower_fault(gens: list) -> MemoryFault | None:
+    """Run each wave (in order) to its next barrier; the first one's memory fault, if any."""
+    for g in gens:
+        try:
+            next(g)
+        except StopIteration:
+            pass
+        except MemoryFault as exc:
+            return exc
+    return None
 
 
 def _abi_setup(w: Wave, bk: BoundKernel, wg, kernarg_addr: int, dispatch_addr: int) -> None:

@@ -3,9 +3,20 @@
 Global memory is one growable byte heap; each allocation is a range of it with a device address
 ``heap.base + offset`` (``HEAP_BASE`` for the emulator's own heaps; a heap can also lie over
 memory someone else owns and allocates, as the HIP test double does with its arena). Addresses
-are therefore plain integers the kernel can do arithmetic on, and a lane's access is legal only
-if all its bytes fall inside one live allocation. Real hardware would silently read a
-neighbour's data; the emulator names the culprit instead.
+are therefore plain integers the kernel can do arithmetic on. The emulator's own allocations are
+separated by at least ``GUARD`` bytes that are never handed out.
+
+Provenance. For one launch, each pointer kernel argument is a `Region`: the extent of the tensor
+(or view) it points at, as the launcher knows it, else the allocation the pointer lies in. The
+pointer the kernel receives carries the region's tag in bits 48 and up (`TAG_SHIFT`) -- device
+addresses are below 2**47 -- so every address the kernel derives from it by arithmetic names the
+argument it came from, whether it is formed in SGPRs or VGPRs. An access through a tagged address
+must lie entirely inside its own region: `x[i + 64]` on a 64-element x faults as "past the end of
+x" even when the next tensor sits right behind it, and so does a read in an allocation's padding
+or outside a view but inside its buffer. An untagged address (from no pointer argument: the
+kernarg segment, code, pointers read from memory or rebuilt in a 48-bit buffer descriptor) must
+lie inside one live allocation. Real hardware would silently read a neighbour's data; the
+emulator names the culprit instead.
 """
 
 from __future__ import annotations
@@ -19,6 +30,10 @@ from tiledsl.errors import TileError
 
 HEAP_BASE = 0x7F00_0000_0000  # looks like a device pointer, far from 0 so null derefs are caught
 ALIGN = 256
+GUARD = 256  # bytes after every allocation (past its rounding up to ALIGN) that are never handed out
+TAG_SHIFT = 48  # a pointer argument's region tag lives in address bits 48..62
+ADDR_MASK = (1 << TAG_SHIFT) - 1
+MAX_TAGS = (1 << (63 - TAG_SHIFT)) - 1
 
 
 class EmulatorError(TileError):
@@ -78,7 +93,7 @@ class Heap:
         if self.external:
             raise EmulatorError("this heap lies over external memory; its owner allocates")
         size = max(int(size), 1)
-        padded = (size + ALIGN - 1) // ALIGN * ALIGN
+        padded = _padded(size)
         off = None
         for i, (hoff, hsize) in enumerate(self._free):
             if hsize >= padded:
@@ -110,8 +125,7 @@ class Heap:
             raise EmulatorError(f"free of 0x{addr:x}, which is not a live allocation")
         self._starts.remove(addr)
         self._last = (0, 0)
-        padded = (a.size + ALIGN - 1) // ALIGN * ALIGN
-        self._free.append((addr - self.base, padded))
+        self._free.append((addr - self.base, _padded(a.size)))
 
     def find(self, addr: int) -> Allocation | None:
         i = bisect.bisect_right(self._starts, addr) - 1
@@ -204,6 +218,143 @@ class Heap:
             words[idx] = np.ascontiguousarray(raw).view(np.uint32).reshape(idx.shape)
         else:
             self.data[off[:, None] + np.arange(nbytes)] = raw
+
+
+@dataclass
+class Region:
+    """What one pointer argument of a launch may touch: the bytes its tensor (or view) spans, from
+    the launcher; or, when the launch did not say (a raw launch, the HIP stand-in), the whole
+    allocation the pointer lies in (dtype "" then: offsets are reported in bytes)."""
+
+    name: str
+    addr: int  # device address of its first byte
+    size: int  # bytes
+    dtype: str = ""  # element type (f32, bf16, ...)
+    itemsize: int = 1
+    shape: tuple[int, ...] = ()
+    buffer: str = ""  # a view inside a larger buffer: that buffer's name (the allocation's when no dtype),
+    buffer_offset: int = 0  # the view's first byte in it
+    buffer_size: int = 0  # and the buffer's size in bytes
+    tag: int = 0  # set by Regions
+
+    def access(self, off: int, nbytes: int) -> str:
+        """The elements (or bytes) [off, off + nbytes) of the region, e.g. x[64..67]."""
+        if not self.dtype:
+            return f"bytes {off}..{off + nbytes - 1} of {self.name}"
+        e0, e1 = off // self.itemsize, (off + nbytes - 1) // self.itemsize
+        return f"{self.name}[{e0}]" if e0 == e1 else f"{self.name}[{e0}..{e1}]"
+
+    def extent(self) -> str:
+        if not self.dtype:  # an allocation-level region: `buffer` names the allocation
+            return f"{self.size}-byte allocation" + (f" '{self.buffer}'" if self.buffer not in ("", self.name) else "")
+        else:
+            n = self.size // self.itemsize
+            out = f"{n} element{'s' if n != 1 else ''}, {self.dtype}"
+            if len(self.shape) > 1:
+                out = f"shape {tuple(self.shape)} spanning {out}"
+        if self.buffer:
+            out += f"; a view at byte {self.buffer_offset} of buffer '{self.buffer}' ({self.buffer_size} bytes)"
+        return out
+
+    def problem(self, off: int, nbytes: int) -> str:
+        where = ("before the start of" if off < 0 else "past the end of" if off >= self.size
+                 else "runs past the end of")
+        return f"{where} {self.name} ({self.extent()})"
+
+
+_VERBS = {"load": "reads", "store": "writes", "atomic": "updates"}
+
+
+class Regions:
+    """The memory checks of one launch: the regions of its pointer arguments, by tag (tag t is
+    `regions[t - 1]`), over the heap's allocations (for untagged addresses).
+
+    Vector accesses check a lane vector from its lowest and highest byte (`match`); each
+    instruction caches the region it matched last (vmem._build_global)."""
+
+    def __init__(self, heap: Heap, regions: list[Region] | tuple[Region, ...] = ()) -> None:
+        if len(regions) > MAX_TAGS:
+            raise EmulatorError(f"{len(regions)} pointer arguments; the emulator tags at most {MAX_TAGS}")
+        self.heap = heap
+        self.regions = list(regions)
+        for t, r in enumerate(self.regions, 1):
+            r.tag = t
+        base = heap.base
+        self._lo = np.array([0] + [r.addr for r in self.regions], dtype=np.uint64)
+        self._hi = np.array([0] + [r.addr + r.size for r in self.regions], dtype=np.uint64)
+        self._bounds = [(0, 0, 0)] + [((t << TAG_SHIFT) + r.addr - base, (t << TAG_SHIFT) + r.addr + r.size - base,
+                                       t << TAG_SHIFT) for t, r in enumerate(self.regions, 1)]
+
+    def match(self, lo: int, end: int) -> tuple[int, int, int] | None:
+        """Bounds (lo, end, tag offset) of the region holding heap offsets [lo, end) of one tagged
+        address, or of the allocation holding them when untagged; None when there is none (the
+        caller then checks lane by lane, and reports the first bad lane)."""
+        t = lo >> TAG_SHIFT
+        if t == 0:
+            heap = self.heap
+            return (*heap._last, 0) if heap.span(lo, end) else None
+        if 0 < t < len(self._bounds):
+            b = self._bounds[t]
+            if b[0] <= lo and end <= b[1]:
+                return b
+        return None
+
+    def check(self, lanes: np.ndarray, addrs: np.ndarray, nbytes: int, what: str) -> np.ndarray:
+        """The untagged addresses of the lanes' accesses (uint64 `addrs`, `nbytes` each), after
+        checking each against the region its tag names (or the live allocations when untagged);
+        a MemoryFault names the lowest bad lane."""
+        tags = addrs >> np.uint64(TAG_SHIFT)
+        if not tags.any():
+            bad = self.heap.bad_lanes(addrs, nbytes)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise self.fault(int(lanes[i]), int(addrs[i]), nbytes, what)
+            return addrs
+        real = addrs & np.uint64(ADDR_MASK)
+        ti = tags.astype(np.int64)
+        known = ti < len(self._bounds)
+        tc = np.where(known, ti, 0)
+        ok = known & (ti > 0) & (real >= self._lo[tc]) & (real + np.uint64(nbytes) <= self._hi[tc])
+        untagged = ti == 0
+        if untagged.any():
+            ok[untagged] = ~self.heap.bad_lanes(real[untagged], nbytes)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise self.fault(int(lanes[i]), int(addrs[i]), nbytes, what)
+        return real
+
+    def scalar(self, addr: int, nbytes: int) -> int:
+        """The heap offset of a scalar load of `nbytes` at `addr`, checked like a lane's."""
+        t = addr >> TAG_SHIFT
+        real = addr & ADDR_MASK
+        if t == 0:
+            a = self.heap.find(addr)
+            if a is not None and addr + nbytes <= a.addr + a.size:
+                return addr - self.heap.base
+        elif t < len(self._bounds):
+            r = self.regions[t - 1]
+            if r.addr <= real and real + nbytes <= r.addr + r.size:
+                return real - self.heap.base
+        raise self.fault(None, addr, nbytes, "load", "scalar")
+
+    def fault(self, lane: int | None, addr: int, nbytes: int, what: str, unit: str = "global") -> MemoryFault:
+        """The error for `lane`'s access of `nbytes` at (tagged) `addr`."""
+        head = f"{unit} {what} of {nbytes} bytes" + (f" by lane {lane}" if lane is not None else "")
+        t = addr >> TAG_SHIFT
+        if t == 0:
+            return MemoryFault(f"{head} at 0x{addr:x} is outside every buffer the runtime allocated"
+                               + self.heap.describe(addr))
+        if t >= len(self._bounds):
+            return MemoryFault(f"{head} at 0x{addr:x} is not a device address (bits {TAG_SHIFT} and up name no "
+                               "pointer argument of this launch)")
+        r = self.regions[t - 1]
+        off = (addr & ADDR_MASK) - r.addr
+        return MemoryFault(f"{head} {_VERBS[what]} {r.access(off, nbytes)}: {r.problem(off, nbytes)}")
+
+
+def _padded(size: int) -> int:
+    """Heap bytes an allocation of `size` takes: rounded up to ALIGN, plus the guard gap."""
+    return (size + ALIGN - 1) // ALIGN * ALIGN + GUARD
 
 
 def window(buf: np.ndarray, nbytes: int, cache: dict) -> np.ndarray:

@@ -1,8 +1,10 @@
 """Memory instructions: scalar loads (SMEM), global/flat/scratch, buffer (MUBUF/VBUFFER) and LDS (DS).
 
-Every lane's access is checked: global addresses against the runtime's allocations, LDS offsets
-against the workgroup's LDS size, scratch against the private segment size. A violation raises
-MemoryFault naming the lane; the executor adds kernel, workgroup, wave and instruction.
+Every lane's access is checked: global addresses against the region of the pointer argument they
+derive from (its tag, `memory.Regions`) or, untagged, against the runtime's allocations; LDS
+offsets against the workgroup's LDS size, scratch against the private segment size. A violation
+raises MemoryFault naming the lowest bad lane (and for global memory the tensor and element); the
+executor adds kernel, workgroup, wave and instruction.
 """
 
 from __future__ import annotations
@@ -25,13 +27,6 @@ _SIZE = {"ubyte": (1, False), "sbyte": (1, True), "ushort": (2, False), "sshort"
          "u16": (2, False), "i16": (2, True), "b8": (1, False), "b16": (2, False), "b32": (4, False),
          "b64": (8, False), "b96": (12, False), "b128": (16, False), "byte": (1, False), "short": (2, False),
          "dwordx8": (32, False), "dwordx16": (64, False), "b256": (32, False), "b512": (64, False)}
-
-
-def _global_fault(w, lanes, addrs, nbytes, what):
-    lane = int(lanes[0])
-    addr = int(addrs[0])
-    return MemoryFault(f"global {what} of {nbytes} bytes at 0x{addr:x} (lane {lane}) is outside every buffer "
-                       "the runtime allocated" + w.heap.describe(addr))
 
 
 # -- scalar memory ------------------------------------------------------------------------
@@ -62,11 +57,7 @@ def _b_smem(inst, ctx):
         if buffer and o + nbytes > limit:
             vals = [0] * ndw
         else:
-            a = w.heap.find(addr)
-            if a is None or addr + nbytes > a.addr + a.size:
-                raise MemoryFault(f"scalar load of {nbytes} bytes at 0x{addr:x} is outside every buffer the "
-                                  "runtime allocated" + w.heap.describe(addr))
-            p = addr - w.heap.base
+            p = w.mem.scalar(addr, nbytes)
             raw = w.heap.data[p:p + nbytes]
             if nbytes < 4:
                 v = int.from_bytes(raw.tobytes(), "little", signed=signed) & M32
@@ -186,10 +177,7 @@ def _global_rw(w, lanes, addrs, nbytes, store, data=None, flat=False):
                 if not store:
                     out[rest] = sub
             return out
-    bad = w.heap.bad_lanes(addrs, nbytes)
-    if bad.any():
-        i = np.flatnonzero(bad)
-        raise _global_fault(w, lanes[i], addrs[i], nbytes, "store" if store else "load")
+    addrs = w.mem.check(lanes, addrs, nbytes, "store" if store else "load")
     if store:
         w.heap.scatter(addrs, data)
         return None
@@ -299,22 +287,26 @@ def _build_vmem(inst, ctx):
 
 
 def _heap_offsets(inst, ctx):
-    """Closure w -> int64 heap offsets (address - heap base, wrapping like the 64-bit address) of
-    all W lanes of a global/flat access; inactive lanes hold garbage the caller drops."""
+    """Closure (w, tag) -> int64 heap offsets (address - heap base - tag, wrapping like the 64-bit
+    address) of all W lanes of a global/flat access; inactive lanes hold garbage the caller drops.
+    `tag` is the tag offset the caller expects the addresses to carry (memory.Regions)."""
     f = inst.f
     k0 = f["offset"]
     saddr, va, W = f["saddr"], f["addr"], ctx.wave_size
     if saddr != f["null"] and not (ctx.gen == "gfx9" and saddr == 0x7F):
         sr = sread(saddr, ctx, None, "b64")
-        return lambda w: w.v[va].astype(np.int64) + _s64(sr(w) + k0 - w.heap.base)  # 32-bit unsigned VGPR offset
+
+        def gs(w, tag):  # a 32-bit unsigned VGPR offset from a 64-bit SGPR base
+            return w.v[va].astype(np.int64) + _s64(sr(w) + k0 - w.heap.base - tag)
+        return gs
     # One strided copy turns the VGPR pair into per-lane 64-bit values (cheaper than shifting
     # halves); the buffer is reused by every execution of this instruction.
     buf = np.empty(W, np.int64)
     rows = buf.view(np.uint32).reshape(W, 2).T
 
-    def gv(w):
+    def gv(w, tag):
         rows[...] = w.v[va:va + 2]
-        return np.add(buf, _s64(k0 - w.heap.base), out=buf)
+        return np.add(buf, _s64(k0 - w.heap.base - tag), out=buf)
     return gv
 
 
@@ -369,10 +361,15 @@ def getter(s, nbytes, d16, hi):
 
 def _build_global(inst, ctx, op, nbytes, signed, d16, hi, d, s, flat):
     """Global/flat access as one gather or scatter through a byte window of the heap, once the
-    lanes' min and max show the access lies inside one allocation; otherwise (a fault, or flat
-    addresses in LDS/scratch) the per-lane path with its error messages."""
+    lanes' min and max show the access lies inside one region (or, untagged, one allocation);
+    otherwise (a fault, lanes through different pointers, or flat addresses in LDS/scratch) the
+    per-lane path with its error messages."""
     nxt, offsets = ctx.nxt, _heap_offsets(inst, ctx)
     put, data = putter(d, nbytes, signed, d16, hi), getter(s, nbytes, d16, hi)
+    # The region this instruction touched last: heap-offset bounds without the tag, the tag offset
+    # (subtracted from the addresses up front: no extra pass over the lanes while the region holds)
+    # and the launch's checks it belongs to.
+    last = [0, 0, 0, None]
 
     def slow(w, lanes, off):
         addrs = off.view(np.uint64) + np.uint64(w.heap.base)
@@ -386,14 +383,21 @@ def _build_global(inst, ctx, op, nbytes, signed, d16, hi, d, s, flat):
         lanes = w.lanes
         if lanes.size == 0:
             return nxt
-        off = offsets(w)
+        tag = last[2]
+        off = offsets(w, tag)
         sel = slice(None) if w.full else lanes
         if sel is lanes:
             off = off[lanes]
+        lo, end = int(_MIN(off)), int(_MAX(off)) + nbytes
+        if not (last[0] <= lo and end <= last[1] and last[3] is w.mem):
+            b = w.mem.match(lo + tag, end + tag)
+            if b is None:
+                slow(w, lanes, off + tag if tag else off)
+                return nxt
+            if b[2] != tag:
+                off = off + (tag - b[2])
+            last[:] = b[0] - b[2], b[1] - b[2], b[2], w.mem
         heap = w.heap
-        if not heap.span(int(_MIN(off)), int(_MAX(off)) + nbytes):
-            slow(w, lanes, off)
-            return nxt
         win = heap.windows.get(nbytes)
         if win is None:
             win = window(heap.data, nbytes, heap.windows)
@@ -489,10 +493,7 @@ def _build_atomic(inst, ctx):
             lanes, addrs = lanes[ok], addrs[ok]
         else:
             addrs = afn0(w, lanes)
-        bad = w.heap.bad_lanes(addrs, nb)
-        if bad.any():
-            i = np.flatnonzero(bad)
-            raise _global_fault(w, lanes[i], addrs[i], nb, "atomic")
+        addrs = w.mem.check(lanes, addrs, nb, "atomic")
         heap = w.heap.data
         old_vals = []
         for lane, a in zip(lanes.tolist(), addrs.tolist(), strict=True):  # lanes in order, as a serialisation

@@ -11,6 +11,7 @@ import hashlib
 import os
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,23 @@ class Stream:
     device: Device
     handle: Any = None
     pending: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """What a launch knows about one pointer argument, for devices that check memory accesses
+    (the emulator faults on an access outside the tensor a pointer came from; HIP ignores it)."""
+
+    name: str
+    offset: int  # of the pointer in the kernarg segment
+    addr: int  # the pointer's value: the tensor's first element
+    size: int  # bytes from the first element to one past the last (0 for an empty tensor)
+    dtype: str = ""  # element type (f32, bf16, ...)
+    itemsize: int = 1
+    shape: tuple[int, ...] = ()
+    buffer: str = ""  # a view inside a larger buffer (a DeviceArray): the buffer's name,
+    buffer_offset: int = 0  # the view's first byte in it
+    buffer_size: int = 0  # and the buffer's size
 
 
 Dim3 = tuple[int, int, int]
@@ -190,8 +208,11 @@ class Device(ABC):
 
     @abstractmethod
     def launch(self, kernel: Kernel, grid: int | tuple[int, ...], block: int | tuple[int, ...],
-               kernargs: bytes, dynamic_lds: int = 0, stream: Stream | None = None) -> None:
-        """Launch `grid` workgroups (x, y, z) of `block` work-items with packed `kernargs`."""
+               kernargs: bytes, dynamic_lds: int = 0, stream: Stream | None = None,
+               tensors: Sequence[TensorArg] | None = None) -> None:
+        """Launch `grid` workgroups (x, y, z) of `block` work-items with packed `kernargs`.
+        `tensors` describes pointer arguments for devices that check accesses (the emulator);
+        other devices ignore it."""
 
     # -- ordering -------------------------------------------------------------------------
     def create_stream(self) -> Stream:

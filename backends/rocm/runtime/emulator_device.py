@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.arch import Arch, get_arch
 from tiledsl.backends.rocm.emulator.executor import BoundKernel, bind, run_workgroup, unsupported_instructions
 from tiledsl.backends.rocm.emulator.loader import load_code_object
-from tiledsl.backends.rocm.emulator.memory import Heap
+from tiledsl.backends.rocm.emulator.memory import TAG_SHIFT, Heap, MemoryFault, Region, Regions
 from tiledsl.backends.rocm.runtime.device import (
     Buffer,
     Device,
@@ -24,6 +24,7 @@ from tiledsl.backends.rocm.runtime.device import (
     Kernel,
     Module,
     Stream,
+    TensorArg,
     complete_kernargs,
     launch_dims,
 )
@@ -99,22 +100,74 @@ class EmulatorDevice(Device):
 
     # -- launch ---------------------------------------------------------------------------
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
-               stream: Stream | None = None) -> None:
+               stream: Stream | None = None, tensors: Sequence[TensorArg] | None = None) -> None:
         self.last_stats = dispatch(kernel.handle, kernel.meta, self.heap, grid, block, kernargs, dynamic_lds,
-                                   self.heap.alloc, self.heap.free, self.rng)
+                                   self.heap.alloc, self.heap.free, self.rng, tensors)
         self.launches.append({"kernel": kernel.name, **self.last_stats})
 
     def synchronize(self, stream: Stream | None = None) -> None:
         return None
 
 
+def tag_pointers(meta: dict, args: bytes, heap: Heap,
+                 tensors: Sequence[TensorArg] | None = None) -> tuple[bytes, list[Region]]:
+    """The kernarg segment with each pointer argument (a `global_buffer` in the metadata) tagged
+    with its region (memory.Regions), and those regions: the tensor's extent where `tensors`
+    describes the pointer at that offset, else the live allocation the pointer lies in. Null
+    pointers and pointers into no allocation stay untagged (their accesses fault as outside every
+    allocation)."""
+    given = {t.offset: t for t in tensors or ()}
+    buf = bytearray(args)
+    regions: list[Region] = []
+    for a in meta.get(".args", []):
+        off, size = int(a.get(".offset", 0)), int(a.get(".size", 0))
+        if a.get(".value_kind") != "global_buffer" or size != 8 or off + 8 > len(buf):
+            continue
+        (ptr,) = struct.unpack_from("<Q", buf, off)
+        if not ptr or ptr >> TAG_SHIFT:
+            continue
+        t = given.get(off)
+        if t is not None and t.addr == ptr:
+            r = Region(t.name, ptr, t.size, t.dtype, t.itemsize, tuple(t.shape), t.buffer, t.buffer_offset,
+                       t.buffer_size)
+        else:
+            found = heap.find(ptr)
+            if found is None:
+                continue
+            r = Region(a.get(".name") or found.name, found.addr, found.size, buffer=found.name)
+        regions.append(r)
+        r.tag = len(regions)
+        struct.pack_into("<Q", buf, off, ptr | (len(regions) << TAG_SHIFT))
+    return bytes(buf), regions
+
+
+def _launch_order(wg: tuple[int, int, int]) -> tuple[int, int, int]:
+    return wg[2], wg[1], wg[0]
+
+
+def _first_fault(run: Callable[[tuple[int, int, int]], int], workgroups: list) -> MemoryFault | None:
+    """Run `workgroups` in order until one faults; its fault, or None."""
+    for wg in workgroups:
+        try:
+            run(wg)
+        except MemoryFault as exc:
+            return exc
+    return None
+
+
 def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: bytes, dynamic_lds: int,
              alloc: Callable[[int, str], int], free: Callable[[int], None],
-             rng: np.random.Generator | None = None) -> dict:
+             rng: np.random.Generator | None = None, tensors: Sequence[TensorArg] | None = None) -> dict:
     """Run one launch of `bk` over `heap` the way the runtime would: check the launch, write the
-    kernarg segment (hidden arguments filled in) and a dispatch packet into memory from `alloc`,
-    run every workgroup (in a random order drawn from `rng` when given), free both. Returns the
-    launch's statistics."""
+    kernarg segment (hidden arguments filled in, pointer arguments tagged with their regions from
+    `tensors` or their allocations, see `tag_pointers`) and a dispatch packet into memory from
+    `alloc`, run every workgroup (in a random order drawn from `rng` when given), free both.
+    Returns the launch's statistics.
+
+    A memory fault stops the launch. With `rng`, the workgroups before the faulting one in launch
+    order (x fastest) that have not run yet then run in that order, and the first of them to fault
+    is reported instead: the same fault an in-order run reports (for kernels whose workgroups do
+    not depend on each other's order)."""
     name = bk.image.name
     arch = bk.image.arch
     g, b = launch_dims(grid, block)
@@ -124,7 +177,8 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
     reqd = meta.get(".reqd_workgroup_size")
     if reqd and tuple(reqd) != b:
         raise DeviceError(f"kernel '{name}' was compiled for block {tuple(reqd)}, launched with {b}")
-    args = complete_kernargs(meta, kernargs, g, b, dynamic_lds)
+    args, regions = tag_pointers(meta, complete_kernargs(meta, kernargs, g, b, dynamic_lds), heap, tensors)
+    mem = Regions(heap, regions)
     # The kernarg segment is 16-byte aligned and LLVM widens scalar loads within those 16-byte
     # granules (s_load_dwordx4 at offset 24 of a 36-byte segment): pad the allocation to match.
     karg = alloc(max(-(-len(args) // 16) * 16, 16), f"kernargs of {name}")
@@ -144,8 +198,17 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
             order = [(x, y, z) for z in range(g[2]) for y in range(g[1]) for x in range(g[0])]
             if rng is not None:
                 order = [order[i] for i in rng.permutation(len(order))]
-            for wg in order:
-                n = run_workgroup(bk, heap, wg, g, b, karg, packet, dynamic_lds, rng)
+            for k, wg in enumerate(order):
+                try:
+                    n = run_workgroup(bk, heap, wg, g, b, karg, packet, dynamic_lds, rng, mem)
+                except MemoryFault as exc:
+                    fault = exc
+                    if rng is not None:  # the workgroups before it in launch order that have not run yet
+                        before = sorted((o for o in order[k + 1:] if _launch_order(o) < _launch_order(wg)),
+                                        key=_launch_order)
+                        fault = _first_fault(lambda o: run_workgroup(bk, heap, o, g, b, karg, packet, dynamic_lds,
+                                                                     rng, mem), before) or exc
+                    raise fault from None
                 count += n
                 longest = max(longest, n)
     finally:

@@ -198,7 +198,8 @@ class HipDevice(Device):
         return Kernel(module, name, module.kernels[name], handle=fn)
 
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
-               stream: Stream | None = None) -> None:
+               stream: Stream | None = None, tensors: Any = None) -> None:
+        # `tensors` (the pointer arguments' extents) is for checking devices; a GPU has no use for it.
         g, b = launch_dims(grid, block)
         args = complete_kernargs(kernel.meta, kernargs, g, b, dynamic_lds)
         arg_buf = ctypes.create_string_buffer(args, max(len(args), 1))
