@@ -61,7 +61,7 @@ def load_package(path: str | os.PathLike[str], *, strict: bool | None = None) ->
         if not isinstance(strict, bool):
             raise ValueError(f"strict: expected a bool, got {strict!r}")
         _strict_override = strict
-    _clear_plan_caches()
+    clear_plan_caches()
     return pkg
 
 
@@ -70,10 +70,10 @@ def unload_packages() -> None:
     global _strict_override
     _loaded.clear()
     _strict_override = None
-    _clear_plan_caches()
+    clear_plan_caches()
 
 
-def _clear_plan_caches() -> None:
+def clear_plan_caches() -> None:
     """Plans hold their kernels: after a change of packages or of strictness, build them anew so
     that every kernel is looked up again under the new settings."""
     import sys

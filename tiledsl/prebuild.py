@@ -110,6 +110,11 @@ class BuildResult:
 def build_variant(variant: Any, package: bool = False) -> BuildResult:
     """Build one registry Variant; a failure is a result (with its message), not an exception.
     package=True: the result carries the kernels (code objects, manifests, package keys)."""
+    from tiledsl.library import clear_plan_caches
+
+    # Plans cached in this process (a forked worker inherits its parent's) hold kernels loaded
+    # from wherever they came from then: build anew so every kernel lands in this cache/package.
+    clear_plan_caches()
     start = time.perf_counter()
     try:
         kernels = variant.build()
