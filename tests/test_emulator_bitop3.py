@@ -57,3 +57,32 @@ def test_v_nop_decodes_and_does_nothing(arch):
 
     insts = Decoder(arch).decode_all(struct.pack("<I", 0x7E000000), 0, 0)
     assert [i.name for i in insts] == ["v_nop"]
+
+
+
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx942", "gfx950"])
+@pytest.mark.parametrize("op_sel", [(0, 1), (1, 0), (1, 1), (0, 0)])
+def test_v_pk_mov_b32_takes_each_half_by_op_sel(arch, op_sel):
+    """v_pk_mov_b32 v[0:1], v[2:3], v[2:3] op_sel:[a,b]: D.lo = S0's half a, D.hi = S1's half b.
+    LLVM swaps a register pair with op_sel:[1,0]; the emulator read the high half through
+    op_sel_hi and copied instead of swapping (found running Triton's causal forward)."""
+    from tiledsl.backends.rocm.emulator import vop3p  # noqa: F401  (registers the builders)
+    from tiledsl.backends.rocm.emulator.decoder import Decoder
+    from tiledsl.backends.rocm.emulator.executor import BUILDERS, Ctx, Wave
+    from tiledsl.backends.rocm.emulator.memory import Heap
+
+    # VOP3P: opcode 51, vdst v0, op_sel bits [12:11], op_sel_hi [1,1] (LLVM's default), src0 = src1 = v2.
+    word0 = 0xD3800000 | (51 << 16) | (op_sel[1] << 12) | (op_sel[0] << 11) | (1 << 14)
+    word1 = (258 | (258 << 9)) | (0b11 << 27)
+    inst = Decoder(arch).decode_all(struct.pack("<II", word0, word1) + struct.pack("<I", 0xBF810000), 0, 0)[0]
+    assert inst.name == "v_pk_mov_b32"
+    ctx = Ctx(None, 0, arch, "gfx9", 64)  # type: ignore[arg-type]
+    handler = BUILDERS["v_pk_mov_b32"](inst, ctx)
+    w = Wave(64, 8, Heap(), np.zeros(16, np.uint8), ctx)
+    w.exec, w.mask[:], w.full = (1 << 64) - 1, True, True
+    w.lanes = np.arange(64)
+    lo, hi = np.arange(64, dtype=np.uint32), np.arange(64, dtype=np.uint32) + 1000
+    w.v[2], w.v[3] = lo, hi
+    handler(w)
+    np.testing.assert_array_equal(w.v[0], (lo, hi)[op_sel[0]])
+    np.testing.assert_array_equal(w.v[1], (lo, hi)[op_sel[1]])

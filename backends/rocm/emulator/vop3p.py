@@ -130,8 +130,8 @@ def _b_pk32(inst, ctx):
             frds.append((_f32_scalar(rl, True), _f32_scalar(rh, True), nl, nh))
 
     def h(w):
-        if not isf:
-            lo0, hi1 = rds[0][0](w), rds[1][1](w)
+        if not isf:  # v_pk_mov_b32: D.lo = S0 half op_sel[0], D.hi = S1 half op_sel[1] (not op_sel_hi)
+            lo0, hi1 = rds[0][0](w), rds[1][0](w)
             lo0 = np.array(lo0, dtype=np.uint32)  # copy: the destination may overlap the source
             hi1 = np.array(hi1, dtype=np.uint32)
             wlo(w, lo0)
