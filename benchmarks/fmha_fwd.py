@@ -1,84 +1,191 @@
-"""FMHA forward: our kernel beside Triton's for the same arch and shape, as a table.
+"""FMHA forward: our kernel beside the best of Triton's configs for the same arch and shape, as a table.
 
-Per arch, head dim 64/128, f16/bf16, causal or not: cold compile time, instructions, MFMA/WMMA
-count, instructions per MFMA/WMMA, VGPRs (the code object's count: on CDNA the unified total of
-arch VGPRs and AGPRs) and the AGPRs among them, LDS, spills, occupancy (waves/SIMD), and for ours
-the emulated wave-instructions per query tile (one tile of BLOCK_M rows against 256 keys).
-Triton (a benchmark-only dependency: `pip install triton`) is compiled on this CPU with its
-tutorial tiles (BLOCK 128x64, 4 warps); it is not run. Targets: zero spills on all five archs at
-head dim 128; no more instructions per MFMA/WMMA than Triton.
-Usage: python benchmarks/fmha_fwd.py [--arch A ...] [--hdim 64 128] [--dtype f16 bf16] [--no-emulate]
+Per arch, head dim 64/128, f16/bf16, causal or not, on one problem (B 1, S 512, H 2, contiguous
+[B, S, H, D]). Columns per kernel: cold compile seconds, instructions, MFMA/WMMA count,
+instructions per MFMA/WMMA (static), VGPRs (the code object's count: on CDNA the unified total of
+arch VGPRs and AGPRs) and the AGPRs among them, LDS, spills (VGPR + SGPR), occupancy (waves per
+SIMD, `Arch.occupancy`), SGPRs, and -- both kernels run on the emulator and are checked against
+the reference -- the executed wave-instructions per 1k (query, key) pairs the mask keeps (the
+dynamic figure, the fair one), then the tiles.
+
+Ours is the variant `tiledsl.ops.fmha_fwd` launches (`compile_fmha_fwd`, compiled cold). Triton
+(benchmark-only: `pip install triton`) is compiled as its JIT specializes the call
+(benchmarks/triton_fa.py: tt.divisibility 16 on pointers, strides and sizes) over the tutorial's
+AMD configs: at f16 every config of `triton_fa.configs` with Triton's default waves_per_eu, then the
+tutorial's waves_per_eu on the two best; at bf16 the three best f16 configs. The best is kept: no
+spills, then one that ran on the emulator, then the fewest executed instructions per pair (static
+instructions per MFMA/WMMA where it could not run), then the higher occupancy. A config that fails
+to compile is listed; one the emulator cannot run keeps its static figures and names the
+instruction it lacks; an output that differs from the reference is flagged in its row (the count
+stands: neither kernel's control flow depends on the data).
+Usage: python benchmarks/fmha_fwd.py [--arch A ...] [--hdim 64 128] [--dtype f16 bf16] [--no-emulate] [-j N]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.driver import CompiledKernel, compile_source
 from tiledsl.isa_stats import isa_stats
-from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_config, fmha_defines
-from tiledsl.ops import KERNELS, fmha_fwd
+from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_config
+from tiledsl.launcher import numpy_dtype
+from tiledsl.ops import KERNELS, compile_fmha_fwd, fmha_fwd
 from tiledsl.options import CompileOptions
-from tiledsl.reference import fmha_mask_params
+from tiledsl.reference import fmha_fwd_reference, fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_rows import HEADER, format_row, triton_stats  # noqa: E402
 
+B, S, H = 1, 512, 2
+TOLERANCE = {"f16": 5e-3, "bf16": 4e-2}  # max |out - reference| (outputs are O(1))
+
 
 def compile_contiguous(arch: str, defines: dict[str, str], allow_spills: bool = False) -> CompiledKernel:
-    """The variant fmha_fwd compiles for contiguous bshd inputs (strides in units of 16 bytes), uncached."""
+    """The variant fmha_fwd compiles for contiguous bshd inputs (strides in units of 16 bytes), uncached
+    (benchmarks/fmha_tune.py's candidates)."""
     src = KERNELS / "fmha_fwd.tile"
     options = CompileOptions.make(arch, defines, allow_spills=allow_spills,
                                   stride_units=tuple((t, VECTOR_ELEMS) for t in ("k", "o", "q", "v")))
     return compile_source(src.read_text(), str(src), arch, defines, options, cache=None)
 
 
+def problem(dtype: str, hdim: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((B, S, H, hdim)).astype(numpy_dtype(dtype)) for _ in range(3)]
+
+
+def pairs(causal: bool) -> int:
+    return B * H * (S * (S + 1) // 2 if causal else S * S)
+
+
+def check(out: np.ndarray, qkv: list[np.ndarray], causal: bool, dtype: str) -> str | None:
+    """None when `out` matches the reference, else what differs."""
+    err = float(np.abs(out.astype(np.float64) - fmha_fwd_reference(*qkv, causal=causal)).max())
+    return None if err <= TOLERANCE[dtype] else f"output differs from the reference by {err:.3g}"
+
+
 def ours(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict:
-    defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim, mask=fmha_mask_params(causal))
     t0 = time.perf_counter()
-    k = compile_contiguous(arch, defines)
-    seconds = time.perf_counter() - t0
+    k = compile_fmha_fwd(arch, dtype=dtype, hdim_q=hdim, hdim_v=hdim, mask=fmha_mask_params(causal))
+    seconds = time.perf_counter() - t0  # cold: the benchmark runs with an empty compile cache
     st = isa_stats(k.asm, k.manifest)
+    cfg = fmha_config(arch, hdim, masked=causal)
     row = {"compile": seconds, "instr": st.instructions, "mma": st.mfma + st.wmma, "vgpr": st.vgprs,
-           "agpr": st.agprs, "lds": st.lds_bytes, "spills": st.vgpr_spills + st.sgpr_spills, "occ": st.occupancy,
-           "emu": None}
+           "agpr": st.agprs, "sgpr": st.sgprs, "lds": st.lds_bytes, "spills": st.vgpr_spills + st.sgpr_spills,
+           "occ": st.occupancy, "dyn": None, "tiles": f"{cfg.block_m}x{cfg.block_n} w{cfg.waves} s{cfg.stages}"}
     if emulate:
-        cfg = fmha_config(arch, hdim, masked=causal)
-        rng = np.random.default_rng(0)
-        dt = np.float16 if dtype == "f16" else __import__("ml_dtypes").bfloat16
-        q = rng.standard_normal((1, cfg.block_m, 1, hdim)).astype(dt)
-        kv = rng.standard_normal((1, 256, 1, hdim)).astype(dt)
+        qkv = problem(dtype, hdim)
         dev = EmulatorDevice(arch)
-        fmha_fwd(q, kv, kv, causal=causal, device=dev)
-        row["emu"] = dev.last_stats["wave_instructions"]
+        out = fmha_fwd(*qkv, causal=causal, device=dev)
+        row["dyn"] = sum(launch["wave_instructions"] for launch in dev.launches) * 1000 / pairs(causal)
+        if (bad := check(out, qkv, causal, dtype)) is not None:
+            row["note"] = bad
     return row
 
 
-def theirs(arch: str, dtype: str, hdim: int, causal: bool) -> dict | None:
-    try:
-        from triton_fa import compile_triton
-    except ImportError:
-        return None
+def _triton_row(arch: str, dtype: str, hdim: int, causal: bool, config: tuple[int, ...], emulate: bool) -> dict:
+    from triton_fa import compile_triton, launch
+
     a = get_arch(arch)
+    bm, bn, warps, stages, wpe = config
+    row = {"config": config, "tiles": f"{bm}x{bn} w{warps} s{stages} e{wpe}", "dyn": None}
     try:
-        asm, md, seconds = compile_triton(arch, a.wave_size, dtype, hdim, causal)
-    except Exception as exc:  # a peer's compiler failing is a data point, not our error
-        return {"error": f"{type(exc).__name__}: {str(exc)[:60]}"}
-    return {**triton_stats(asm, md, seconds, "attn_fwd", a, 4), "emu": None}
+        asm, md, seconds, hsaco = compile_triton(arch, a.wave_size, dtype, hdim, causal, config, S, H)
+    except Exception as exc:  # a config the peer cannot compile is a data point, not our error
+        return {**row, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:80]}"}
+    row.update(triton_stats(asm, md, seconds, "attn_fwd", a, warps))
+    if emulate and not row["spills"]:  # a spilling config loses anyway: not worth emulating
+        qkv = problem(dtype, hdim)
+        dev = EmulatorDevice(a)
+        try:  # where it cannot run, the static figures stay and the note says why
+            missing = dev.unsupported(dev.kernel(hsaco, "attn_fwd"))
+            if missing:  # one message per occurrence, naming the instruction in quotes
+                names = dict.fromkeys(re.sub(r"^[^']*'([^']+)'.*", r"\1", m) for m in missing)
+                row["note"] = f"not run: the emulator lacks {', '.join(names)}"
+            else:
+                out = launch(dev, hsaco, md, config, *qkv)
+        except UnsupportedInstruction as exc:
+            row["note"] = f"not run: {str(exc).splitlines()[0][:100]}"
+        except Exception as exc:  # a fault is a finding about one config, not the end of the table
+            row["note"] = f"not run: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+        if "note" not in row:
+            row["dyn"] = dev.last_stats["wave_instructions"] * 1000 / pairs(causal)
+            if (bad := check(out, qkv, causal, dtype)) is not None:
+                row["note"] = bad
+    return row
+
+
+def _key(r: dict) -> tuple:
+    per = r["dyn"] if r["dyn"] is not None else r["instr"] / max(r["mma"], 1)
+    return (r["spills"] > 0, r["dyn"] is None, per, -r["occ"])
+
+
+def theirs(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool,
+           candidates: list[tuple[int, ...]] | None = None) -> tuple[dict | None, list[dict]]:
+    """The best Triton row and every row tried. Without `candidates`: the full sweep (waves_per_eu 0),
+    then the tutorial's waves_per_eu on the two best."""
+    try:
+        from triton_fa import configs
+    except ImportError:
+        return None, []
+    sweep = candidates or [c for c in configs(hdim, causal) if c[4] == 0]
+    rows = [_triton_row(arch, dtype, hdim, causal, c, emulate) for c in sweep]
+    if candidates is None:
+        ok = sorted((r for r in rows if "error" not in r and not r["spills"]), key=_key)
+        tutorial = {c[:4]: c for c in configs(hdim, causal) if c[4]}
+        rows += [_triton_row(arch, dtype, hdim, causal, tutorial[r["config"][:4]], emulate)
+                 for r in ok[:2] if r["config"][:4] in tutorial]
+    ran = sorted((r for r in rows if "error" not in r), key=_key)
+    return (ran[0] if ran else rows[0] if rows else None), rows
+
+
+def cell(arch: str, hdim: int, causal: bool, dtypes: list[str], emulate: bool) -> list[tuple]:
+    """One arch, head dim and mask: (dtype, ours, best Triton row, Triton rows tried) per dtype;
+    dtypes after the first re-run the first one's three best Triton configs."""
+    out, best_configs = [], None
+    for dtype in dtypes:
+        try:
+            mine = ours(arch, dtype, hdim, causal, emulate)
+        except Exception as exc:  # keep the Triton figures of this cell
+            mine = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:100]}"}
+        best, rows = theirs(arch, dtype, hdim, causal, emulate, best_configs)
+        if best_configs is None:
+            best_configs = [r["config"] for r in sorted((r for r in rows if "error" not in r), key=_key)[:3]] or None
+        out.append((dtype, mine, best, rows))
+    return out
+
+
+def _init_worker(tmp: str) -> None:
+    # Cold compiles for both: neither compiler's cache answers from an earlier run.
+    os.environ["TRITON_CACHE_DIR"] = str(Path(tmp) / f"triton-{os.getpid()}")
+    os.environ["TILEDSL_CACHE_DIR"] = str(Path(tmp) / f"tiledsl-{os.getpid()}")
 
 
 def fmt(who: str, r: dict | None) -> str:
-    emu = "" if r is None or "error" in r else (f"{r['emu']:>10,}" if r["emu"] is not None else f"{'-':>10}")
-    return format_row(who, r, emu)
+    if r is None or "error" in r:
+        return format_row(who, r)
+    dyn = f"{r['dyn']:9.1f}" if r["dyn"] is not None else f"{'-':>9}"
+    note = f"  ({r['note']})" if "note" in r else ""
+    return format_row(who, r, f"{r['sgpr']:5d} {dyn}  {r['tiles']}{note}")
+
+
+def summary(rows: list[dict]) -> str:
+    failed = [r for r in rows if "error" in r]
+    spilled = sum(1 for r in rows if "error" not in r and r["spills"])
+    text = f"{'':26} triton: {len(rows)} configs tried, {spilled} spill, {len(failed)} failed to compile"
+    return text + "".join(f"\n{'':28} {r['tiles']}: {r['error']}" for r in failed)
 
 
 def main() -> int:
@@ -86,19 +193,33 @@ def main() -> int:
     ap.add_argument("--arch", nargs="+", default=list(ARCH_NAMES))
     ap.add_argument("--hdim", nargs="+", type=int, default=[64, 128])
     ap.add_argument("--dtype", nargs="+", default=["f16", "bf16"])
-    ap.add_argument("--no-emulate", action="store_true", help="skip the emulated instruction counts")
+    ap.add_argument("--no-emulate", action="store_true", help="static figures only")
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="cells compiled and emulated in parallel")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        # Cold compiles for Triton too: its own cache would otherwise answer repeated variants.
-        os.environ["TRITON_CACHE_DIR"] = tmp
-        print(f"{'':24} {HEADER} {'emu instr/tile':>10}")
-        for arch in args.arch:
-            for hdim in args.hdim:
-                for dtype in args.dtype:
-                    for causal in (False, True):
-                        label = f"{arch:8} d{hdim:<3} {dtype:4} {'causal' if causal else 'full':6}"
-                        print(f"{label} {fmt('tiledsl', ours(arch, dtype, hdim, causal, not args.no_emulate))}")
-                        print(f"{'':24} {fmt('triton', theirs(arch, dtype, hdim, causal))}", flush=True)
+    cells = [(arch, hdim, causal) for arch in args.arch for hdim in args.hdim for causal in (False, True)]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp, \
+            ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(tmp,)) as pool:
+        print(f"B {B}, S {S}, H {H}, contiguous [B, S, H, D]; dyn/1kpr: executed wave-instructions per 1k "
+              f"(query, key) pairs")
+        print(f"{'':26} {HEADER} {'SGPR':>5} {'dyn/1kpr':>9}  tiles")
+        futures = [pool.submit(cell, *c, args.dtype, not args.no_emulate) for c in cells]
+        for (arch, hdim, causal), future in zip(cells, futures, strict=True):
+            for dtype, mine, best, rows in future.result():
+                label = f"{arch:8} d{hdim:<3} {dtype:4} {'causal' if causal else 'full':6}"
+                print(f"{label}   {fmt('tiledsl', mine)}")
+                print(f"{'':26} {fmt('triton', best)}")
+                if rows:
+                    print(summary(rows), flush=True)
+                results.append((label, mine, best))
+    print("\ndyn/1kpr, ours against Triton's best (ratio < 1: ours executes fewer instructions)")
+    for label, mine, best in results:
+        a = mine.get("dyn")
+        b = best.get("dyn") if best and "error" not in best else None
+        ratio = f"{a / b:6.2f}" if a is not None and b is not None else f"{'-':>6}"
+        sa = f"{a:9.1f}" if a is not None else f"{'-':>9}"
+        sb = f"{b:9.1f}" if b is not None else f"{'-':>9}"
+        print(f"{label} {sa} {sb} {ratio}")
     return 0
 
 

@@ -13,8 +13,9 @@ HEADER = (f"{'who':7} {'cold s':>7} {'instr':>6} {'MMA':>5} {'instr/MMA':>8} {'V
 
 
 def triton_stats(asm: str, metadata: dict, seconds: float, kernel: str, arch: Arch, warps: int) -> dict:
-    """Instructions, MFMA/WMMA, registers, LDS, spills (VGPR and SGPR) and occupancy of a Triton
-    kernel. Triton allocates its LDS at launch: the size is in its metadata, not the code object."""
+    """Instructions, MFMA/WMMA, registers (VGPR, AGPR, SGPR), LDS, spills (VGPR and SGPR) and
+    occupancy of a Triton kernel. Triton allocates its LDS at launch: the size is in its metadata,
+    not the code object."""
     counts = count_instructions(asm, kernel)
 
     def meta(key: str) -> int:
@@ -23,8 +24,8 @@ def triton_stats(asm: str, metadata: dict, seconds: float, kernel: str, arch: Ar
 
     vgpr, agpr, lds = meta("vgpr_count"), meta("agpr_count"), int(metadata.get("shared", 0))
     return {"compile": seconds, "instr": counts.total, "mma": counts.mfma + counts.wmma, "vgpr": vgpr,
-            "agpr": agpr, "lds": lds, "spills": meta("vgpr_spill_count") + meta("sgpr_spill_count"),
-            "occ": arch.occupancy(vgpr, lds, warps)}
+            "agpr": agpr, "sgpr": meta("sgpr_count"), "lds": lds,
+            "spills": meta("vgpr_spill_count") + meta("sgpr_spill_count"), "occ": arch.occupancy(vgpr, lds, warps)}
 
 
 def format_row(who: str, r: dict | None, tail: str = "") -> str:
