@@ -73,7 +73,7 @@ def test_fmha_manifest_abi() -> None:
     assert names[:5] == ["q", "q.stride0", "q.stride1", "q.stride2", "k"]  # the last dim is contiguous
     tensors = [t["name"] for t in m["tensors"]]
     assert tensors == ["q", "k", "v", "o", "lse", "sink", "o_acc", "lse_acc", "cu_seqlens_q", "cu_seqlens_k",
-                       "cache_seqlens", "cache_batch_idx", "block_table"]
+                       "cache_seqlens", "cache_batch_idx", "block_table", "bias", "alibi_slopes"]
     assert [s["name"] for s in m["scalars"]] == ["scale", "softcap", "window_left", "window_right", "batch",
                                                  "max_seqlen_q", "num_splits", "seqlen_new", "page_shift",
                                                  "heads_per_block"]

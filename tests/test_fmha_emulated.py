@@ -67,8 +67,9 @@ def run_case(arch: str, dtype: str, hdim: int, causal: bool) -> None:
     left, right = window[0], (0 if r.get("causal") else window[1])
     unused_acc = np.zeros((1, batch, hq, sq, d), np.float32), np.zeros((1, batch, hq, sq), np.float32)
     no_cache = np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, 1), np.int32)
-    launch(kernel, q, k, v, out, lse, sink, *unused_acc, cu_q, cu_k, *no_cache, scale, softcap, left, right, nseq,
-           max_sq, 1, 0, 0, 1, device=EmulatorDevice(arch))
+    no_bias = np.zeros((1, 1, 1, 1), np.float32), np.zeros((1, hq), np.float32)
+    launch(kernel, q, k, v, out, lse, sink, *unused_acc, cu_q, cu_k, *no_cache, *no_bias, scale, softcap, left, right,
+           nseq, max_sq, 1, 0, 0, 1, device=EmulatorDevice(arch))
 
     f64 = [np.asarray(x, np.float64) for x in (q, k, v)]
     kw = dict(scale=scale, causal=r.get("causal", False), window=window, softcap=softcap,

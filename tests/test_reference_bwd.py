@@ -79,3 +79,62 @@ def test_fully_masked_rows_have_zero_finite_gradients():
     dq, dk, dv = fmha_bwd_reference(do, q, k, v, causal=True)  # rows 0..2 see no key
     assert np.isfinite(dq).all() and np.isfinite(dk).all() and np.isfinite(dv).all()
     assert not dq[:, :3].any()
+
+
+def numeric_grad(f, x, eps=1e-6):
+    """d f / d x by central differences (f a function of x alone)."""
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        hi, lo = x.copy(), x.copy()
+        hi[idx] += eps
+        lo[idx] -= eps
+        g[idx] = (f(hi) - f(lo)) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("opts, shape, bias_shape", [
+    ({}, {}, (1, 2, 4, 5)),  # broadcast over the batch
+    ({"causal": True, "softcap": 2.0}, {"b": 2, "sq": 3, "sk": 5, "hq": 2, "hk": 1}, (2, 1, 3, 5)),  # over heads
+    ({"window": (1, 1)}, {"sq": 4, "sk": 4}, (4, 4)),  # over batch and heads (numpy broadcasting)
+    ({"causal": "top_left", "layout": "bhsd"}, {"b": 2, "layout": "bhsd"}, (2, 2, 1, 5)),  # over query rows
+    ({"cu_seqlens_q": np.array([0, 2, 2, 5]), "cu_seqlens_k": np.array([0, 3, 4, 6]), "causal": True},
+     {"varlen": (5, 6)}, (2, 5, 4)),  # group mode: [Hq, total_q, >= max seqlen_k]
+])
+def test_reference_backward_with_bias_matches_finite_differences(opts, shape, bias_shape):
+    do, q, k, v = case(**shape, seed=5)
+    bias = np.random.default_rng(6).standard_normal(bias_shape)
+    got = fmha_bwd_reference(do, q, k, v, bias=bias, return_dbias=True, **opts)
+    want = numeric_grads(do, q, k, v, bias=bias, **opts)
+    for name, g, w in zip(("dq", "dk", "dv"), got[:3], want, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-6, rtol=1e-5, err_msg=name)
+    dbias = numeric_grad(lambda b: float(np.sum(do * fmha_fwd_reference(q, k, v, bias=b, **opts))), bias)
+    assert got[3].shape == bias.shape
+    np.testing.assert_allclose(got[3], dbias, atol=1e-6, rtol=1e-5, err_msg="dbias")
+
+
+@pytest.mark.parametrize("opts", [{"causal": True}, {"window": (2, 0), "softcap": 3.0}, {}])
+def test_reference_backward_with_alibi_matches_finite_differences(opts):
+    do, q, k, v = case(b=2, sq=4, sk=6, hq=2, hk=1, seed=7)
+    slopes = np.array([[0.5, 0.25], [1.0, 0.125]])  # [B, Hq]
+    got = fmha_bwd_reference(do, q, k, v, alibi_slopes=slopes, **opts)
+    want = numeric_grads(do, q, k, v, alibi_slopes=slopes, **opts)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-6, rtol=1e-5, err_msg=name)
+
+
+def test_reference_alibi_is_the_bias_it_stands_for():
+    """ALiBi is the bias -slope * |i + Sk - Sq - j| (bottom-right aligned), LSE included."""
+    rng = np.random.default_rng(8)
+    do, q, k, v = case(b=2, sq=3, sk=5, hq=2, hk=2, seed=9)
+    slopes = rng.uniform(0.1, 1.0, 2)
+    i, j = np.arange(3)[:, None], np.arange(5)[None, :]
+    bias = -slopes[:, None, None] * np.abs(i + 5 - 3 - j)
+    for causal in (False, "top_left"):
+        a = fmha_fwd_reference(q, k, v, alibi_slopes=slopes, causal=causal, return_lse=True)
+        b = fmha_fwd_reference(q, k, v, bias=bias, causal=causal, return_lse=True)
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_allclose(x, y, atol=1e-12)
+    with pytest.raises(ValueError, match="bias and alibi_slopes: give at most one"):
+        fmha_fwd_reference(q, k, v, bias=bias, alibi_slopes=slopes)
+    with pytest.raises(ValueError, match="bias: expected a shape broadcastable to"):
+        fmha_fwd_reference(q, k, v, bias=np.zeros((2, 2, 3, 4)))

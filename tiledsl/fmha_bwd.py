@@ -14,11 +14,13 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.errors import TileError
-from tiledsl.kernels.fmha_configs import fmha_dim_units, padded_hdim
+from tiledsl.kernels.fmha_configs import BIAS_KINDS, fmha_dim_units, padded_hdim
 from tiledsl.library import plan_builder
-from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words
+from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import MaskParams
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
@@ -56,9 +58,20 @@ BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
 }
 
 
-def bwd_config(arch: str, hdim_q: int, hdim_v: int) -> BwdConfig:
+# With the bias gradient (docs/bias.md), CDNA's rows at hdim 128 spill vector registers once a
+# mask is on (the dS^T stores' addresses): 16 queries per step spill nothing and cost less than
+# halving the keys (executed instructions, benchmarks/fmha_bias.py). A bias or ALiBi alone keeps
+# the rows above (on wave64 they spill a few scalar registers, into VGPR lanes, at hdim 64).
+BWD_DBIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {arch: {128: _b(16, 128, 8)}
+                                                       for arch in ("gfx90a", "gfx942", "gfx950")}
+
+
+def bwd_config(arch: str, hdim_q: int, hdim_v: int, dbias: bool = False) -> BwdConfig:
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
-    return BWD_CONFIGS[get_arch(arch).name][hdim]
+    name = get_arch(arch).name
+    if dbias and hdim in BWD_DBIAS_CONFIGS.get(name, {}):
+        return BWD_DBIAS_CONFIGS[name][hdim]
+    return BWD_CONFIGS[name][hdim]
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,14 @@ class BwdShape:
     seqlens_q: tuple[int, ...]  # per sequence
     seqlens_k: tuple[int, ...]
     contiguous: bool  # every head dim has stride 1
+    bias: str = "none"  # "tensor" (the call's "bias") or "alibi" ("alibi_slopes"), docs/bias.md
+    bias_dtype: str = "f32"
+    # The bias gradient: "none", or "reduce": dq_dk_dv stores dS^T into the workspace's dbias_acc,
+    # then the dbias stage sums the broadcast dims in `dbias_sum` (0: batch, 1: heads), transposes
+    # and casts into the call's "dbias".
+    dbias: str = "none"
+    dbias_sum: tuple[int, ...] = ()
+    dbias_cols: int = 0  # the key columns of dbias (group mode: the bias's, >= the longest sequence)
 
 
 def nsplits_of(shape: BwdShape, block_n: int) -> tuple[int, ...]:
@@ -116,11 +137,27 @@ def bwd_workspace(shape: BwdShape, block_n: int) -> WorkspaceLayout:
     regions.append(Region("dq_acc", at, align_words(acc_words), "f32", (acc_words,), zero=zero))
     at += regions[-1].words
     regions.append(Region("d", at, align_words(shape.b * shape.hq * shape.sq), "f32", (shape.b, shape.hq, shape.sq)))
+    at += regions[-1].words
+    if shape.dbias == "reduce":
+        full = dbias_shape(shape)
+        regions.append(Region("dbias_acc", at, align_words(int(np.prod(full))), "f32", full, zero=dbias_zeroed(shape)))
     layout = WorkspaceLayout(tuple(regions), host)
     if layout.size // 4 > I32_MAX:
         raise ValueError(f"the backward needs a {layout.size}-byte workspace, past the 2^31 words its kernels "
                          "address: split the call into smaller batches")
     return layout
+
+
+def dbias_shape(shape: BwdShape) -> tuple[int, int, int, int]:
+    """The f32 dS^T that dq_dk_dv stores, keys-major like its tiles (a lane's run of queries is
+    one address): [B, Hq, Sk, Sq], group mode [1, Hq, K, total_q]."""
+    return (shape.b, shape.hq, shape.dbias_cols, shape.sq)
+
+
+def dbias_zeroed(shape: BwdShape) -> bool:
+    """Must dS's buffer start at zero? Only a batch-mode walk without a mask stores every element
+    (a mask skips query blocks; group mode leaves the columns past each sequence's keys)."""
+    return shape.varlen or shape.mask.kind != "none"
 
 
 def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dims: tuple[str, ...] = (),
@@ -149,7 +186,7 @@ def _flag(b: bool) -> str:
 @plan_builder
 def build_plan(shape: BwdShape) -> Plan:
     """Compile (or load from the cache) the three stages for `shape` and lay out the workspace."""
-    cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v)
+    cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v, shape.dbias != "none")
     hd_q, hd_v = padded_hdim(shape.hdim_q), padded_hdim(shape.hdim_v)
     pad = _flag(hd_q != shape.hdim_q or hd_v != shape.hdim_v)
     per_seq = _flag(shape.deterministic and shape.varlen)
@@ -168,8 +205,10 @@ def build_plan(shape: BwdShape) -> Plan:
                         {**common, "HDIM": str(hd_q), "HDIM_V": str(hd_v), "BLOCK_M": str(cfg.block_m),
                          "BLOCK_N": str(cfg.block_n), "WAVES": str(cfg.waves), "MASK": shape.mask.kind,
                          "DETERMINISTIC": _flag(shape.deterministic), "PER_SEQ_SPLITS": per_seq,
-                         "SOFTCAP": _flag(shape.softcap), "PAD_D": pad}, shape, ("D_QK", "D_V"),
-                        allow_spills=cfg.spills)
+                         "SOFTCAP": _flag(shape.softcap), "BIAS": BIAS_KINDS[shape.bias],
+                         "BIAS_DT": shape.bias_dtype if shape.bias == "tensor" else "f32",
+                         "HAS_DBIAS": _flag(shape.dbias != "none"), "PAD_D": pad}, shape, ("D_QK", "D_V"),
+                        allow_spills=cfg.spills or shape.bias != "none")
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,
                           {**common, "HDIM": str(hd_q), "BLOCK_M": rows_q, "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
                           shape, ("D_QK",))
@@ -181,7 +220,8 @@ def build_plan(shape: BwdShape) -> Plan:
             ("d", Ref("d")), ("dk", Ref("dk")), ("dv", Ref("dv")), ("ws_i", Ref("ws_i")), ("ws_f", Ref("ws_f")),
             ("cu_seqlens_q", Ref("cu_seqlens_q")), ("cu_seqlens_k", Ref("cu_seqlens_k")), ("scale", Ref("scale")),
             ("softcap", Ref("softcap")), ("window_left", shape.mask.left), ("window_right", shape.mask.right),
-            ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch), ("max_seqlen_k", max_k))),
+            ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch), ("max_seqlen_k", max_k),
+            *_bias_args(shape))),
         Stage("convert_dq", convert_dq, (
             ("dq", Ref("dq")), ("ws_i", Ref("ws_i")), ("ws_f", Ref("ws_f")), ("cu_seqlens_q", Ref("cu_seqlens_q")),
             ("scale", Ref("scale")), ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch),
@@ -192,17 +232,35 @@ def build_plan(shape: BwdShape) -> Plan:
         stages.append(Stage("dsink", dsink, (("lse", Ref("lse")), ("d", Ref("d")), ("sink", Ref("sink")),
                                              ("dsink", Ref("dsink")), ("cu_seqlens_q", Ref("cu_seqlens_q")),
                                              ("batch", batch))))
+    if shape.dbias == "reduce":
+        flags = {"DT": shape.bias_dtype, "SUM_B": _flag(0 in shape.dbias_sum), "SUM_H": _flag(1 in shape.dbias_sum)}
+        dbias = _compile("fmha_bwd_dbias", shape.arch, flags, shape)
+        stages.append(Stage("dbias", dbias, (("acc", Ref("dbias_acc")), ("dbias", Ref("dbias")))))
     nsplits = nsplits_of(shape, cfg.block_n)
     info = {"arch": shape.arch, "deterministic": shape.deterministic,
             "nsplits": nsplits[0] if len(nsplits) == 1 else list(nsplits),
             "tiles": f"{cfg.block_m}x{cfg.block_n}x{cfg.waves}"}
+    if shape.bias != "none":
+        info["bias"] = shape.bias
+    if shape.dbias != "none":
+        info.update(dbias=shape.dbias, dbias_zeroed=dbias_zeroed(shape))
     return Plan("fmha_bwd", stages, workspace, info)
+
+
+def _bias_args(shape: BwdShape) -> tuple[tuple[str, object], ...]:
+    """dq_dk_dv's bias, alibi_slopes and dbias: the call's (or the workspace's) when used, else
+    zero stand-ins."""
+    bias = Ref("bias") if shape.bias == "tensor" else unused((1, 1, 1, 1), "f32")
+    slopes = Ref("alibi_slopes") if shape.bias == "alibi" else unused((1, shape.hq), "f32")
+    dbias = Ref("dbias_acc") if shape.dbias == "reduce" else unused((1, 1, 1, 1), "f32")
+    return (("bias", bias), ("alibi_slopes", slopes), ("dbias", dbias))
 
 
 def plan_from_sizes(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, hq: int, hk: int,
                     seqlens_q: tuple[int, ...], seqlens_k: tuple[int, ...], varlen: bool, mask: MaskParams,
                     softcap: bool = False, sink: bool = False, deterministic: bool = False,
-                    contiguous: bool = True) -> Plan:
+                    contiguous: bool = True, bias: str = "none", bias_dtype: str = "f32", dbias: str = "none",
+                    dbias_sum: tuple[int, ...] = ()) -> Plan:
     """The backward plan for sizes alone (what `tiledsl plan fmha_bwd` prints): no tensors needed."""
     if dtype not in ("f16", "bf16"):
         raise ValueError(f"dtype: expected f16 or bf16, got {dtype}")
@@ -216,4 +274,6 @@ def plan_from_sizes(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, hq: int,
     b, sq = (1, sum(seqlens_q)) if varlen else (len(seqlens_q), seqlens_q[0])
     return build_plan(BwdShape(arch=arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, hq=hq, hk=hk, mask=mask,
                                softcap=softcap, sink=sink, deterministic=deterministic, varlen=varlen, b=b, sq=sq,
-                               seqlens_q=tuple(seqlens_q), seqlens_k=tuple(seqlens_k), contiguous=contiguous))
+                               seqlens_q=tuple(seqlens_q), seqlens_k=tuple(seqlens_k), contiguous=contiguous,
+                               bias=bias, bias_dtype=bias_dtype, dbias=dbias, dbias_sum=dbias_sum,
+                               dbias_cols=max(seqlens_k) if dbias != "none" else 0))

@@ -109,7 +109,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                      max_seqlen_q: int | None = None, scale: float | None = None, causal: CausalArg = False,
                      window: tuple[int, int] = (-1, -1), softcap: float = 0.0, sink: Any = None,
                      num_splits: int = 0, return_lse: bool = False, arch: str | None = None,
-                     device: Any = None) -> Any:
+                     device: Any = None, alibi_slopes: Any = None, bias: Any = None) -> Any:
     """Attention of q against a KV cache (see `tiledsl.reference.fmha_fwd_kvcache_reference`, the
     numpy model, and docs/inference.md).
 
@@ -123,6 +123,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     + i when causal or windowed, else at cache_seqlens[b]; interleaved pairs or halves like
     flash-attention). Sequence b then attends to its cache_seqlens[b] + S_new keys; causal is
     bottom-right aligned to them. Other options as `fmha_fwd`; num_splits: 0 = heuristic.
+    alibi_slopes: f32 [Hq] or [B, Hq], ALiBi over each sequence's keys (as flash_attn_with_kvcache;
+    there is no bias tensor here: `bias` is refused).
     Returns out [and the LSE] like fmha_fwd (numpy in, numpy out; DeviceArrays in, DeviceArrays out).
     """
     from tiledsl.ops import (
@@ -132,6 +134,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         _dtype_name,
         _splits_count,
         _to_bshd,
+        alibi_view,
         aligned_names,
         check_heads,
         check_options,
@@ -139,6 +142,9 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         unit_last_stride,
     )
 
+    if bias is not None:
+        raise ValueError("bias: fmha_fwd_kvcache takes no bias tensor (as flash_attn_with_kvcache); ALiBi is "
+                         "alibi_slopes=")
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
         raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
     varlen = cu_seqlens_q is not None
@@ -268,6 +274,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         rotary = "interleaved" if rotary_interleaved else "half"
         cos32, sin32 = (np.ascontiguousarray(x, np.float32) for x in (cos, sin))
 
+    slopes = None if alibi_slopes is None else alibi_view(alibi_slopes, hq, batch, on_device)
     device, arch = resolve_device(device, on_device, q, arch)
     out_shape = tuple(q.shape[:-1]) + (dv,)
     if on_device:
@@ -291,7 +298,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                                num_splits=splits, b=b4, hq=hq, sq=sq, kv_cache="paged" if paged else "contiguous",
                                page_size=s_cache if paged else 0,
                                heads_per_block=hq // hk if packed else 1,
-                               q_name="q_rot" if rotary != "none" else "q")
+                               q_name="q_rot" if rotary != "none" else "q",
+                               bias="alibi" if slopes is not None else "none")
         plan = build_kvcache_plan(KvCacheShape(attention, batch=batch, hk=hk, s_new=s_new, rotary=rotary,
                                                q_positions="rows" if masked else "first"))
         owned = []
@@ -306,7 +314,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                "cache_batch_idx": entries, "block_table": table_arg, "scale": scale, "softcap": softcap or 1.0,
                "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
                "seqlen_new": s_new, "page_shift": s_cache.bit_length() - 1 if paged else 0,
-               "rotary_cos": cos32, "rotary_sin": sin32}
+               "rotary_cos": cos32, "rotary_sin": sin32, "alibi_slopes": slopes}
         try:
             plan.run(device, env)
             if owned:

@@ -80,6 +80,8 @@ class SplitShape:
     page_size: int = 0  # paged: keys per page
     heads_per_block: int = 1  # > 1: PACK_GQA with this many query heads per kv head
     q_name: str = "q"  # the call's name for the queries (the rotated copy with rotary)
+    bias: str = "none"  # "tensor" (the call's "bias") or "alibi" (its "alibi_slopes"), docs/bias.md
+    bias_dtype: str = "f32"  # the bias tensor's dtype
 
 
 def splitkv_workspace(shape: SplitShape, at: int = 0) -> tuple[Region, ...]:
@@ -100,6 +102,14 @@ FWD_ARGS = ("k", "v", "o", "lse", "sink", "cu_seqlens_q", "cu_seqlens_k", "cache
             "seqlen_new", "page_shift")
 
 
+def bias_args(shape: SplitShape) -> tuple[tuple[str, object], ...]:
+    """fmha_fwd.tile's bias and alibi_slopes: the call's tensors when the variant reads them,
+    else zero stand-ins (any shape: their dims are their own, HQ aside)."""
+    bias = Ref("bias") if shape.bias == "tensor" else unused((1, 1, 1, 1), "f32")
+    slopes = Ref("alibi_slopes") if shape.bias == "alibi" else unused((1, shape.hq), "f32")
+    return (("bias", bias), ("alibi_slopes", slopes))
+
+
 def attention_stages(shape: SplitShape) -> list[Stage]:
     """The forward's stages: "attention" (one kernel), or "producers" and "combine" with splits
     (their workspace is `splitkv_workspace`)."""
@@ -113,9 +123,10 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                               mask=shape.mask, varlen=shape.varlen, lse=shape.lse and not split,
                               sink=shape.sink and not split, softcap=1.0 if shape.softcap else 0.0,
                               contiguous=shape.contiguous, aligned=shape.aligned, split=split,
-                              kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size)
+                              kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size,
+                              bias=shape.bias, bias_dtype=shape.bias_dtype)
     args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
-        ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block))
+        ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block)) + bias_args(shape)
     if not split:
         stand_ins = (("o_acc", unused((1, shape.b, shape.hq, shape.sq, shape.hdim_v), "f32")),
                      ("lse_acc", unused((1, shape.b, shape.hq, shape.sq), "f32")))

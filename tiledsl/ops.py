@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_units, pack_gqa
 from tiledsl.launcher import numpy_dtype
-from tiledsl.reference import CausalArg, MaskParams, fmha_mask_params
+from tiledsl.reference import CausalArg, MaskParams, bias_shape, fmha_mask_params
 
 if TYPE_CHECKING:
     from tiledsl.driver import CompiledKernel
@@ -252,14 +252,132 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
                          sink32=sink32, cuq=cuq, cuk=cuk, max_q=max_q, max_k=max_k, device=device, arch=arch)
 
 
+BIAS_PAD = 8  # the kernels read bias rows in groups of 8 keys: rows are padded to a multiple
+
+
+@dataclass
+class BiasCall:
+    """A checked bias or ALiBi argument and the views the kernels take (docs/bias.md)."""
+
+    kind: str  # "none", "tensor" or "alibi" (fmha_defines' bias)
+    dtype: str  # the bias tensor's dtype name ("f32" without one)
+    shape: tuple[int, ...]  # the bias as given (dbias has this shape)
+    full: tuple[int, ...]  # what it broadcasts to: [B, Hq, Sq, Sk], group mode [Hq, total_q, K]
+    bias4: Any  # the kernel's [B, Hq, Sq, K8] view (group mode [1, Hq, total_q, K8]), or None
+    alibi2: Any  # the kernel's [batch, Hq] f32 slopes view, or None
+    owned: list[Any]  # device copies made for the call (freed by the caller)
+
+    def broadcast_dims(self) -> tuple[int, ...]:
+        """The dims of `full` the bias is broadcast along (dbias sums over them)."""
+        pad = (1,) * (len(self.full) - len(self.shape)) + tuple(self.shape)
+        return tuple(i for i, (n, f) in enumerate(zip(pad, self.full, strict=True)) if n == 1 and f != 1)
+
+    def free(self) -> None:
+        for arr in self.owned:
+            arr.free()
+        self.owned.clear()
+
+
+def _strided_view(x: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+    """x (numpy or DeviceArray) seen with another shape and element strides, from its first element."""
+    if isinstance(x, DeviceArray):
+        return DeviceArray(x.buffer, tuple(shape), x.dtype, tuple(strides), x.offset)
+    isz = x.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(x, tuple(shape), tuple(s * isz for s in strides), writeable=False)
+
+
+def check_bias(bias: Any, alibi_slopes: Any, c: AttentionCall) -> BiasCall:
+    """Check `bias` / `alibi_slopes` against the call (each problem a ValueError naming the
+    argument) and make the kernels' views of them. The bias keeps its memory: broadcast dims get
+    stride 0, and its rows are padded to a multiple of BIAS_PAD keys (a copy, made only when its
+    key dim is not a multiple already and its buffer has no room past the end)."""
+    none = BiasCall("none", "f32", (), (), None, None, [])
+    if bias is not None and alibi_slopes is not None:
+        raise ValueError("bias and alibi_slopes: give at most one (ALiBi is a bias)")
+    if alibi_slopes is not None:
+        return replace(none, kind="alibi", alibi2=alibi_view(alibi_slopes, c.hq, c.batch, c.on_device))
+    if bias is None:
+        return none
+    if not isinstance(bias, np.ndarray | DeviceArray):
+        raise ValueError(f"bias: expected a numpy array or DeviceArray, got {type(bias).__name__}")
+    if isinstance(bias, DeviceArray) != c.on_device:
+        raise ValueError(f"bias: expected a {'DeviceArray' if c.on_device else 'numpy array'} like q, "
+                         f"got {type(bias).__name__}")
+    if bias.dtype not in (c.q4.dtype, np.dtype(np.float32)):
+        raise ValueError(f"bias: expected dtype {c.q4.dtype} (the dtype of q) or float32, got {bias.dtype}")
+    longest_k = int(np.diff(c.cuk).max()) if c.varlen else c.sk
+    full = bias_shape(c.varlen, c.b, c.hq, c.sq, c.sk, longest_k, tuple(bias.shape))
+    if isinstance(bias, np.ndarray) and any(st < 0 for st in bias.strides):
+        bias = np.ascontiguousarray(bias)
+    rank = len(full)
+    strides = (0,) * (rank - bias.ndim) + tuple(_elem_strides(bias))
+    shape = (1,) * (rank - bias.ndim) + tuple(bias.shape)
+    owned: list[Any] = []
+    keys = full[-1]
+    k8 = -(-keys // BIAS_PAD) * BIAS_PAD
+    base = bias
+    if shape[-1] != 1 and k8 != keys:
+        # The kernels read up to 7 keys past a row's end: a view BIAS_PAD-wide rows over the same
+        # memory when the buffer extends that far, else a padded copy.
+        span = sum((n - 1) * st for n, st in zip(shape[:-1], strides[:-1], strict=True)) + (k8 - 1) * strides[-1] + 1
+        roomy = isinstance(bias, DeviceArray) and strides[-1] >= 0 and \
+            (bias.offset + span) * bias.dtype.itemsize <= bias.buffer.size
+        if not roomy:
+            host = bias.numpy() if isinstance(bias, DeviceArray) else bias
+            padded = np.zeros(tuple(host.shape[:-1]) + (k8,), host.dtype)
+            padded[..., :keys] = host
+            base = DeviceArray.from_numpy(c.device, padded, "bias") if isinstance(bias, DeviceArray) else padded
+            if isinstance(base, DeviceArray):
+                owned.append(base)
+            strides = (0,) * (rank - bias.ndim) + tuple(_elem_strides(base))
+    strides = tuple(0 if n == 1 else st for n, st in zip(shape, strides, strict=True))
+    view_shape = full[:-1] + (k8 if shape[-1] != 1 else keys,)
+    view = _strided_view(base, view_shape, strides)
+    bias4 = (_strided_view(view, (1,) + view_shape, (0,) + strides)) if c.varlen else view
+    dt = "f32" if bias.dtype == np.float32 else c.dtype
+    return BiasCall("tensor", dt, tuple(bias.shape), full, bias4, None, owned)
+
+
+def alibi_view(slopes: Any, hq: int, batch: int, on_device: bool) -> Any:
+    """alibi_slopes as the kernels' [batch, Hq] f32 view (stride 0 over the batch for [Hq]), or
+    a ValueError naming it."""
+    want = f"({hq},) or ({batch}, {hq})"
+    if isinstance(slopes, DeviceArray):
+        if not on_device:
+            raise ValueError("alibi_slopes: expected a numpy array like q, got DeviceArray")
+        if slopes.dtype != np.float32:
+            raise ValueError(f"alibi_slopes: expected dtype float32, got {slopes.dtype}")
+        if tuple(slopes.shape) not in ((hq,), (batch, hq)):
+            raise ValueError(f"alibi_slopes: expected shape {want}, got {tuple(slopes.shape)}")
+        strides = ((0,) if slopes.ndim == 1 else ()) + tuple(slopes.strides)
+        return _strided_view(slopes, (batch, hq), strides)
+    if not isinstance(slopes, np.ndarray):
+        raise ValueError(f"alibi_slopes: expected a float32 numpy array or DeviceArray, got {type(slopes).__name__}")
+    if tuple(slopes.shape) not in ((hq,), (batch, hq)) or not np.issubdtype(slopes.dtype, np.floating):
+        raise ValueError(f"alibi_slopes: expected a float array of shape {want} (one slope per query head, "
+                         f"or per sequence and query head), got {slopes.dtype} {tuple(slopes.shape)}")
+    with np.errstate(over="ignore"):
+        s32 = np.ascontiguousarray(slopes, dtype=np.float32)
+    bad = np.flatnonzero(~np.isfinite(s32))
+    if len(bad):
+        raise ValueError(f"alibi_slopes: slope {np.unravel_index(bad[0], s32.shape)} is {s32.flat[bad[0]]} as f32; "
+                         "expected finite slopes")
+    return np.broadcast_to(s32, (batch, hq))
+
+
+def bias_env(bc: BiasCall) -> dict[str, Any]:
+    """The call environment's bias entries (what Ref("bias") / Ref("alibi_slopes") bind to)."""
+    return {"bias": bc.bias4, "alibi_slopes": bc.alibi2}
+
+
 def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None,
              causal: CausalArg = False, window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
              sink: np.ndarray | None = None, cu_seqlens_q: np.ndarray | None = None,
              cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
              max_seqlen_k: int | None = None, return_lse: bool = False, layout: str = "bshd",
-             arch: str | None = None, device: Any = None,
-             num_splits: int = 1) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Attention forward: softmax(mask(cap(scale * q k^T))) v, fp16/bf16 in, f32 accumulation.
+             arch: str | None = None, device: Any = None, num_splits: int = 1, bias: Any = None,
+             alibi_slopes: Any = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Attention forward: softmax(mask(cap(scale * q k^T) + bias)) v, fp16/bf16 in, f32 accumulation.
 
     Shapes and conventions are flash-attention's (see `tiledsl.reference.fmha_fwd_reference`, the
     numpy model of this function): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] for
@@ -276,21 +394,35 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     query block's keys into that many ranges (clamped to the key blocks there are) whose partial
     results a second kernel combines, for grids too small to fill the GPU (decode); 0 lets
     `fmha_num_splits` choose.
+    bias (docs/bias.md): added to the capped logits before the mask; f16/bf16 (q's dtype) or f32,
+    any strides, broadcastable to [B, Hq, Sq, Sk] (group mode: [Hq, total_q, K] with K >= the
+    longest key sequence; sequence b reads rows cu_seqlens_q[b].. and columns 0..seqlen_k-1).
+    alibi_slopes: f32 [Hq] or [batch, Hq], bias -slope * |i + seqlen_k - seqlen_q - j|
+    (flash-attention's ALiBi). At most one of the two.
     """
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
         raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
     c = validate_attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, sink=sink,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                            max_seqlen_k=max_seqlen_k, layout=layout, arch=arch, device=device)
+    bc = check_bias(bias, alibi_slopes, c)
+    try:
+        return _fwd_run(c, bc, layout=layout, return_lse=return_lse, num_splits=num_splits)
+    finally:
+        bc.free()
+
+
+def _fwd_run(c: AttentionCall, bc: BiasCall, *, layout: str, return_lse: bool, num_splits: int) -> Any:
+    """fmha_fwd after its checks: allocate the outputs, build the plan, run it."""
     q4, k4, v4, varlen, on_device, device = c.q4, c.k4, c.v4, c.varlen, c.on_device, c.device
     b, sq, hq, d, dv, dt, arch, mask, sink32 = c.b, c.sq, c.hq, c.d, c.dv, c.dtype, c.arch, c.mask, c.sink32
-    batch, max_q, cuq, cuk, scale = c.batch, c.max_q, c.cuq, c.cuk, c.scale
+    batch, max_q, cuq, cuk, scale, softcap = c.batch, c.max_q, c.cuq, c.cuk, c.scale, c.softcap
     # The output in the caller's layout, and its [B, S, H, Dv] view for the kernel.
     out_shape = (b, sq, hq, dv) if layout == "bshd" else (b, hq, sq, dv)
     if on_device:
-        out = DeviceArray.empty(device, out_shape[1:] if varlen else out_shape, q.dtype, "out")
+        out = DeviceArray.empty(device, out_shape[1:] if varlen else out_shape, q4.dtype, "out")
     else:
-        out = np.zeros(out_shape[1:] if varlen else out_shape, dtype=q.dtype)
+        out = np.zeros(out_shape[1:] if varlen else out_shape, dtype=q4.dtype)
     out4 = _to_bshd(out, layout, varlen)
     if not return_lse:  # never written: one row broadcast over batch and heads
         lse = np.broadcast_to(np.zeros(max(sq, 1), np.float32)[:sq], (b, hq, sq))
@@ -303,12 +435,13 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     if batch and sq and max_q:
         from tiledsl.fmha_splitkv import SplitShape, build_attention_plan
 
-        contiguous = unit_last_stride(q4, k4, v4)
-        aligned = aligned_names(contiguous, q=q4, k=k4, v=v4, o=out4)
+        biased = {"bias": bc.bias4} if bc.bias4 is not None else {}
+        contiguous = unit_last_stride(q4, k4, v4, *biased.values())
+        aligned = aligned_names(contiguous, q=q4, k=k4, v=v4, o=out4, **biased)
         env = {"q": q4, "k": k4, "v": v4, "o": out4, "lse": lse, "sink": sink_arg, "cu_seqlens_q": cuq,
                "cu_seqlens_k": cuk, "scale": float(scale), "softcap": float(softcap) or 1.0,
                "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
-               **NO_KV_CACHE}
+               **NO_KV_CACHE, **bias_env(bc)}
         masked = mask.kind != "none"
         packed = pack_gqa(arch, d, dv, masked, max_q, hq, c.hk)
         plan = build_attention_plan(SplitShape(
@@ -316,7 +449,7 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
             sink=sink32 is not None, softcap=float(softcap) > 0, contiguous=contiguous, aligned=aligned,
             num_splits=_splits_count(num_splits, arch, batch=batch, hq=hq, hk=c.hk, max_q=max_q, max_k=c.max_k,
                                      d=d, dv=dv, masked=masked), b=b, hq=hq, sq=sq,
-            heads_per_block=hq // c.hk if packed else 1))
+            heads_per_block=hq // c.hk if packed else 1, bias=bc.kind, bias_dtype=bc.dtype))
         plan.run(device, env)
     if not return_lse:
         return out
@@ -364,7 +497,8 @@ def _splits_count(num_splits: int, arch: str, *, batch: int, hq: int, hk: int, m
 def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: MaskParams, varlen: bool = False,
                      lse: bool = False, sink: bool = False, softcap: float = 0.0, contiguous: bool = True,
                      aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False, kv_cache: str = "none",
-                     pack_gqa: bool = False, page_size: int = 0) -> CompiledKernel:
+                     pack_gqa: bool = False, page_size: int = 0, bias: str = "none",
+                     bias_dtype: str = "f32") -> CompiledKernel:
     """The fmha_fwd variant `fmha_fwd` launches for these features, from a kernel package or
     compiled through the compile cache (`tiledsl.library.library_kernel`). contiguous: the head
     dim of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
@@ -373,10 +507,12 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
                            sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa,
-                           page_size=page_size)
+                           page_size=page_size, bias=bias, bias_dtype=bias_dtype)
+    # Bias variants accept spills rather than fail: the tile rows keep the tested feature mixes free
+    # of VGPR spills up to hdim 128 (tests/test_fmha_bias.py), not every combination of strides.
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
-                                  dim_units=fmha_dim_units(hdim_q, hdim_v))
+                                  dim_units=fmha_dim_units(hdim_q, hdim_v), allow_spills=bias != "none")
     return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 
 
@@ -398,7 +534,8 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
              sink: np.ndarray | None = None, cu_seqlens_q: np.ndarray | None = None,
              cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
              max_seqlen_k: int | None = None, layout: str = "bshd", deterministic: bool = False,
-             workspace: Any = None, arch: str | None = None, device: Any = None) -> tuple[Any, ...]:
+             workspace: Any = None, arch: str | None = None, device: Any = None, bias: Any = None,
+             alibi_slopes: Any = None, return_dbias: bool = False) -> tuple[Any, ...]:
     """Attention backward: (dq, dk, dv) for the forward `fmha_fwd(q, k, v, ...)` with the same
     options, given the output gradient `do`, the forward's `out` and its natural-log `lse`
     exactly as `fmha_fwd(..., return_lse=True)` returns them (see `tiledsl.reference.
@@ -408,11 +545,25 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
     deterministic=True: no atomics, bitwise-identical results whatever the schedule (dq_acc holds
     one slice per key block); the default adds dQ contributions with float atomics. With `sink`
     the result is (dq, dk, dv, dsink), dsink f32 [Hq] (numpy, or a DeviceArray for DeviceArrays).
+    bias / alibi_slopes: as given to the forward (docs/bias.md). return_dbias=True (a bias tensor
+    broadcast at most along the batch and the heads) appends dbias, the gradient of the bias in
+    its shape and dtype, summed over the dims it was broadcast along (deterministic either way).
     numpy arrays in give numpy arrays out; DeviceArrays give DeviceArrays on the same device."""
-    plan, c, prep = _bwd_call(do, q, k, v, out, lse, scale=scale, causal=causal, window=window, softcap=softcap,
-                              sink=sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, layout=layout,
-                              deterministic=deterministic, arch=arch, device=device)
+    plan, c, prep, bc = _bwd_call(do, q, k, v, out, lse, scale=scale, causal=causal, window=window, softcap=softcap,
+                                  sink=sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, layout=layout,
+                                  deterministic=deterministic, arch=arch, device=device, bias=bias,
+                                  alibi_slopes=alibi_slopes, return_dbias=return_dbias)
+    try:
+        return _bwd_run(plan, c, prep, bc, do, q, k, v, out, lse, layout=layout, workspace=workspace,
+                        return_dbias=return_dbias)
+    finally:
+        bc.free()
+
+
+def _bwd_run(plan: Any, c: AttentionCall, prep: bool, bc: BiasCall, do: Any, q: Any, k: Any, v: Any, out: Any,
+             lse: Any, *, layout: str, workspace: Any, return_dbias: bool) -> tuple[Any, ...]:
+    """fmha_bwd after its checks: device copies, outputs, the plan's run."""
     dev = c.device
     if workspace is not None and prep:
         plan.check_workspace(dev, workspace)  # before anything is allocated or launched
@@ -432,18 +583,23 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
         wanted = [("dq", q_.shape, q_.dtype), ("dk", k_.shape, k_.dtype), ("dv", v_.shape, v_.dtype)]
         if c.sink32 is not None:
             wanted.append(("dsink", (c.hq,), np.dtype(np.float32)))
+        if return_dbias:
+            wanted.append(("dbias", bc.shape, np.dtype(np.float32) if bc.dtype == "f32" else q_.dtype))
         for name, shape, dtype in wanted:
             g = DeviceArray.empty(dev, shape, dtype, name)
             grads.append(g)
             if not c.on_device:
                 owned.append(g)
+        biases = bias_env(bc)
+        if return_dbias:
+            biases["dbias"] = _dbias_view(grads[-1])
         env = {"q": _to_bshd(q_, layout, c.varlen), "k": _to_bshd(k_, layout, c.varlen),
                "v": _to_bshd(v_, layout, c.varlen), "do": _to_bshd(do_, layout, c.varlen),
                "out": _to_bshd(out_, layout, c.varlen), "lse": lse_.expand() if c.varlen else lse_,
                "dq": _to_bshd(grads[0], layout, c.varlen), "dk": _to_bshd(grads[1], layout, c.varlen),
                "dv": _to_bshd(grads[2], layout, c.varlen), "cu_seqlens_q": c.cuq, "cu_seqlens_k": c.cuk,
                "scale": c.scale, "softcap": c.softcap or 1.0, "sink": c.sink32,
-               "dsink": grads[3] if c.sink32 is not None else None}
+               "dsink": grads[3] if c.sink32 is not None else None, **biases}
         if prep:
             plan.run(dev, env, workspace)
         else:  # nothing to attend: zero gradients
@@ -461,35 +617,69 @@ def fmha_bwd_plan(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, **options
     `workspace`): `stage_names`, `workspace_size`, `info["nsplits"]`, `prepare_workspace(device,
     buf)`, `describe()` (the stages as a table and the workspace layout)."""
     options.pop("workspace", None)
-    return _bwd_call(do, q, k, v, out, lse, **options)[0]
+    plan, _, _, bc = _bwd_call(do, q, k, v, out, lse, **options)
+    bc.free()
+    return plan
 
 
 def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, deterministic: bool = False,
-              **options: Any) -> tuple[Any, AttentionCall, bool]:
-    """Check a backward call and build its plan: (plan, the checked call, whether to run it)."""
+              **options: Any) -> tuple[Any, AttentionCall, bool, BiasCall]:
+    """Check a backward call and build its plan: (plan, the checked call, whether to run it, the
+    checked bias; the caller frees its copies)."""
     from tiledsl.fmha_bwd import BwdShape, build_plan
 
     defaults = {"sink": None, "scale": None, "causal": False, "window": (-1, -1), "softcap": 0.0, "cu_seqlens_q": None,
                 "cu_seqlens_k": None, "max_seqlen_q": None, "max_seqlen_k": None, "layout": "bshd", "arch": None,
                 "device": None}
+    bias, slopes, return_dbias = (options.pop(n, d) for n, d in (("bias", None), ("alibi_slopes", None),
+                                                                   ("return_dbias", False)))
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise ValueError(f"fmha_bwd: unknown argument(s) {', '.join(unknown)}")
     c = validate_attention(q, k, v, **{**defaults, **options})
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
+    if not isinstance(return_dbias, bool):
+        raise ValueError(f"return_dbias: expected a bool, got {return_dbias!r}")
     o_shape = tuple(q.shape[:-1]) + (c.dv,)
     _check_like("do", do, q.dtype, o_shape, c.on_device)
     _check_like("out", out, q.dtype, o_shape, c.on_device)
     lse_shape = (c.hq, c.sq) if c.varlen else (c.b, c.hq, c.sq)
     _check_like("lse", lse, np.dtype(np.float32), lse_shape, c.on_device)
-    if c.varlen:
-        seqlens_q, seqlens_k = tuple(int(x) for x in np.diff(c.cuq)), tuple(int(x) for x in np.diff(c.cuk))
-    else:
-        seqlens_q, seqlens_k = (c.sq,) * c.b, (c.sk,) * c.b
-    contiguous = unit_last_stride(q, k, v, do, out)
-    shape = BwdShape(arch=c.arch, dtype=c.dtype, hdim_q=c.d, hdim_v=c.dv, hq=c.hq, hk=c.hk, mask=c.mask,
-                     softcap=c.softcap > 0, sink=c.sink32 is not None, deterministic=deterministic,
-                     varlen=c.varlen, b=c.b, sq=c.sq, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
-                     contiguous=contiguous or not c.on_device)
-    return build_plan(shape), c, bool(c.batch and c.sq and c.sk)
+    if return_dbias and bias is None:
+        raise ValueError("return_dbias: needs a bias tensor (bias=...); "
+                         + ("ALiBi slopes get no gradient" if slopes is not None else "got none"))
+    bc = check_bias(bias, slopes, c)
+    try:
+        dbias, dbias_sum = "none", ()
+        if return_dbias:
+            dims = bc.broadcast_dims()
+            keyed = (1, 2) if c.varlen else (2, 3)  # the query and key dims of the full shape
+            if any(dim in keyed for dim in dims):
+                raise ValueError(f"return_dbias: the bias {bc.shape} is broadcast over query or key positions "
+                                 f"(to {bc.full}); its gradient sums over the batch and heads only: expand it")
+            dbias_sum = tuple(dim + 1 for dim in dims) if c.varlen else dims  # dims of [B, Hq, Sq, K]
+            dbias = "reduce"
+        if c.varlen:
+            seqlens_q, seqlens_k = tuple(int(x) for x in np.diff(c.cuq)), tuple(int(x) for x in np.diff(c.cuk))
+        else:
+            seqlens_q, seqlens_k = (c.sq,) * c.b, (c.sk,) * c.b
+        contiguous = (unit_last_stride(q, k, v, do, out) or not c.on_device) and \
+            (bc.bias4 is None or unit_last_stride(bc.bias4))
+        shape = BwdShape(arch=c.arch, dtype=c.dtype, hdim_q=c.d, hdim_v=c.dv, hq=c.hq, hk=c.hk, mask=c.mask,
+                         softcap=c.softcap > 0, sink=c.sink32 is not None, deterministic=deterministic,
+                         varlen=c.varlen, b=c.b, sq=c.sq, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
+                         contiguous=contiguous, bias=bc.kind, bias_dtype=bc.dtype, dbias=dbias,
+                         dbias_sum=dbias_sum, dbias_cols=bc.full[-1] if return_dbias else 0)
+        return build_plan(shape), c, bool(c.batch and c.sq and c.sk), bc
+    except BaseException:
+        bc.free()
+        raise
+
+
+def _dbias_view(dbias: DeviceArray) -> DeviceArray:
+    """The gradient output (the bias's shape, contiguous) as the 4-D tensor its stage writes:
+    [B, Hq, Sq, Sk] with size-1 dims where the bias was broadcast (group mode [1, H, total_q, K])."""
+    shape = (1,) * (4 - dbias.ndim) + tuple(dbias.shape)
+    strides = (0,) * (4 - dbias.ndim) + tuple(dbias.strides)
+    return DeviceArray(dbias.buffer, shape, dbias.dtype, strides, dbias.offset)

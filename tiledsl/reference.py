@@ -92,6 +92,37 @@ def _segments(cu: np.ndarray | None, batch: int, seqlen: int, name: str) -> list
     return [(int(cu[b]), int(cu[b + 1] - cu[b])) for b in range(len(cu) - 1)]
 
 
+def bias_shape(varlen: bool, batch: int, hq: int, sq: int, sk: int, max_lk: int,
+               shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The full shape a bias of `shape` broadcasts to (numpy broadcasting; ValueError if it
+    cannot): [B, Hq, Sq, Sk] in batch mode; [Hq, total_q, K] in group mode, where sequence b
+    reads rows cu_seqlens_q[b].. and key columns 0..seqlen_k[b]-1, so K (the bias's last dim,
+    e.g. max_seqlen_k) must cover the longest key sequence."""
+    if varlen:
+        cols = shape[-1] if shape and shape[-1] != 1 else max_lk
+        full: tuple[int, ...] = (hq, sq, cols)
+        what = f"[Hq, total_q, >= max seqlen_k] = [{hq}, {sq}, >= {max_lk}] (group mode)"
+        if len(shape) > 3 or cols < max_lk:
+            raise ValueError(f"bias: expected a shape broadcastable to {what}, got {shape}")
+    else:
+        full = (batch, hq, sq, sk)
+        what = f"[B, Hq, Sq, Sk] = [{batch}, {hq}, {sq}, {sk}]"
+        if len(shape) > 4:
+            raise ValueError(f"bias: expected a shape broadcastable to {what}, got {shape}")
+    pad = (1,) * (len(full) - len(shape)) + tuple(shape)
+    if any(n not in (1, f) for n, f in zip(pad, full, strict=True)):
+        raise ValueError(f"bias: expected a shape broadcastable to {what}, got {shape}")
+    return full
+
+
+def sum_to_shape(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The gradient of a tensor of `shape` that was broadcast to g.shape: g summed over the
+    broadcast dimensions (leading ones, and those of size 1 in `shape`)."""
+    g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
 @dataclass(frozen=True)
 class _Problem:
     """Checked reference inputs: float64 [B, S, H, D] views, the sequences, scale, sink, mask."""
@@ -106,9 +137,12 @@ class _Problem:
     scale: float
     sink: np.ndarray | None
     mask: MaskParams
+    bias: np.ndarray | None = None  # float64, broadcast to the full shape (see `bias_shape`)
+    alibi: np.ndarray | None = None  # float64 [batch, Hq]
 
     @staticmethod
-    def check(q, k, v, do, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout) -> _Problem:
+    def check(q, k, v, do, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout,
+              bias=None, alibi_slopes=None) -> _Problem:
         if layout not in ("bshd", "bhsd"):
             raise ValueError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
         varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -130,9 +164,29 @@ class _Problem:
         seg_k = _segments(cu_seqlens_k, batch, sk, "cu_seqlens_k")
         if len(seg_q) != len(seg_k):
             raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length")
+        if bias is not None and alibi_slopes is not None:
+            raise ValueError("bias and alibi_slopes: give at most one")
+        full = bias_shape(varlen, batch, hq, sq, sk, max((lk for _, lk in seg_k), default=0), np.shape(bias)) \
+            if bias is not None else None
+        bias64 = None if bias is None else np.broadcast_to(np.asarray(bias, dtype=np.float64), full)
+        alibi = None
+        if alibi_slopes is not None:
+            slopes = np.asarray(alibi_slopes, dtype=np.float64)
+            if slopes.shape not in ((hq,), (len(seg_q), hq)):
+                raise ValueError(f"alibi_slopes must have shape ({hq},) or ({len(seg_q)}, {hq}), got {slopes.shape}")
+            alibi = np.broadcast_to(slopes, (len(seg_q), hq))
         return _Problem(qb, kb, vb, dob, varlen, seg_q, seg_k, 1.0 / np.sqrt(d) if scale is None else float(scale),
                         None if sink is None else np.asarray(sink, dtype=np.float64).reshape(hq),
-                        fmha_mask_params(causal, window))
+                        fmha_mask_params(causal, window), bias64, alibi)
+
+    def bias_of(self, b: int, q0: int, lq: int, lk: int) -> np.ndarray | None:
+        """The additive bias [Hq, lq, lk] of sequence b (bias tensor or ALiBi), or None."""
+        if self.bias is not None:
+            return self.bias[:, q0:q0 + lq, :lk] if self.varlen else self.bias[b, :, :lq, :lk]
+        if self.alibi is not None:
+            i, j = np.arange(lq)[:, None], np.arange(lk)[None, :]
+            return -self.alibi[b][:, None, None] * np.abs(i + lk - lq - j)[None]
+        return None
 
     def sequences(self):
         """Per sequence: (batch index, (q0, lq), (k0, lk), q, k, v, do) with q/do [Hq, lq, D] and
@@ -161,8 +215,10 @@ def fmha_fwd_reference(
     cu_seqlens_k: np.ndarray | None = None,
     return_lse: bool = False,
     layout: Literal["bshd", "bhsd"] = "bshd",
+    bias: np.ndarray | None = None,
+    alibi_slopes: np.ndarray | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Attention forward, out = softmax(mask(cap(scale * q @ k^T))) @ v, in float64.
+    """Attention forward, out = softmax(mask(cap(scale * q @ k^T) + bias)) @ v, in float64.
 
     Shapes (batch mode): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] for layout "bshd";
     [B, H, S, D] for "bhsd". Group (varlen) mode, when cu_seqlens_q and cu_seqlens_k (int arrays
@@ -188,16 +244,26 @@ def fmha_fwd_reference(
         out_i = sum_j exp(s_ij) v_j / (exp(sink_h) + sum_j exp(s_ij)).
       * A row with no allowed key writes 0. Its LSE is -inf, or sink_h with a sink (the LSE is
         the log of the whole denominator, sink included, as a backward pass needs it).
+      * bias: an additive bias of the logits, after the soft-cap and before the mask (flash-
+        attention's and CK's order), in any layout of q: batch mode, broadcastable to [B, Hq,
+        Sq, Sk] (numpy broadcasting; a dim of 1 is shared); group mode, broadcastable to [Hq,
+        total_q, K], where sequence b uses rows cu_seqlens_q[b].. and columns 0..seqlen_k[b]-1
+        (K >= the longest key sequence, e.g. max_seqlen_k).
+      * alibi_slopes: [Hq] or [batch, Hq] (batch = sequences); the bias of query i, key j of a
+        sequence is -slope * |i + seqlen_k - seqlen_q - j| (flash-attention's ALiBi, aligned to
+        the bottom-right corner whatever the mask). At most one of bias and alibi_slopes.
 
     Returns out (float64, the layout of q, head dim Dv) and, with return_lse, the natural-log
     LSE [B, Hq, Sq] (group mode: [Hq, total_q], flash-attention's varlen layout).
     """
-    p = _Problem.check(q, k, v, None, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout)
+    p = _Problem.check(q, k, v, None, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout,
+                       bias, alibi_slopes)
     batch, sq, hq, _ = p.q.shape
     out = np.zeros((batch, sq, hq, p.v.shape[3]))
     lse = np.full((batch, hq, sq), -np.inf)
-    for bb, (q0, lq), (_k0, lk), qs, ks, vs, _do in p.sequences():
-        o_seg, lse_seg = _attend(qs, ks, vs, p.scale, softcap, p.sink, fmha_mask(lq, lk, p.mask))
+    for n, (bb, (q0, lq), (_k0, lk), qs, ks, vs, _do) in enumerate(p.sequences()):
+        o_seg, lse_seg = _attend(qs, ks, vs, p.scale, softcap, p.sink, fmha_mask(lq, lk, p.mask),
+                                 p.bias_of(n, q0, lq, lk))
         out[bb, q0:q0 + lq] = o_seg.transpose(1, 0, 2)
         lse[bb, :, q0:q0 + lq] = lse_seg
     varlen = p.varlen
@@ -208,11 +274,15 @@ def fmha_fwd_reference(
 
 
 def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: float,
-            sink: np.ndarray | None, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One sequence, all heads: q [H, Sq, D], k [H, Sk, D], v [H, Sk, Dv] -> out, lse [H, Sq]."""
+            sink: np.ndarray | None, allowed: np.ndarray,
+            bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One sequence, all heads: q [H, Sq, D], k [H, Sk, D], v [H, Sk, Dv] (bias [H, Sq, Sk])
+    -> out, lse [H, Sq]."""
     s = np.einsum("hid,hjd->hij", q, k) * scale
     if softcap > 0:
         s = softcap * np.tanh(s / softcap)
+    if bias is not None:
+        s = s + bias
     s = np.where(allowed[None], s, -np.inf)
     m = s.max(axis=2, initial=-np.inf)  # initial: Sk may be 0
     if sink is not None:
@@ -242,32 +312,49 @@ def fmha_bwd_reference(
     cu_seqlens_q: np.ndarray | None = None,
     cu_seqlens_k: np.ndarray | None = None,
     layout: Literal["bshd", "bhsd"] = "bshd",
+    bias: np.ndarray | None = None,
+    alibi_slopes: np.ndarray | None = None,
+    return_dbias: bool = False,
 ) -> tuple[np.ndarray, ...]:
     """Attention backward in float64: the gradients of sum(do * out) for
     out = fmha_fwd_reference(q, k, v, same options) (shapes and conventions there).
 
-    Returns (dq, dk, dv) in the layouts and shapes of q, k, v, and dsink [Hq] last when `sink` is
-    given. With P the softmax probabilities (sink included in the denominator), D = rowsum(do *
-    out): dv = P^T do, dS = P * (do v^T - D), through the soft-cap dS *= 1 - tanh^2, dq = scale *
-    dS k, dk = scale * dS^T q; GQA sums dk/dv over the query heads sharing a kv head;
-    dsink[h] = -sum over every row of exp(sink_h - LSE_row) * D_row. Rows with no allowed key
-    (and no sink) have P = 0 and contribute nothing.
+    Returns (dq, dk, dv) in the layouts and shapes of q, k, v, then dsink [Hq] when `sink` is
+    given, then dbias (the shape of `bias`) with return_dbias. With P the softmax probabilities
+    (sink included in the denominator), D = rowsum(do * out): dv = P^T do, dS = P * (do v^T - D),
+    through the soft-cap dS *= 1 - tanh^2, dq = scale * dS k, dk = scale * dS^T q; GQA sums
+    dk/dv over the query heads sharing a kv head; dsink[h] = -sum over every row of exp(sink_h -
+    LSE_row) * D_row. The bias is added to the capped logits, so dbias is dS before the soft-cap
+    factor, summed over the dims the bias was broadcast along (0 where masked). Rows with no
+    allowed key (and no sink) have P = 0 and contribute nothing. ALiBi slopes get no gradient.
     """
-    p = _Problem.check(q, k, v, do, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout)
+    if return_dbias and bias is None:
+        raise ValueError("return_dbias: needs a bias tensor")
+    p = _Problem.check(q, k, v, do, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout,
+                       bias, alibi_slopes)
     hq, hk, d = p.q.shape[2], p.k.shape[2], p.q.shape[3]
     group = hq // hk
     dq, dk, dv = np.zeros(p.q.shape), np.zeros(p.k.shape), np.zeros(p.v.shape)
     dsink = np.zeros(hq)
+    dbias = None if p.bias is None else np.zeros(p.bias.shape)
     scale, sink64 = p.scale, p.sink
-    for bb, (q0, lq), (k0, lk), qs, ks, vs, dos in p.sequences():
+    for n, (bb, (q0, lq), (k0, lk), qs, ks, vs, dos) in enumerate(p.sequences()):
         allowed = fmha_mask(lq, lk, p.mask)
-        out, lse = _attend(qs, ks, vs, scale, softcap, sink64, allowed)
+        bias_seq = p.bias_of(n, q0, lq, lk)
+        out, lse = _attend(qs, ks, vs, scale, softcap, sink64, allowed, bias_seq)
         raw = np.einsum("hid,hjd->hij", qs, ks) * scale
         s = softcap * np.tanh(raw / softcap) if softcap > 0 else raw
+        if bias_seq is not None:
+            s = s + bias_seq
         lse_safe = np.where(np.isfinite(lse), lse, np.inf)  # empty rows: P = 0
         prob = np.where(allowed[None], np.exp(np.where(allowed[None], s, 0.0) - lse_safe[..., None]), 0.0)
         dd = (dos * out).sum(axis=2)  # D [Hq, lq]
         ds = prob * (np.einsum("hid,hjd->hij", dos, vs) - dd[..., None])
+        if dbias is not None:
+            if p.varlen:
+                dbias[:, q0:q0 + lq, :lk] = ds
+            else:
+                dbias[n, :, :lq, :lk] = ds
         if softcap > 0:
             ds = ds * (1.0 - np.tanh(raw / softcap) ** 2)
         dq[bb, q0:q0 + lq] = (scale * ds @ ks).transpose(1, 0, 2)
@@ -278,7 +365,11 @@ def fmha_bwd_reference(
         if sink64 is not None:
             dsink -= (np.exp(sink64[:, None] - lse_safe) * dd).sum(axis=1)
     grads = tuple(_from_bshd(g, layout, p.varlen) for g in (dq, dk, dv))
-    return (*grads, dsink) if sink64 is not None else grads
+    if sink64 is not None:
+        grads = (*grads, dsink)
+    if return_dbias:
+        grads = (*grads, sum_to_shape(dbias, np.shape(bias)))
+    return grads
 
 
 def round_to_bf16(x: np.ndarray) -> np.ndarray:
@@ -316,7 +407,7 @@ def fmha_fwd_kvcache_reference(
     rotary_sin: np.ndarray | None = None, rotary_interleaved: bool = False,
     cu_seqlens_q: np.ndarray | None = None, scale: float | None = None, causal: CausalArg = False,
     window: tuple[int, int] = (-1, -1), softcap: float = 0.0, sink: np.ndarray | None = None,
-    return_lse: bool = False,
+    return_lse: bool = False, alibi_slopes: np.ndarray | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """The numpy model of `tiledsl.ops.fmha_fwd_kvcache` (flash-attention's
     flash_attn_with_kvcache): appends k/v (rotated when rotary_cos/sin are given) into the caches
@@ -326,7 +417,8 @@ def fmha_fwd_kvcache_reference(
     Caches: contiguous [B_cache, S_cache, Hk, D] (sequence b in entry cache_batch_idx[b], default
     b) or paged [pages, page_size, Hk, D] with block_table [B, max_pages] (key j of sequence b in
     page block_table[b, j // page_size], slot j % page_size). q: [B, Sq, Hq, D], or packed
-    [total_q, Hq, D] with cu_seqlens_q. Returns out (float64) [and the LSE] like fmha_fwd_reference."""
+    [total_q, Hq, D] with cu_seqlens_q. alibi_slopes [Hq] or [B, Hq]: ALiBi over each sequence's
+    cache_seqlens[b] + S_new keys. Returns out (float64) [and the LSE] like fmha_fwd_reference."""
     varlen = cu_seqlens_q is not None
     if varlen:
         cu_q = np.asarray(cu_seqlens_q, np.int64)
@@ -371,7 +463,7 @@ def fmha_fwd_kvcache_reference(
         qs.append(qb)
     result = fmha_fwd_reference(np.concatenate(qs), np.concatenate(ks), np.concatenate(vs), scale=scale,
                                 causal=causal, window=window, softcap=softcap, sink=sink, cu_seqlens_q=cu_q,
-                                cu_seqlens_k=np.asarray(cu_k), return_lse=True)
+                                cu_seqlens_k=np.asarray(cu_k), return_lse=True, alibi_slopes=alibi_slopes)
     out, lse = result
     if not varlen:
         out = out.reshape(q.shape[0], q.shape[1], *out.shape[1:])

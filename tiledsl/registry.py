@@ -33,9 +33,10 @@ DTYPES = ("f16", "bf16")
 MODES = ("batch", "group")
 MASKS = ("none", "causal", "top_left", "window")  # causal: bottom-right, flash-attention's causal=True (prebuild.MASKS)
 ROTARY = ("none", "interleaved", "half")
+BIASES = ("none", "tensor", "alibi")  # an additive bias tensor or ALiBi slopes (docs/bias.md)
 MAX_HDIM = 256
 # Features a family does not have (yet): each refused with the reason.
-NOT_YET = {"bias": "attention bias and ALiBi", "dropout": "dropout", "fp8": "fp8 kernels"}
+NOT_YET = {"dropout": "dropout", "fp8": "fp8 kernels"}
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Signature:
     paged: bool = False  # fmha_fwd_kvcache: paged cache (else contiguous)
     rotary: str = "none"  # fmha_fwd_kvcache: rotary embedding of q and the appended k
     deterministic: bool = False  # fmha_bwd: no atomics
-    bias: str = "none"
+    bias: str = "none"  # "tensor" (any of q's dtype or f32; fmha_bwd with and without dbias) or "alibi"
     dropout: bool = False
 
     def name(self) -> str:
@@ -94,15 +95,16 @@ def validate(arch: str, sig: Signature) -> None:
                              f"{', '.join(DTYPES)}")
         raise ValueError(f"dtype: {arch} supports {', '.join(DTYPES)} for {sig.family}, got {sig.dtype!r}")
     for field_name, value, allowed in (("mode", sig.mode, MODES), ("mask", sig.mask, MASKS),
-                                       ("rotary", sig.rotary, ROTARY)):
+                                       ("rotary", sig.rotary, ROTARY), ("bias", sig.bias, BIASES)):
         if value not in allowed:
             raise ValueError(f"{field_name}: expected one of {', '.join(allowed)}, got {value!r}")
     for field_name in ("hdim_q", "hdim_v"):
         d = getattr(sig, field_name)
         if not isinstance(d, int) or not 1 <= d <= MAX_HDIM:
             raise ValueError(f"{field_name}: {sig.family} supports head dims 1..{MAX_HDIM} on every arch, got {d}")
-    if sig.bias != "none":
-        raise ValueError(f"bias: {NOT_YET['bias']} are not in the library yet; expected 'none'")
+    if sig.bias == "tensor" and sig.family == "fmha_fwd_kvcache":
+        raise ValueError("bias: fmha_fwd_kvcache takes ALiBi slopes but no bias tensor (as flash_attn_with_kvcache); "
+                         "expected 'none' or 'alibi'")
     if sig.dropout:
         raise ValueError(f"dropout: {NOT_YET['dropout']} is not in the library yet; expected False")
     only = {"paged": "fmha_fwd_kvcache", "deterministic": "fmha_bwd"}
@@ -121,11 +123,11 @@ def algorithm(arch: str, sig: Signature) -> Algorithm:
     if sig.family == "fmha_bwd":
         from tiledsl.fmha_bwd import bwd_config
 
-        b = bwd_config(arch, sig.hdim_q, sig.hdim_v)
+        b = bwd_config(arch, sig.hdim_q, sig.hdim_v)  # (with dbias, CDNA's hdim 128 row has 16 query rows)
         return Algorithm(b.block_m, b.block_n, b.waves, 1, b.spills)
     from tiledsl.kernels.fmha_configs import fmha_config
 
-    c = fmha_config(arch, sig.hdim_q, sig.hdim_v, masked=sig.mask != "none")
+    c = fmha_config(arch, sig.hdim_q, sig.hdim_v, masked=sig.mask != "none", bias=sig.bias)
     return Algorithm(c.block_m, c.block_n, c.waves, c.stages)  # forward tiles never spill
 
 
@@ -157,10 +159,17 @@ def _mask_params(sig: Signature):
 def _split_shape(arch: str, sig: Signature, **kw: Any):
     from tiledsl.fmha_splitkv import SplitShape
 
+    # A bias tensor's rows are padded to 16-byte multiples by the ops (tiledsl.ops.check_bias).
+    aligned = ("bias", "k", "o", "q", "v") if sig.bias == "tensor" else ("k", "o", "q", "v")
     base = SplitShape(arch=arch, dtype=sig.dtype, hdim_q=sig.hdim_q, hdim_v=sig.hdim_v, mask=_mask_params(sig),
                       varlen=sig.mode == "group", lse=sig.lse, sink=sig.sink, softcap=sig.softcap, contiguous=True,
-                      aligned=("k", "o", "q", "v"), num_splits=1, b=1, hq=2, sq=64)
+                      aligned=aligned, num_splits=1, b=1, hq=2, sq=64, bias=sig.bias)
     return replace(base, **kw)
+
+
+def _bias_dtypes(sig: Signature) -> tuple[str, ...]:
+    """The bias tensor dtypes a variant's build covers: q's and f32."""
+    return (sig.dtype, "f32") if sig.bias == "tensor" else ("f32",)
 
 
 def _kernels(plan: Any) -> list[Any]:
@@ -171,15 +180,17 @@ def _build_fwd(arch: str, sig: Signature) -> list[Any]:
     from tiledsl.fmha_splitkv import build_attention_plan
 
     # One stage, with and without GQA packing (chosen from the call's shapes).
-    return [k for hpb in (1, 2) for k in _kernels(build_attention_plan(_split_shape(arch, sig, heads_per_block=hpb)))]
+    return [k for bdt, hpb in itertools.product(_bias_dtypes(sig), (1, 2))
+            for k in _kernels(build_attention_plan(_split_shape(arch, sig, heads_per_block=hpb, bias_dtype=bdt)))]
 
 
 def _build_splitkv(arch: str, sig: Signature) -> list[Any]:
     from tiledsl.fmha_splitkv import build_attention_plan
 
     # Producers with and without packing; the combine for decode (16 rows) and longer queries.
-    return [k for hpb, sq in itertools.product((1, 2), (1, 64))
-            for k in _kernels(build_attention_plan(_split_shape(arch, sig, num_splits=2, heads_per_block=hpb, sq=sq)))]
+    return [k for bdt, hpb, sq in itertools.product(_bias_dtypes(sig), (1, 2), (1, 64))
+            for k in _kernels(build_attention_plan(_split_shape(arch, sig, num_splits=2, heads_per_block=hpb, sq=sq,
+                                                                bias_dtype=bdt)))]
 
 
 def _build_kvcache(arch: str, sig: Signature) -> list[Any]:
@@ -200,10 +211,19 @@ def _build_kvcache(arch: str, sig: Signature) -> list[Any]:
 def _build_bwd(arch: str, sig: Signature) -> list[Any]:
     from tiledsl.fmha_bwd import plan_from_sizes
 
-    return _kernels(plan_from_sizes(arch, dtype=sig.dtype, hdim_q=sig.hdim_q, hdim_v=sig.hdim_v, hq=1, hk=1,
-                                    seqlens_q=(64,), seqlens_k=(64,), varlen=sig.mode == "group",
-                                    mask=_mask_params(sig), softcap=sig.softcap, sink=sig.sink,
-                                    deterministic=sig.deterministic))
+    # A bias tensor: of q's dtype or f32, without dbias, and with it (the dbias stage summing over
+    # the batch, the heads, both or neither).
+    dbias: list[tuple[str, tuple[int, ...]]] = [("none", ())]
+    if sig.bias == "tensor":
+        dbias += [("reduce", dims) for dims in ((0,), (1,), (0, 1), ())]
+    out = []
+    for bdt, (mode, dims) in itertools.product(_bias_dtypes(sig), dbias):
+        out += _kernels(plan_from_sizes(arch, dtype=sig.dtype, hdim_q=sig.hdim_q, hdim_v=sig.hdim_v, hq=1, hk=1,
+                                        seqlens_q=(64,), seqlens_k=(64,), varlen=sig.mode == "group",
+                                        mask=_mask_params(sig), softcap=sig.softcap, sink=sig.sink,
+                                        deterministic=sig.deterministic, bias=sig.bias, bias_dtype=bdt,
+                                        dbias=mode, dbias_sum=dims))
+    return list({id(k): k for k in out}.values())
 
 
 _BUILDERS = {"fmha_fwd": _build_fwd, "fmha_fwd_splitkv": _build_splitkv, "fmha_fwd_kvcache": _build_kvcache,
@@ -253,9 +273,9 @@ def _inference() -> list[Signature]:
 def _all() -> list[Signature]:
     axes = {"dtype": DTYPES, "hdim_q": (32, 64, 128, 256), "hdim_v": (32, 64, 128, 256), "mode": MODES,
             "mask": MASKS, "sink": (False, True), "softcap": (False, True)}
-    sigs = (_grid("fmha_fwd", **axes, lse=(False, True)) + _grid("fmha_fwd_splitkv", **axes)
-            + _grid("fmha_bwd", **axes, deterministic=(False, True))
-            + _grid("fmha_fwd_kvcache", **axes, paged=(False, True), rotary=ROTARY))
+    sigs = (_grid("fmha_fwd", **axes, lse=(False, True), bias=BIASES) + _grid("fmha_fwd_splitkv", **axes, bias=BIASES)
+            + _grid("fmha_bwd", **axes, deterministic=(False, True), bias=BIASES)
+            + _grid("fmha_fwd_kvcache", **axes, paged=(False, True), rotary=ROTARY, bias=("none", "alibi")))
     return _same_hdims(sigs)
 
 
@@ -268,7 +288,7 @@ RECEIPTS: dict[str, tuple[str, Any]] = {
     "inference": ("split-KV and KV cache (contiguous and paged, with and without rotary), "
                   "no mask or causal", _inference),
     "fp8": ("fp8 forward: not in the library yet (issue 14)", None),
-    "all": ("every family, dtype, padded head dim (32-256), mask and feature", _all),
+    "all": ("every family, dtype, padded head dim (32-256), mask and feature (bias and ALiBi included)", _all),
 }
 
 
@@ -286,18 +306,21 @@ def receipt_variants(receipt: str, archs: list[str]) -> list[Variant]:
 
 def arch_specs(arch: str) -> dict[str, Any]:
     """The arch's facts and every family's tile table, as JSON-ready data (CK's fmha_arch_specs)."""
-    from tiledsl.fmha_bwd import BWD_CONFIGS
-    from tiledsl.kernels.fmha_configs import CONFIGS, HDIMS, MASKED
+    from tiledsl.fmha_bwd import BWD_CONFIGS, BWD_DBIAS_CONFIGS
+    from tiledsl.kernels.fmha_configs import BIASED, CONFIGS, HDIMS, MASKED
 
     validate(arch, Signature("fmha_fwd"))
     a = get_arch(arch)
     facts = {f.name: getattr(a, f.name) for f in fields(a) if f.name != "matrix_ops"}
     facts["matrix_ops"] = [asdict(op) for op in a.matrix_ops]
     fwd = {"tiles": {str(h): asdict(CONFIGS[arch][h]) for h in HDIMS},
-           "masked_tiles": {str(h): asdict(c) for h, c in MASKED.get(arch, {}).items()}}
-    bwd = {"tiles": {str(h): asdict(c) for h, c in BWD_CONFIGS[arch].items()}}
-    supports = {"dtypes": list(DTYPES), "modes": list(MODES), "masks": list(MASKS), "max_hdim": MAX_HDIM,
-                "padded_hdims": list(HDIMS), "not_yet": NOT_YET}
+           "masked_tiles": {str(h): asdict(c) for h, c in MASKED.get(arch, {}).items()},
+           "bias_tiles": {kind: {f"{h}{'-masked' if m else ''}": asdict(c) for (h, m), c in rows.get(arch, {}).items()}
+                          for kind, rows in BIASED.items()}}
+    bwd = {"tiles": {str(h): asdict(c) for h, c in BWD_CONFIGS[arch].items()},
+           "dbias_tiles": {str(h): asdict(c) for h, c in BWD_DBIAS_CONFIGS.get(arch, {}).items()}}
+    supports = {"dtypes": list(DTYPES), "modes": list(MODES), "masks": list(MASKS), "biases": list(BIASES),
+                "max_hdim": MAX_HDIM, "padded_hdims": list(HDIMS), "not_yet": NOT_YET}
     return {"arch": arch, "facts": facts, "supports": supports,
             "families": {"fmha_fwd": fwd, "fmha_fwd_splitkv": fwd, "fmha_fwd_kvcache": fwd, "fmha_bwd": bwd}}
 
@@ -317,16 +340,17 @@ def variant_of(shape: Any) -> Variant:
         return Variant(a.arch, Signature("fmha_fwd_kvcache", dtype=a.dtype, mode="group" if a.varlen else "batch",
                                          hdim_q=a.hdim_q, hdim_v=a.hdim_v, mask=MASK_NAMES[a.mask.kind], lse=a.lse,
                                          sink=a.sink, softcap=a.softcap, paged=a.kv_cache == "paged",
-                                         rotary=shape.rotary))
+                                         rotary=shape.rotary, bias=a.bias))
     mode = "group" if shape.varlen else "batch"
     if isinstance(shape, BwdShape):
         return Variant(shape.arch, Signature("fmha_bwd", dtype=shape.dtype, mode=mode, hdim_q=shape.hdim_q,
                                              hdim_v=shape.hdim_v, mask=MASK_NAMES[shape.mask.kind], sink=shape.sink,
-                                             softcap=shape.softcap, deterministic=shape.deterministic))
+                                             softcap=shape.softcap, deterministic=shape.deterministic,
+                                             bias=shape.bias))
     family = "fmha_fwd_splitkv" if shape.num_splits > 1 else "fmha_fwd"
     return Variant(shape.arch, Signature(family, dtype=shape.dtype, mode=mode, hdim_q=shape.hdim_q,
                                          hdim_v=shape.hdim_v, mask=MASK_NAMES[shape.mask.kind], lse=shape.lse,
-                                         sink=shape.sink, softcap=shape.softcap))
+                                         sink=shape.sink, softcap=shape.softcap, bias=shape.bias))
 
 
 def parse_variant_key(key: str) -> Variant:

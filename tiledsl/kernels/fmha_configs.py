@@ -37,6 +37,8 @@ from tiledsl.reference import MaskParams
 
 HDIMS = (32, 64, 128, 256)  # padded head dims (tile widths) with a row per arch
 VECTOR_ELEMS = 8  # f16/bf16 elements in one 16-byte vector access
+# The API's bias kinds and the BIAS constexpr each selects (fmha_fwd.tile, fmha_bwd_dq_dk_dv.tile).
+BIAS_KINDS = {"none": "none", "tensor": "elementwise", "alibi": "alibi"}
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,41 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
 }
 
 
-def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool = False) -> FmhaConfig:
-    """The tile config for `arch` and the head dims (actual sizes, padded here)."""
+# Rows for bias variants (docs/bias.md) where they differ from the rows above, per bias kind and
+# (padded hdim, masked): the bias tile (or ALiBi's per-element distances) takes registers beside
+# the scores, so the largest tile without VGPR spills is smaller in places. Chosen like the rows
+# above (the tests' feature mixes, general strides, plus the plain contiguous variant;
+# benchmarks/fmha_bias.py prints the figures). gfx11 holds the WMMA accumulator in every other
+# column of a lane, so its bias tile loads element by element and wants the smallest tiles; at
+# hdim 256 it still spills (bias variants compile with spills allowed: see compile_fmha_fwd).
+BIASED: dict[str, dict[str, dict[tuple[int, bool], FmhaConfig]]] = {
+    "tensor": {
+        "gfx90a": {(128, True): _c(128, 64, 4, 2)},
+        "gfx942": {(128, True): _c(128, 64, 4, 2)},
+        "gfx950": {(128, True): _c(128, 64, 4, 2), (256, True): _c(64, 32, 4, 2)},
+        "gfx1100": {(32, False): _c(128, 64, 8, 1), (32, True): _c(64, 64, 8, 1), (64, False): _c(64, 64, 8, 1),
+                    (64, True): _c(64, 64, 8, 1), (128, False): _c(64, 32, 8, 1), (128, True): _c(64, 32, 8, 1)},
+        "gfx1201": {(32, False): _c(128, 64, 8, 1), (64, False): _c(128, 64, 8, 1), (64, True): _c(64, 64, 8, 1),
+                    (128, True): _c(64, 64, 8, 1)},
+    },
+    "alibi": {
+        "gfx90a": {(128, False): _c(128, 64, 4, 2), (128, True): _c(128, 64, 4, 2)},
+        "gfx942": {(128, False): _c(128, 64, 4, 2), (128, True): _c(128, 64, 4, 2)},
+        "gfx950": {(128, True): _c(128, 64, 4, 2)},
+        "gfx1201": {(32, False): _c(128, 64, 8, 1), (64, False): _c(128, 64, 8, 1), (128, True): _c(64, 64, 8, 1)},
+    },
+}
+
+
+def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool = False,
+                bias: str = "none") -> FmhaConfig:
+    """The tile config for `arch` and the head dims (actual sizes, padded here); bias: the
+    variant's bias kind ("none", "tensor", "alibi")."""
     name = get_arch(arch).name
     hdim_v = hdim_q if hdim_v is None else hdim_v
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
+    if (hdim, masked) in BIASED.get(bias, {}).get(name, {}):
+        return BIASED[bias][name][(hdim, masked)]
     if masked and hdim in MASKED.get(name, {}):
         return MASKED[name][hdim]
     return CONFIGS[name][hdim]
@@ -107,15 +139,21 @@ def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, i
 def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
                  mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
                  sink: bool = False, softcap: float = 0.0, split: bool = False, kv_cache: str = "none",
-                 pack_gqa: bool = False, page_size: int = 0, config: FmhaConfig | None = None) -> dict[str, str]:
-    """All constexprs of one fmha_fwd variant (the -D values), from what a call needs."""
+                 pack_gqa: bool = False, page_size: int = 0, bias: str = "none", bias_dtype: str = "f32",
+                 config: FmhaConfig | None = None) -> dict[str, str]:
+    """All constexprs of one fmha_fwd variant (the -D values), from what a call needs. bias:
+    "none", "tensor" (an additive bias tensor of `bias_dtype`) or "alibi"."""
     if kv_cache not in ("none", "contiguous", "paged"):
         raise TileError(f"kv_cache: expected none, contiguous or paged, got {kv_cache}")
+    if bias not in BIAS_KINDS:
+        raise TileError(f"bias: expected one of {', '.join(BIAS_KINDS)}, got {bias}")
+    if bias_dtype not in ("f16", "bf16", "f32"):
+        raise TileError(f"bias_dtype: expected f16, bf16 or f32, got {bias_dtype}")
     if dtype not in ("f16", "bf16"):
         raise TileError(f"fmha_fwd supports f16 and bf16, got {dtype}")
     hdim_v = hdim_q if hdim_v is None else hdim_v
     dq, dv = padded_hdim(hdim_q), padded_hdim(hdim_v)
-    cfg = config or fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none")
+    cfg = config or fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias)
 
     def flag(b: bool) -> str:
         return "true" if b else "false"
@@ -126,6 +164,7 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         "VARLEN": flag(varlen), "HAS_LSE": flag(lse), "HAS_SINK": flag(sink), "SOFTCAP": flag(softcap > 0),
         "SPLIT": flag(split), "KV_CACHE": kv_cache, "PACK_GQA": flag(pack_gqa),
         "BIG_PAGES": flag(kv_cache == "paged" and page_size >= cfg.block_n),
+        "BIAS": BIAS_KINDS[bias], "BIAS_DT": bias_dtype if bias == "tensor" else "f32",
         "PAD_D": flag(dq != hdim_q or dv != hdim_v),
     }
 
