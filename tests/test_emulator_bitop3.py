@@ -86,3 +86,24 @@ def test_v_pk_mov_b32_takes_each_half_by_op_sel(arch, op_sel):
     handler(w)
     np.testing.assert_array_equal(w.v[0], (lo, hi)[op_sel[0]])
     np.testing.assert_array_equal(w.v[1], (lo, hi)[op_sel[1]])
+
+
+def test_spilling_cdna_kernel_runs():
+    """gfx940+ flat scratch: `scratch_store_dwordx4 off, v[..], off offset:N` addresses by the
+    immediate alone (SVE = 0). The emulator added a VGPR and faulted on every kernel that spills
+    VGPRs on gfx942/gfx950 (found by the bias work); a spilling gfx950 GEMM now runs and matches."""
+    from pathlib import Path
+
+    from tiledsl.driver import compile_source
+    from tiledsl.launcher import launch
+    from tiledsl.options import CompileOptions
+
+    src = (Path(__file__).resolve().parent / "errors" / "lds_too_large.tile").read_text()
+    k = compile_source(src, "big.tile", "gfx950", {"BLOCK": "256"},
+                       CompileOptions.make("gfx950", {"BLOCK": "256"}, allow_spills=True))
+    assert k.manifest["vgpr_spill_count"] > 0 and "scratch_store" in k.asm
+    a = np.random.default_rng(5).random((256, 256)).astype(np.float16)
+    c = np.zeros((256, 256), np.float32)
+    launch(k, a, c, device=EmulatorDevice("gfx950"))
+    af = a.astype(np.float32)
+    np.testing.assert_allclose(c, af @ af.T, rtol=1e-4, atol=1e-3)

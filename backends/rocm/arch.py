@@ -52,6 +52,10 @@ class Arch:
     # global_atomic_add_f32 ignores the denormal mode and flushes f32 denormals (MI200: LLVM's
     # "global FP atomics have a hardcoded FP mode"); later archs honour the mode.
     atomic_fadd_flushes_denormals: bool = False
+    # Flat scratch instructions take VADDR only when their SVE bit is set (gfx940+ and gfx10+, where
+    # `scratch_store_dword off, v1, off offset:N` addresses by the immediate alone); gfx90a has no
+    # SVE bit and takes VADDR whenever SADDR is off.
+    scratch_sve: bool = True
 
     @property
     def m0_sgpr(self) -> int:
@@ -117,7 +121,7 @@ _RDNA = {"wave_size": 32, "lds_bytes": 64 * 1024, "vgprs_per_lane": 256, "agprs_
 ARCHS: dict[str, Arch] = {
     "gfx90a": Arch(
         name="gfx90a", family="CDNA2", elf_mach=0x3F, lds_bytes=64 * 1024, fp8_flavour=None, peak_tflops_f16=383.0,
-        product="MI200 (MI250X)", compute_units=110, atomic_fadd_flushes_denormals=True, **_CDNA,
+        product="MI200 (MI250X)", compute_units=110, atomic_fadd_flushes_denormals=True, scratch_sve=False, **_CDNA,
         matrix_ops=_cdna_ops(8, 16, {
             "f16": ("v_mfma_f32_32x32x8f16", "v_mfma_f32_16x16x16f16"),
             "bf16": ("v_mfma_f32_32x32x8bf16_1k", "v_mfma_f32_16x16x16bf16_1k"),

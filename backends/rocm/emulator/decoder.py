@@ -78,6 +78,7 @@ class Decoder:
     def __init__(self, arch: str) -> None:
         self.arch = arch
         self.gen = GENERATION[arch]
+        self.scratch_sve = ARCHS[arch].scratch_sve
         self.table = opcode_table(arch)
 
     def decode_all(self, code: bytes, start: int, base_addr: int) -> list[Inst]:
@@ -273,8 +274,10 @@ class Decoder:
         if self.gen == "gfx9":
             seg = (w >> 14) & 3
             off = w & 0x1FFF
+            # gfx940+: bit 13 of a scratch instruction is SVE (VADDR in use); gfx90a has none.
+            sve = (w >> 13) & 1 if seg == 1 and self.scratch_sve else 0
             f = {"seg": seg, "offset": _sext(off, 13) if seg else off & 0xFFF, "saddr": (w1 >> 16) & 0x7F,
-                 "acc": (w1 >> 23) & 1, "sve": 0, "null": 0x7F, "glc": (w >> 16) & 1}
+                 "acc": (w1 >> 23) & 1, "sve": sve, "null": 0x7F, "glc": (w >> 16) & 1}
             op = (w >> 18) & 0x7F
         else:
             seg = (w >> 16) & 3

@@ -212,7 +212,7 @@ def _address_fn(inst, ctx):
     has_saddr = saddr != f["null"] and not (ctx.gen == "gfx9" and saddr == 0x7F)
     va = f["addr"]
     if fam == "SCRATCH":
-        use_v = ctx.gen == "gfx9" and va != 0x7F and not has_saddr or f["sve"] or (ctx.gen == "gfx9" and not has_saddr)
+        use_v = bool(f["sve"]) if ctx.image.arch.scratch_sve else not has_saddr
         sr = sread(saddr, ctx, None) if has_saddr else None
 
         def scr(w, lanes):
