@@ -22,7 +22,7 @@ F16, BF16 = torch.float16, torch.bfloat16
 
 # -- the float64 model ------------------------------------------------------------------------
 
-def attention64(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None):
+def attention64(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None, alibi=None):
     """Plain attention of float64 tensors [B, S, H, D] (differentiable): bottom-right aligned
     causal mask and window, tanh soft-cap, GQA by repeating each kv head Hq/Hk times."""
     g = q.shape[2] // k.shape[2]
@@ -33,6 +33,9 @@ def attention64(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=No
         s = softcap * torch.tanh(s / softcap)
     sq, sk = q.shape[1], k.shape[1]
     i, j = torch.arange(sq)[:, None], torch.arange(sk)[None, :]
+    if alibi is not None:  # flash-attention's ALiBi: -slope * |i + sk - sq - j|, after the soft-cap
+        slopes = alibi.double().reshape(-1 if alibi.dim() == 2 else 1, q.shape[2])
+        s = s - slopes[:, :, None, None] * (i + sk - sq - j).abs().double()
     left, right = window[0], 0 if causal else window[1]
     allowed = torch.ones(sq, sk, dtype=torch.bool)
     if left >= 0:
@@ -243,8 +246,8 @@ def test_default_device_setting_and_context():
 @pytest.mark.parametrize("call,error,match", [
     (lambda q: tt.flash_attn_func(q, q, q, dropout_p=0.1, arch="gfx942"), NotImplementedError,
      "dropout_p: dropout .* not in tiledsl yet"),
-    (lambda q: tt.flash_attn_func(q, q, q, alibi_slopes=torch.ones(2), arch="gfx942"), NotImplementedError,
-     "alibi_slopes: ALiBi is not in tiledsl yet"),
+    (lambda q: tt.flash_attn_func(q, q, q, alibi_slopes=torch.ones(2, dtype=torch.float64), arch="gfx942"),
+     ValueError, "alibi_slopes: expected a float32 tensor"),
     (lambda q: tt.flash_attn_func(q, q, q, return_attn_probs=True, arch="gfx942"), NotImplementedError,
      "return_attn_probs: .* not in tiledsl yet"),
     (lambda q: tt.flash_attn_with_kvcache(q, q, q, cache_seqlens=4, cache_leftpad=torch.zeros(1, dtype=torch.int32),
@@ -375,3 +378,18 @@ def test_rocm_kvcache_appends_into_device_memory(stand_in, monkeypatch):
     assert torch.equal(got, want) and torch.equal(dkc, kc) and torch.equal(dvc, vc)
     assert torch.equal(kc[3, 8], k[0, 0])  # key 40 = page 3 (the table's third), slot 8
     assert wrapped == ["q", "k_cache", "v_cache", "k", "v", "cache_seqlens", "block_table"]  # all in place
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
+def test_alibi_forward_backward(arch):
+    """alibi_slopes ([B, Hq] here) against the float64 model, through autograd."""
+    torch.manual_seed(5)
+    q, k, v = randn(2, 19, 4, 64, grad=True), randn(2, 23, 2, 64, grad=True), randn(2, 23, 2, 64, grad=True)
+    slopes = torch.rand(2, 4) * 0.5
+    out = tt.flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes, arch=arch)
+    do = torch.randn_like(out)
+    out.backward(do)
+    ref, grads = reference(q, k, v, do, causal=True, alibi=slopes)
+    assert_close(out, ref, F16, "out")
+    for got, want, name in zip((q.grad, k.grad, v.grad), grads, ("dq", "dk", "dv"), strict=True):
+        assert_close(got, want, F16, name)

@@ -340,10 +340,19 @@ def _not_yet(name: str, what: str) -> NotImplementedError:
     return NotImplementedError(f"{name}: {what} is not in tiledsl yet")
 
 
-def _check_common(q: Any, softmax_scale: Any, causal: Any, window_size: Any, softcap: Any,
-                  alibi_slopes: Any) -> tuple[float | None, tuple[int, int], float]:
-    if alibi_slopes is not None:
-        raise _not_yet("alibi_slopes", "ALiBi")
+def _alibi(alibi_slopes: Any) -> np.ndarray | None:
+    """flash-attention's alibi_slopes (fp32 [Hq] or [B, Hq]) as a host f32 array; tiledsl's ops
+    check its shape against the call (tiny: a copy to the host costs nothing)."""
+    if alibi_slopes is None:
+        return None
+    if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32:
+        raise ValueError(f"alibi_slopes: expected a float32 tensor [nheads] or [batch, nheads], got "
+                         f"{getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)}")
+    return alibi_slopes.detach().cpu().numpy()
+
+
+def _check_common(q: Any, softmax_scale: Any, causal: Any, window_size: Any,
+                  softcap: Any) -> tuple[float | None, tuple[int, int], float]:
     if isinstance(q, torch.Tensor) and q.dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"q: expected dtype torch.float16 or torch.bfloat16, got {q.dtype}")
     if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, int | float)
@@ -392,11 +401,13 @@ class _Call:
     cu_seqlens_k: np.ndarray | None = None
     max_seqlen_q: int | None = None
     max_seqlen_k: int | None = None
+    alibi_slopes: np.ndarray | None = None
 
     def options(self) -> dict[str, Any]:
         return {"scale": self.scale, "causal": self.causal, "window": self.window, "softcap": self.softcap,
                 "cu_seqlens_q": self.cu_seqlens_q, "cu_seqlens_k": self.cu_seqlens_k,
-                "max_seqlen_q": self.max_seqlen_q, "max_seqlen_k": self.max_seqlen_k, "device": self.device}
+                "max_seqlen_q": self.max_seqlen_q, "max_seqlen_k": self.max_seqlen_k,
+                "alibi_slopes": self.alibi_slopes, "device": self.device}
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: _Call,
@@ -466,11 +477,13 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     Hq a multiple of Hk; returns out [B, Sq, Hq, Dv]. causal is bottom-right aligned; window_size
     (left, right), -1 unlimited; softcap > 0 caps the logits with tanh. Differentiable in q, k, v
     (`deterministic=True`: bitwise-reproducible gradients). arch/device: where CPU tensors run
-    (docs/torch.md). dropout_p > 0, alibi_slopes and return_attn_probs raise NotImplementedError."""
-    scale, window, cap = _check_common(q, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    (docs/torch.md). alibi_slopes: fp32 [Hq] or [B, Hq] (flash-attention's convention). dropout_p > 0
+    and return_attn_probs raise NotImplementedError."""
+    scale, window, cap = _check_common(q, softmax_scale, causal, window_size, softcap)
     _check_dropout(dropout_p, return_attn_probs, deterministic)
     dev = _place({"q": q, "k": k, "v": v}, arch, device)
-    return _attention(q, k, v, _Call(dev, scale, causal, window, cap, deterministic))
+    return _attention(q, k, v, _Call(dev, scale, causal, window, cap, deterministic,
+                                     alibi_slopes=_alibi(alibi_slopes)))
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -486,14 +499,16 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     k/v are a paged KV cache [num_pages, page_size, Hk, D(v)] (page_size a power of two) holding
     sequence b's cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys; that form is forward only (its
     backward is not in tiledsl yet). Other arguments as `flash_attn_func`."""
-    scale, window, cap = _check_common(q, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    scale, window, cap = _check_common(q, softmax_scale, causal, window_size, softcap)
     _check_dropout(dropout_p, return_attn_probs, deterministic)
     dev = _place({"q": q, "k": k, "v": v}, arch, device)
     cu_q, cu_k = _host_ints("cu_seqlens_q", cu_seqlens_q), _host_ints("cu_seqlens_k", cu_seqlens_k)
     max_q, max_k = (_max_seqlen(n, x) for n, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)))
+    slopes = _alibi(alibi_slopes)
     if block_table is not None:
-        return _paged_varlen(q, k, v, cu_q, cu_k, max_q, max_k, block_table, scale, causal, window, cap, dev)
-    call = _Call(dev, scale, causal, window, cap, deterministic, cu_q, cu_k, max_q, max_k)
+        return _paged_varlen(q, k, v, cu_q, cu_k, max_q, max_k, block_table, scale, causal, window, cap, dev,
+                             slopes)
+    call = _Call(dev, scale, causal, window, cap, deterministic, cu_q, cu_k, max_q, max_k, slopes)
     return _attention(q, k, v, call)
 
 
@@ -506,7 +521,7 @@ def _max_seqlen(name: str, x: Any) -> int:
 
 def _paged_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: np.ndarray, cu_k: np.ndarray,
                   max_q: int, max_k: int, block_table: torch.Tensor, scale: float | None, causal: bool,
-                  window: tuple[int, int], softcap: float, dev: Device) -> torch.Tensor:
+                  window: tuple[int, int], softcap: float, dev: Device, slopes: np.ndarray | None) -> torch.Tensor:
     """flash_attn_varlen_func over a paged KV cache: tiledsl's batch prefill against the cache."""
     from tiledsl.ops import fmha_fwd_kvcache
 
@@ -523,7 +538,7 @@ def _paged_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: np.nd
         out = fmha_fwd_kvcache(_lib(q, dev, "q"), _lib(k, dev, "k"), _lib(v, dev, "v"), cache_seqlens=seqlens_k,
                                block_table=_int_arg("block_table", block_table, dev), cu_seqlens_q=cu_q,
                                max_seqlen_q=max_q, scale=scale, causal=causal, window=window, softcap=softcap,
-                               num_splits=0, device=dev)
+                               alibi_slopes=slopes, num_splits=0, device=dev)
         return _torch(out)
 
 
@@ -545,12 +560,12 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     in place at cache_seqlens[b] first, rotated with rotary_cos/rotary_sin [S_ro, R/2] when given
     (q too; rotary_interleaved as flash-attention). num_splits: 0 = heuristic, 1 = no split-KV.
     Returns out [B, Sq, Hq, Dv], and with return_softmax_lse the f32 LSE [B, Hq, Sq].
-    cache_leftpad and alibi_slopes raise NotImplementedError."""
+    alibi_slopes as flash_attn_func; cache_leftpad raises NotImplementedError."""
     from tiledsl.ops import fmha_fwd_kvcache
 
     if cache_leftpad is not None:
         raise _not_yet("cache_leftpad", "left padding of the KV cache")
-    scale, window, cap = _check_common(q, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    scale, window, cap = _check_common(q, softmax_scale, causal, window_size, softcap)
     if not isinstance(rotary_interleaved, bool):
         raise ValueError(f"rotary_interleaved: expected a bool, got {rotary_interleaved!r}")
     tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
@@ -575,7 +590,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
             cache_batch_idx=None if cache_batch_idx is None else _int_arg("cache_batch_idx", cache_batch_idx, dev),
             block_table=None if block_table is None else _int_arg("block_table", block_table, dev),
             rotary_interleaved=rotary_interleaved, scale=scale, causal=causal, window=window, softcap=cap,
-            num_splits=num_splits, return_lse=return_softmax_lse, device=dev, **rotary)
+            num_splits=num_splits, return_lse=return_softmax_lse, alibi_slopes=_alibi(alibi_slopes), device=dev,
+            **rotary)
         if k is not None:  # the caches changed in place behind torch's back
             torch.autograd.graph.increment_version([k_cache, v_cache])
         if return_softmax_lse:
