@@ -658,18 +658,23 @@ int grid_eval(const char *text, const char **names, const long long *values, int
 """
 
 
+def _grid_shim(tmp_path, source: str) -> ctypes.CDLL:
+    """csrc/grid.c (and runtime.c for its errors) with a small exported shim, as a library."""
+    shim = tmp_path / "shim.c"
+    shim.write_text(source)
+    lib_path = tmp_path / "libshim.so"
+    _zig_cc("-shared", "-fPIC", *CFLAGS, f"-I{ROOT / 'csrc'}", str(shim), str(ROOT / "csrc" / "grid.c"),
+            str(ROOT / "csrc" / "runtime.c"), "-o", str(lib_path), "-ldl", "-lpthread")
+    return ctypes.CDLL(str(lib_path))
+
+
 def test_grid_formulas_agree_with_python(runtime_lib, tmp_path):
     """csrc/grid.c against tiledsl/grid.py on the operators whose meanings differ between C and
     Python (floor division and modulo of negatives, truncating '/', shifts) and on errors."""
     from tiledsl.errors import TileError
     from tiledsl.grid import eval_formula
 
-    shim = tmp_path / "shim.c"
-    shim.write_text(GRID_SHIM)
-    lib_path = tmp_path / "libgrid.so"
-    _zig_cc("-shared", "-fPIC", *CFLAGS, f"-I{ROOT / 'csrc'}", str(shim), str(ROOT / "csrc" / "grid.c"),
-            str(ROOT / "csrc" / "runtime.c"), "-o", str(lib_path), "-ldl", "-lpthread")
-    lib = ctypes.CDLL(str(lib_path))
+    lib = _grid_shim(tmp_path, GRID_SHIM)
     lib.td_last_error.restype = ctypes.c_char_p
     values = {"M": 70, "N": -9, "HQ": 4, "batch": 3}
     names = (ctypes.c_char_p * 4)(*(n.encode() for n in values))
@@ -711,12 +716,7 @@ def test_requires_conditions_agree_with_python(runtime_lib, tmp_path):
     from tiledsl.grid import eval_condition, render_condition
     from tiledsl.lang.parser import parse
 
-    shim = tmp_path / "shim.c"
-    shim.write_text(CONDITION_SHIM)
-    lib_path = tmp_path / "libcond.so"
-    _zig_cc("-shared", "-fPIC", *CFLAGS, f"-I{ROOT / 'csrc'}", str(shim), str(ROOT / "csrc" / "grid.c"),
-            str(ROOT / "csrc" / "runtime.c"), "-o", str(lib_path), "-ldl", "-lpthread")
-    lib = ctypes.CDLL(str(lib_path))
+    lib = _grid_shim(tmp_path, CONDITION_SHIM)
     sources = ["D % 8 == 0", "N <= 4096", "(N + 1) * 2 > D", "N > 0 and D < 64", "not (N == 3) or D != 64",
                "N > 0 and (D % 16 == 0 or N % 2 == 1)", "not (not (N >= D))", "cdiv(N, 8) * 8 == N"]
     for values in ({"N": 3, "D": 64}, {"N": 4096, "D": 8}, {"N": 7, "D": 12}):
