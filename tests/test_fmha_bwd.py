@@ -200,6 +200,12 @@ def test_plan_cli_prints_stages_and_workspace(capsys):
         assert word in text
     assert main(["plan", "fmha_bwd", "--arch", "gfx950", "--heads", "8/3"]) == 2
     assert "heads: the query heads (8) must be a positive multiple" in capsys.readouterr().err
+    assert main(["plan", "fmha_bwd", "--arch", "gfx942", "--hdim", "64", "--heads", "4/2", "--seqlen", "128",
+                 "--bias", "tensor", "--bias-dtype", "f16", "--dbias"]) == 0
+    text = capsys.readouterr().out
+    assert "bias tensor, dbias reduce" in text and "fmha_bwd_dbias" in text and "dbias_acc" in text
+    assert main(["plan", "fmha_bwd", "--arch", "gfx942", "--dbias"]) == 2
+    assert "--dbias: the gradient of a bias tensor; add --bias tensor" in capsys.readouterr().err
 
 
 def test_config_table_covers_every_arch_and_head_dim():

@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--mask", default="none", help="none, causal (bottom-right), top_left, or window=LEFT,RIGHT")
     pl.add_argument("--softcap", action="store_true", help="with a logits soft-cap")
     pl.add_argument("--deterministic", action="store_true", help="no atomics (one dq_acc slice per key block)")
+    pl.add_argument("--bias", choices=["none", "tensor", "alibi"], default="none",
+                    help="an attention bias tensor or ALiBi slopes (docs/bias.md)")
+    pl.add_argument("--bias-dtype", choices=["f16", "bf16", "f32"], default="f32", help="the bias tensor's dtype")
+    pl.add_argument("--dbias", action="store_true", help="with --bias tensor: also its gradient (return_dbias)")
     pl.add_argument("--json", action="store_true",
                     help="print the plan as JSON for the C runtime (stages by package key, workspace layout)")
     return p
@@ -434,6 +438,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         sq, sk = _pair(args.seqlen, "--seqlen")
         seqlens_q, seqlens_k = (sq,) * args.batch, (sk,) * args.batch
+    if args.dbias and args.bias != "tensor":
+        raise TileError("--dbias: the gradient of a bias tensor; add --bias tensor")
     mask_arg = args.mask
     window = (-1, -1)
     causal: Any = {"none": False, "causal": True, "top_left": "top_left"}.get(mask_arg)
@@ -445,7 +451,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plan = plan_from_sizes(get_arch(args.arch).name, dtype=args.dtype, hdim_q=hdim_q, hdim_v=hdim_v, hq=hq,
                                hk=hk, seqlens_q=seqlens_q, seqlens_k=seqlens_k, varlen=bool(args.varlen),
                                mask=fmha_mask_params(causal, window), softcap=args.softcap,
-                               deterministic=args.deterministic)
+                               deterministic=args.deterministic, bias=args.bias, bias_dtype=args.bias_dtype,
+                               dbias="reduce" if args.dbias else "none")
     except ValueError as exc:
         raise TileError(str(exc)) from None
     print(json.dumps(plan.to_json(), indent=1) if args.json else plan.describe())
