@@ -75,6 +75,12 @@ def constant_int(v: ir.Value) -> int | None:
     return None
 
 
+def uniform_constant_int(v: ir.Value) -> int | None:
+    """constant_int of v, or of the scalar a `tile.splat` v was made from."""
+    op = defining_op(v)
+    return constant_int(op.operands[0] if op is not None and op.name == "tile.splat" else v)
+
+
 def source_location(op: ir.Operation) -> SourceLocation | None:
     """The DSL file:line:col an op was emitted from (from its MLIR location), if known."""
     m = re.search(r'loc\("([^"]+)":(\d+):(\d+)', str(op.location))

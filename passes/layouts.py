@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
@@ -73,7 +74,7 @@ class LayoutError(ValueError):
     """A layout text that does not parse, or a layout that does not fit its tile."""
 
 
-class Layout:
+class Layout(ABC):
     """Base of the layout kinds. Layouts are frozen dataclasses: hashable, compared by value,
     printed by `str()` in the text form above and parsed back by `Layout.parse`."""
 
@@ -81,8 +82,8 @@ class Layout:
     def parse(text: str) -> Layout:
         return _parse(text)
 
-    def __str__(self) -> str:  # pragma: no cover - every kind prints itself
-        raise NotImplementedError
+    @abstractmethod
+    def __str__(self) -> str: ...
 
 
 @dataclass(frozen=True)

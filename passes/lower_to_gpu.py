@@ -20,14 +20,13 @@ from tiledsl.passes import layouts as L
 from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import (
     PassContext,
-    constant_int,
-    defining_op,
     is_tile,
     kernel_funcs,
     op_error,
     ops_in,
     tile_dtype,
     tile_shape,
+    uniform_constant_int,
 )
 
 LDS_SYMBOL = "__tile_lds"
@@ -242,9 +241,7 @@ def rule_permute(lw: _Lowering, op: ir.Operation) -> None:
 
 def _masked_value(lw: _Lowering, mask: ir.Value) -> Callable[[int], ir.Value] | None:
     """Register i's mask bit, computed where it is asked for; None when the mask is `true`."""
-    op = defining_op(mask)
-    source = op.operands[0] if op is not None and op.name == "tile.splat" else mask
-    if constant_int(source) == 1:
+    if uniform_constant_int(mask) == 1:
         return None
     m = lw.v(mask)
     return (lambda i: _element(m, i)) if isinstance(m.type, ir.VectorType) else (lambda i: m)

@@ -50,6 +50,11 @@ def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path.home() / ".cache" / "tiledsl"
 
 
+def reports_dir(cache_dir: Path) -> Path:
+    """Where internal-error reports and the IR of failed stages go: under the cache directory."""
+    return cache_dir / "reports"
+
+
 @dataclass
 class CacheEntry:
     hsaco: bytes

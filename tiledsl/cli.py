@@ -181,10 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _reports_dir() -> Path:
-    """Where internal-error reports and the IR of failed stages go: under the cache directory."""
-    from tiledsl.cache import default_cache_dir
+    from tiledsl.cache import default_cache_dir, reports_dir
 
-    return default_cache_dir() / "reports"
+    return reports_dir(default_cache_dir())
 
 
 def _internal_error(argv: Sequence[str] | None) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tiledsl.errors import TileError
+from tiledsl.options import define_text
 from tiledsl.package import Package, kernel_key
 
 # The compiler's import names (a runtime-only install has none of them).
@@ -151,7 +152,7 @@ def library_kernel(source_path: Path, arch: str, defines: Mapping[str, Any], opt
     from tiledsl.driver import CompiledKernel
 
     source = source_path.read_text()
-    clean = {str(k): _text(v) for k, v in defines.items()}
+    clean = {str(k): define_text(v) for k, v in defines.items()}
     key = kernel_key(arch=arch, source=source, defines=clean, options_key=options.cache_key())
     s = settings()
     for pkg in s.packages:
@@ -166,21 +167,15 @@ def library_kernel(source_path: Path, arch: str, defines: Mapping[str, Any], opt
         raise TileError(f"{source_path.stem} for {arch} is in no kernel package, and this tiledsl cannot compile "
                         f"it: the compiler is not installed ({', '.join(missing)} missing: a runtime-only "
                         f"install). {_how_to_build(arch, key)}")
-    from tiledsl.cache import Cache
+    from tiledsl.cache import Cache, reports_dir
     from tiledsl.driver import compile_source
 
     if s.cache_dir and not options.failure_dir:
-        options = dataclasses.replace(options, failure_dir=str(s.cache_dir / "reports"))
+        options = dataclasses.replace(options, failure_dir=str(reports_dir(s.cache_dir)))
     kernel = compile_source(source, str(source_path), arch, clean, options,
                             cache=Cache(s.cache_dir) if s.cache_dir else None)
     kernel.key = key
     return kernel
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _how_to_build(arch: str, key: str) -> str:

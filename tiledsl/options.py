@@ -43,11 +43,12 @@ class CompileOptions:
 
     @staticmethod
     def make(arch: str, constexprs: dict[str, object] | None = None, **kw: object) -> CompileOptions:
-        pairs = tuple(sorted((k, _as_text(v)) for k, v in (constexprs or {}).items()))
+        pairs = tuple(sorted((k, define_text(v)) for k, v in (constexprs or {}).items()))
         return CompileOptions(arch=arch, constexprs=pairs, **kw)  # type: ignore[arg-type]
 
 
-def _as_text(value: object) -> str:
+def define_text(value: object) -> str:
+    """A -D value as text: bools as true/false (the language's spelling), the rest as str()."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

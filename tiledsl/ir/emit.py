@@ -18,6 +18,7 @@ from tiledsl.ir.abi import kernarg_layout
 from tiledsl.ir.dialect import element_type, i32_attr, new_context, tensor_type, tile_op
 from tiledsl.lang import ast as A
 from tiledsl.options import CompileOptions
+from tiledsl.passes.common import uniform_constant_int
 
 
 @dataclass
@@ -277,9 +278,9 @@ class _Emitter:
             return None
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
         for const, other in ((lhs, rhs), (rhs, lhs)):
-            value = _constant_i1(const)  # type: ignore[arg-type]
+            value = uniform_constant_int(const)  # type: ignore[arg-type]
             if value is not None:
-                neutral = value == (e.op in ("&", "and"))  # true for and, false for or
+                neutral = bool(value) == (e.op in ("&", "and"))  # true for and, false for or
                 return self.to_type(other if neutral else const, e.type)
         lhs, rhs = self.to_type(lhs, e.type), self.to_type(rhs, e.type)
         return (arith.AndIOp if e.op in ("&", "and") else arith.OrIOp)(lhs, rhs).result
@@ -563,19 +564,6 @@ def _dtype(t: A.Type | None) -> str:
 def _common_dtype(a: A.Type | None, b: A.Type | None) -> str:
     da, db = _dtype(a), _dtype(b)
     return da if da == db or db == "i1" else db if da == "i1" else da
-
-
-def _constant_i1(v: ir.Value) -> bool | None:
-    """The value of an i1 constant or of a splat of one, else None."""
-    op = v.owner
-    if isinstance(op, ir.Block):
-        return None
-    op = op.operation if hasattr(op, "operation") else op
-    if op.name == "tile.splat":
-        return _constant_i1(op.operands[0])
-    if op.name == "arith.constant" and str(v.type) == "i1":
-        return bool(ir.IntegerAttr(op.attributes["value"]).value)
-    return None
 
 
 def _tile_like(t: A.Type | None, dtype: str) -> A.Type:
