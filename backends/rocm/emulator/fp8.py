@@ -1,0 +1,159 @@
+"""The 8-bit float conversions: v_cvt_pk_{fp8,bf8}_f32 (two f32 -> one packed 16-bit half),
+v_cvt_f32_{fp8,bf8} (one byte -> f32) and v_cvt_pk_f32_{fp8,bf8} (two bytes -> two f32).
+
+The format is the arch's flavour (arch table `fp8_flavour`): "fnuz" on gfx942 (e4m3 bias 8,
+e5m2 bias 16, a single NaN 0x80, no infinities, no -0) and "ocp" on gfx950/gfx1201 (e4m3fn:
+bias 7, NaN 0x7F/0xFF, no infinities; e5m2: IEEE-like with infinities). `fp8` is e4m3, `bf8` e5m2.
+
+Narrowing (f32 -> 8 bits) rounds to nearest, ties to even, with subnormals. Without the VOP3
+clamp bit it does not saturate: a value that rounds past the largest finite one becomes the
+flavour's overflow code -- NaN (0x80) for FNUZ, NaN (0x7F | sign) for OCP e4m3, infinity
+(0x7C | sign) for OCP e5m2 -- the same results as ml_dtypes' float8 casts. With clamp, finite
+values saturate to +-max (infinities still give the overflow code, NaN stays NaN). A NaN input
+gives FNUZ 0x80 and OCP 0xFF (e4m3) / 0xFE (e5m2) whatever its sign (RDNA4 hardware captures
+show the canonical NaN with the sign bit set). Widening (8 bits -> f32) is exact.
+
+Encodings: the narrowing writes the low (op_sel[3] = 0) or high 16-bit half of VDST and keeps
+the other half. The widening picks its byte with SDWA src0_sel (gfx9) or the VOP3 byte_sel
+(gfx12: op_sel bits 11 and 12 hold byte_sel bits 1 and 0); the packed widening its word with
+SDWA src0_sel WORD_0/1 or VOP3 op_sel[0].
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from tiledsl.backends.rocm.emulator.executor import builder
+from tiledsl.backends.rocm.emulator.matrix import fp8_table
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.operands import vdst, vsrc
+
+_SDWA_DWORD = 6
+
+
+@functools.cache
+def _finite_codes(kind: str, flavour: str) -> tuple[np.ndarray, int]:
+    """Values of the non-negative finite codes 0, 1, ... in increasing order, extended by the
+    value one step past the largest (the code an unbounded exponent would give next), and the
+    count of finite codes."""
+    table = fp8_table(kind, flavour).astype(np.float64)
+    n = 0
+    while n < 128 and np.isfinite(table[n]):
+        n += 1
+    vals = table[:n]
+    return np.append(vals, 2 * vals[-1] - vals[-2]), n
+
+
+def narrow(x: np.ndarray, kind: str, flavour: str, saturate: bool = False) -> np.ndarray:
+    """f32 values -> 8-bit codes (uint8), rounding to nearest even; see the module docstring."""
+    x = np.asarray(x, dtype=np.float32)
+    vals, n = _finite_codes(kind, flavour)
+    a = np.abs(x.astype(np.float64))
+    hi = np.clip(np.searchsorted(vals, a, side="left"), 1, n)  # vals[hi - 1] < a <= vals[hi]
+    lo = hi - 1
+    d_lo, d_hi = a - vals[lo], vals[hi] - a
+    code = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0)), hi, lo)
+    code = np.where(a == 0, 0, code)
+    over = (code >= n) | (a > vals[n])
+    neg = np.signbit(x)
+    if flavour == "fnuz":
+        overflow_code, nan_code = 0x80, 0x80
+        signed = np.where(neg & (code != 0), code | 0x80, code)
+    else:
+        overflow_code = 0x7F if kind == "fp8" else 0x7C
+        nan_code = 0xFF if kind == "fp8" else 0xFE
+        signed = np.where(neg, code | 0x80, code)
+        overflow_code = np.where(neg, overflow_code | 0x80, overflow_code)
+    if saturate:
+        sat = np.where(neg, (n - 1) | 0x80, n - 1)
+        out = np.where(over & np.isfinite(x), sat, np.where(over, overflow_code, signed))
+    else:
+        out = np.where(over, overflow_code, signed)
+    out = np.where(np.isinf(x), overflow_code, out)
+    return np.where(np.isnan(x), nan_code, out).astype(np.uint8)
+
+
+def widen(codes: np.ndarray, kind: str, flavour: str) -> np.ndarray:
+    """8-bit codes -> f32 values (exact)."""
+    return fp8_table(kind, flavour)[np.asarray(codes, dtype=np.uint8)]
+
+
+def _kind(name: str) -> str:
+    return "bf8" if "bf8" in name else "fp8"
+
+
+def _flavour(inst, ctx) -> str:
+    flavour = ctx.image.arch.fp8_flavour
+    if flavour is None:
+        raise UnsupportedInstruction(f"{inst.raw_name}: {ctx.arch} has no 8-bit float format")
+    return flavour
+
+
+@builder("v_cvt_pk_fp8_f32", "v_cvt_pk_bf8_f32")
+def _b_narrow(inst, ctx):
+    from tiledsl.backends.rocm.emulator.valu import _reader
+
+    f, nxt = inst.f, ctx.nxt
+    kind, flavour = _kind(inst.name), _flavour(inst, ctx)
+    if inst.fam != "VOP3" or f["omod"] or f["opsel"] & 7:
+        raise UnsupportedInstruction(f"{inst.raw_name} with omod or source op_sel")
+    a = _reader(inst, ctx, 0, f["src0"], "f32")
+    b = _reader(inst, ctx, 1, f["src1"], "f32")
+    saturate = bool(f["clamp"])
+    wr = vdst(f["vdst"], "u16", ctx, hi=bool(f["opsel"] & 8))
+    W = ctx.wave_size
+
+    def h(w):
+        lo = narrow(np.broadcast_to(a(w), (W,)), kind, flavour, saturate).astype(np.uint16)
+        hi = narrow(np.broadcast_to(b(w), (W,)), kind, flavour, saturate).astype(np.uint16)
+        wr(w, lo | (hi << np.uint16(8)))
+        return nxt
+    return h
+
+
+def _source_bytes(inst, ctx, size: int) -> tuple[int, str]:
+    """(first byte, how it was selected) of a widening's source: SDWA src0_sel, gfx12 byte_sel,
+    gfx9 VOP3 op_sel (not modelled) or byte 0."""
+    f = inst.f
+    if inst.sdwa is not None:
+        sd = inst.sdwa
+        if sd["dst_sel"] != _SDWA_DWORD or sd["clamp"] or sd["omod"] or sd["neg0"] or sd["abs0"] or sd["sext0"]:
+            raise UnsupportedInstruction(f"{inst.raw_name} with SDWA dst_sel/clamp/omod/modifiers")
+        sel = sd["sel0"]
+        if size == 1 and sel < 4:
+            return sel, "sdwa"
+        if size == 2 and sel in (4, 5):
+            return 2 * (sel - 4), "sdwa"
+        if sel == _SDWA_DWORD:
+            return 0, "sdwa"
+        raise UnsupportedInstruction(f"{inst.raw_name} with SDWA src0_sel {sel}")
+    if inst.fam == "VOP3":
+        if f["clamp"] or f["omod"] or f["abs"] or f["neg"]:
+            raise UnsupportedInstruction(f"{inst.raw_name} with clamp, omod or source modifiers")
+        sel = f["opsel"]
+        if sel and ctx.gen == "gfx9":
+            raise UnsupportedInstruction(f"{inst.raw_name} with op_sel on {ctx.arch}")
+        if size == 1:
+            return ((sel & 1) << 1) | ((sel >> 1) & 1), "byte_sel"
+        return 2 * (sel & 1), "op_sel"
+    return 0, "e32"
+
+
+@builder("v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8")
+def _b_widen(inst, ctx):
+    kind, flavour = _kind(inst.name), _flavour(inst, ctx)
+    count = 2 if inst.name.startswith("v_cvt_pk_") else 1
+    first, _ = _source_bytes(inst, ctx, count)
+    raw = vsrc(inst.f["src0"], "u32", ctx, inst.lit)
+    d, nxt, W = inst.f["vdst"], ctx.nxt, ctx.wave_size
+    writers = [vdst(d + i, "f32", ctx) for i in range(count)]
+
+    def h(w):
+        bits = np.broadcast_to(np.asarray(raw(w), dtype=np.uint32), (W,))
+        values = [widen((bits >> np.uint32(8 * (first + i))) & np.uint32(0xFF), kind, flavour) for i in range(count)]
+        for wr, v in zip(writers, values, strict=True):  # both read before either writes (VDST may be the source)
+            wr(w, v)
+        return nxt
+    return h
