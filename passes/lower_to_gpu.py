@@ -14,7 +14,7 @@ from mlir import ir
 from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
 
 from tiledsl.backends.rocm.arch import Arch
-from tiledsl.ir.dialect import element_type, int_attr, str_attr
+from tiledsl.ir.dialect import int_attr, str_attr
 from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.passes import layouts as L
 from tiledsl.passes.axis_info import AxisAnalysis
@@ -28,6 +28,7 @@ from tiledsl.passes.common import (
     tile_shape,
     uniform_constant_int,
 )
+from tiledsl.passes.lower_fp8 import conversion_rule, from_memory, memory_type, to_memory
 
 LDS_SYMBOL = "__tile_lds"
 
@@ -328,7 +329,8 @@ def _group_addresses(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]]
 
 def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     ptr, offsets, mask, other = (lw.v(op.operands[0]), lw.v(op.operands[1]), op.operands[2], lw.v(op.operands[3]))
-    elt = element_type(tile_dtype(op.result.type))
+    value_t = ir.RankedTensorType(op.result.type).element_type if is_tile(op.result) else op.result.type
+    elt, other = memory_type(value_t), to_memory(other)  # 8-bit floats move as bytes
     masks = _masked_value(lw, mask)
     offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
     eb = DTYPE_BYTES[tile_dtype(op.result.type)]
@@ -352,7 +354,7 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
             loaded = list(branch.results)
         for (first, width), value in zip(group, loaded, strict=True):
             out[first:first + width] = lw.elems(value) if width > 1 else [value]
-    lw.vmap[op.result] = lw.pack(out, elt) if is_tile(op.result) else out[0]
+    lw.vmap[op.result] = from_memory(lw.pack(out, elt) if is_tile(op.result) else out[0], value_t)
 
 
 def _rule_write(kind: str):
@@ -362,6 +364,7 @@ def _rule_write(kind: str):
         masks = _masked_value(lw, mask)
         owner = lw.owner_mask(op.operands[2]) if is_tile(op.operands[2]) else None
         offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
+        value = to_memory(value)
         vals = lw.elems(value) if isinstance(value.type, ir.VectorType) else [value]
         if not is_tile(op.operands[2]):  # a scalar write: one lane does it
             owner = arith.CmpIOp(arith.CmpIPredicate.eq, arith.AddIOp(lw.lane, lw.wave).result, c32(0)).result
@@ -523,8 +526,8 @@ def _lds_base(lw: _Lowering) -> ir.Value:
 def rule_local_store(lw: _Lowering, op: ir.Operation) -> None:
     src = op.operands[0]
     base = _lds_base(lw)
-    elt = ir.RankedTensorType(src.type).element_type
-    vals = lw.elems(lw.v(src))
+    elt = memory_type(ir.RankedTensorType(src.type).element_type)
+    vals = lw.elems(to_memory(lw.v(src)))
     for first, n, align, addr in _lds_runs(lw, op, src, base, elt):
         value = vals[first] if n == 1 else lw.pack(vals[first:first + n], elt)
         llvm.store(value, addr, alignment=align)
@@ -558,14 +561,15 @@ def _only_feeds_next_dot(op: ir.Operation) -> bool:
 def _load_lds_registers(lw: _Lowering, op: ir.Operation, lo: int, hi: int) -> ir.Value:
     """Registers lo..hi-1 of a tile.local_load, as a vector."""
     base = _lds_base(lw)
-    elt = ir.RankedTensorType(op.result.type).element_type
+    value_t = ir.RankedTensorType(op.result.type).element_type
+    elt = memory_type(value_t)
     vals: list[ir.Value] = []
     for _, n, align, addr in _lds_runs(lw, op, op.result, base, elt, lo, hi):
         if n == 1:
             vals.append(llvm.load(elt, addr, alignment=align))
         else:
             vals.extend(lw.elems(llvm.load(ir.VectorType.get([n], elt), addr, alignment=align)))
-    return lw.pack(vals, elt)
+    return from_memory(lw.pack(vals, elt), value_t)
 
 
 def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt: ir.Type, lo: int = 0,
@@ -657,6 +661,7 @@ for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi"
               "maximumf", "minimumf", "maxnumf", "minnumf", "maxsi", "minsi", "extf", "truncf", "sitofp",
               "fptosi", "uitofp", "extui", "ceildivsi", "divsi"):
     RULES[f"arith.{_name}"] = rule_clone
+RULES["arith.extf"] = RULES["arith.truncf"] = conversion_rule(rule_clone)  # 8-bit floats: passes/lower_fp8.py
 
 
 def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:

@@ -1,5 +1,5 @@
-"""gfx950's v_bitop3_b32 (a three-input truth table LLVM selects for bitwise expressions) and
-v_nop, executed on the emulator and compared with numpy."""
+"""gfx950's v_bitop3_b32 and v_bitop3_b16 (a three-input truth table LLVM selects for bitwise
+expressions) and v_nop, executed on the emulator and compared with numpy."""
 
 from __future__ import annotations
 
@@ -49,6 +49,23 @@ def test_bitop3_matches_numpy(name):
     buf = dev.to_device(np.concatenate([x, y, z]))
     dev.launch(dev.kernel(hsaco, name), 1, 64, struct.pack("<Q", buf.addr))
     np.testing.assert_array_equal(dev.from_device(buf, np.uint32, 64), ref(x, y, z))
+
+
+@pytest.mark.parametrize("name", sorted(EXPRS))
+def test_bitop3_b16_matches_numpy(name):
+    """The 16-bit form, which LLVM uses on gfx950 to pack the bytes of fp8 values: i16 operands."""
+    expr, ref = EXPRS[name]
+    src = _kernel(name, expr).replace("i32 %", "i16 %").replace("load volatile i32", "load volatile i16") \
+        .replace("getelementptr i32", "getelementptr i16").replace("store i32", "store i16")
+    src = src.replace("i16 %id", "i32 %id").replace("i16 64", "i32 64").replace("i16 128", "i32 128")
+    asm, hsaco = compile_llvm(src, "gfx950")
+    assert "v_bitop3_b16" in asm
+    rng = np.random.default_rng(2)
+    x, y, z = (rng.integers(0, 2**16, 64, dtype=np.uint16) for _ in range(3))
+    dev = EmulatorDevice("gfx950")
+    buf = dev.to_device(np.concatenate([x, y, z]))
+    dev.launch(dev.kernel(hsaco, name), 1, 64, struct.pack("<Q", buf.addr))
+    np.testing.assert_array_equal(dev.from_device(buf, np.uint16, 64), ref(x, y, z))
 
 
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"])

@@ -1,5 +1,5 @@
 """Per-lane layout tests of every MFMA/WMMA instruction the compiler can emit (arch.matrix_ops),
-plus the fp8 forms where the arch has them.
+the fp8 and bf8 forms included (in the arch's fp8 flavour).
 
 A kernel built from MLIR with the toolchain loads each lane's A and B values from buffers the
 host packed following AMD's documented layouts (restated below, from the ISA guides and AMD's
@@ -44,12 +44,13 @@ def doc_d(kind: str, m: int, lane: int, j: int) -> tuple[int, int]:
     return (lane // 16) * 8 + j, lane % 16
 
 
-_MLIR_TYPE = {"f16": "f16", "bf16": "bf16", "fp8_fnuz": "f8E4M3FNUZ", "fp8_ocp": "f8E4M3FN"}
+_MLIR_TYPE = {"f16": "f16", "bf16": "bf16", "fp8_fnuz": "f8E4M3FNUZ", "fp8_ocp": "f8E4M3FN", "bf8_fnuz": "f8E5M2FNUZ",
+              "bf8_ocp": "f8E5M2"}
 
 
 def kernel_src(kind: str, m: int, k: int, kpl: int, nd: int, dtype: str, wave: int) -> str:
     ety = _MLIR_TYPE[dtype]
-    lty = "i8" if dtype.startswith("fp8") else "i16"
+    lty = "i8" if dtype[:3] in ("fp8", "bf8") else "i16"
     if kind == "mfma":
         op = f"amdgpu.mfma {m}x{m}x{k} %va * %vb + %c0 blgp = none"
     else:
@@ -87,14 +88,9 @@ def _cases():
     for name in ARCH_NAMES:
         arch = get_arch(name)
         for op in arch.matrix_ops:
-            out.append(pytest.param(name, op.kind, op.m, op.k, op.in_dtype, op.isa_name,
-                                    id=f"{name}-{op.isa_name}"))
-        if arch.fp8_flavour and arch.is_cdna:
-            isa = "v_mfma_f32_16x16x32_fp8_fp8"
-            out.append(pytest.param(name, "mfma", 16, 32, f"fp8_{arch.fp8_flavour}", isa, id=f"{name}-{isa}"))
-        if arch.fp8_flavour and not arch.is_cdna:
-            isa = "v_wmma_f32_16x16x16_fp8_fp8"
-            out.append(pytest.param(name, "wmma_gfx12", 16, 16, "fp8_ocp", isa, id=f"{name}-{isa}"))
+            dtype = {"f8e4m3": "fp8", "f8e5m2": "bf8"}.get(op.in_dtype)
+            dtype = f"{dtype}_{arch.fp8_flavour}" if dtype else op.in_dtype
+            out.append(pytest.param(name, op.kind, op.m, op.k, dtype, op.isa_name, id=f"{name}-{op.isa_name}"))
     return out
 
 
@@ -103,7 +99,7 @@ def _encode(vals: np.ndarray, dtype: str) -> np.ndarray:
         return vals.astype(np.float16).view(np.uint16)
     if dtype == "bf16":
         return (vals.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    table = fp8_table("fp8", dtype.split("_")[1])
+    table = fp8_table(*dtype.split("_"))
     codes = {float(v): c for c, v in enumerate(table) if np.isfinite(v) and c not in (0x80,)}
     return np.array([codes[float(v)] for v in vals.ravel()], dtype=np.uint8).reshape(vals.shape)
 
@@ -112,7 +108,7 @@ def _encode(vals: np.ndarray, dtype: str) -> np.ndarray:
 def test_matrix_layout(arch_name, kind, m, k, dtype, isa):
     arch = get_arch(arch_name)
     wave = arch.wave_size
-    ebits = 8 if dtype.startswith("fp8") else 16
+    ebits = 8 if dtype[:3] in ("fp8", "bf8") else 16
     kpl = m * k // 64 if kind == "mfma" else (16 if kind == "wmma_gfx11" else m * k // 32)
     nd = m * m // wave
     asm, hsaco = compile_mlir(kernel_src(kind, m, k, kpl, nd, dtype, wave), arch_name)

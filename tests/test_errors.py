@@ -15,7 +15,10 @@ CASES = [
     ("syntax.tile", "gfx942", ":2:26: error: expected ';' after statement", "let a = arange(0, 64)"),
     ("unknown_name.tile", "gfx1100", ":3:22: error:", "unknown name 'b'"),
     ("dot_shape.tile", "gfx90a", ":5:23: error: dot: a is tile[64, 32] of f16 but b is", "32 and 64 differ"),
-    ("fp8_dot.tile", "gfx942", ":4:19: error: load: 'a' holds f8e4m3", "cannot load or store 8-bit floats yet"),
+    ("fp8_dot.tile", "gfx90a", ":4:19: error: load: 'a' holds f8e4m3: gfx90a has no 8-bit float instructions",
+     "fp8 needs gfx942, gfx950 or gfx1201"),
+    ("fp8_dot.tile", "gfx1100", ":4:19: error: load: 'a' holds f8e4m3: gfx1100 has no 8-bit float instructions",
+     "fp8 needs gfx942, gfx950 or gfx1201"),
     ("lds_too_large.tile", "gfx942", ":4:15: error: this tile needs 133120 bytes of LDS", "65536 bytes"),
     # gfx950 has the LDS (160 KiB) but not the registers for a 256x256 tile over 4 waves.
     ("lds_too_large.tile", "gfx950", ":1:1: error: the kernel spills", "use smaller block sizes"),

@@ -286,20 +286,34 @@ def test_dot_dtype_support_follows_arch(arch, dtype):
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
-def test_f8_is_refused_until_it_lowers(arch):
-    """8-bit floats type-check as dtypes, but no conversion or memory access of them lowers yet:
-    the checker says so at the first use instead of a failure deep in the MLIR conversion."""
-    for example, (line, col) in (("gemm", (17, 23)), ("softmax", (16, 27))):
-        with pytest.raises(SourceError) as info:
-            bind(load_example(example), {"DT": "f8e4m3"}, get_arch(arch))
-        assert info.value.message.startswith("load: 'a' holds f8e4m3" if example == "gemm" else
-                                             "load: 'x' holds f8e4m3"), info.value.message
-        assert "kernels cannot load or store 8-bit floats yet" in info.value.message
-        assert (info.value.loc.line, info.value.loc.col) == (line, col)
-    src = ("kernel k(y: tensor[f32](N)) grid(1) {\n let i = arange(0, 64);\n"
-           " store(y[i], cast(cast(i, f8e5m2), f32), mask=i < N);\n}\n")
-    with pytest.raises(SourceError, match="cast: i32 -> f8e5m2: conversions to and from 8-bit floats are not"):
-        bind(parse(src, "k.tile"), {}, get_arch(arch))
+def test_f8_follows_the_arch(arch):
+    """8-bit floats exist where the arch has an fp8 format (gfx942 FNUZ, gfx950 and gfx1201 OCP):
+    elsewhere the checker refuses the first f8 value, at its source, naming dtype and arch."""
+    a = get_arch(arch)
+    cast_src = ("kernel k(y: tensor[f32](N)) grid(1) {\n let i = arange(0, 64);\n"
+                " store(y[i], cast(cast(i, f8e5m2), f32), mask=i < N);\n}\n")
+    if a.fp8_flavour is None:
+        for example, (line, col), tensor in (("gemm", (17, 23), "a"), ("softmax", (16, 27), "x")):
+            with pytest.raises(SourceError) as info:
+                bind(load_example(example), {"DT": "f8e4m3"}, a)
+            assert info.value.message == (f"load: '{tensor}' holds f8e4m3: {arch} has no 8-bit float instructions, "
+                                          "so it cannot hold f8e4m3 values (fp8 needs gfx942, gfx950 or gfx1201)")
+            assert (info.value.loc.line, info.value.loc.col) == (line, col)
+        with pytest.raises(SourceError, match=f"cast to f8e5m2: {arch} has no 8-bit float instructions") as info:
+            bind(parse(cast_src, "k.tile"), {}, a)
+        assert (info.value.loc.line, info.value.loc.col) == (3, 27)  # at the dtype
+        return
+    for dtype in ("f8e4m3", "f8e5m2"):
+        bind(load_example("gemm"), {"DT": dtype}, a)
+    bind(parse(cast_src, "k.tile"), {}, a)
+    # softmax pads with other=-inf: only OCP's e5m2 has an infinity.
+    bind(load_example("softmax"), {"DT": "f8e5m2"}, a) if a.fp8_flavour == "ocp" else None
+    with pytest.raises(SourceError) as info:
+        bind(load_example("softmax"), {"DT": "f8e4m3"}, a)
+    largest = {"fnuz": 240, "ocp": 448}[a.fp8_flavour]
+    assert info.value.message == (f"-inf is out of range for f8e4m3 (with load from 'x'): f8e4m3 on {arch} is "
+                                  f"{a.fp8_flavour.upper()}, whose largest value is {largest} (and which has no "
+                                  "infinity)"), info.value.message
 
 
 def test_unknown_define_lists_known():

@@ -17,19 +17,25 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.backends.rocm.runtime.device import TensorArg, launch_dims_problem
 from tiledsl.device_array import DeviceArray
+from tiledsl.fp8 import F8_DTYPES, fp8_format
 from tiledsl.grid import eval_condition, eval_grid
 
 I32_MAX = 2**31 - 1
 
 
-def numpy_dtype(dtype: str) -> np.dtype:
+def numpy_dtype(dtype: str, arch: str | None = None) -> np.dtype:
+    """The numpy dtype of a kernel dtype. f8e4m3/f8e5m2 take the arch's fp8 flavour (tiledsl/fp8.py):
+    ml_dtypes.float8_e4m3fnuz/float8_e5m2fnuz on gfx942, float8_e4m3fn/float8_e5m2 on gfx950 and
+    gfx1201 (and without an arch)."""
     import ml_dtypes
 
+    if dtype in F8_DTYPES:
+        return np.dtype(getattr(ml_dtypes, fp8_format(dtype, get_arch(arch).fp8_flavour if arch else "ocp").numpy))
     return np.dtype({"f32": np.float32, "f16": np.float16, "i32": np.int32, "i64": np.int64, "i1": np.bool_,
-                     "bf16": ml_dtypes.bfloat16, "f8e4m3": ml_dtypes.float8_e4m3fn,
-                     "f8e5m2": ml_dtypes.float8_e5m2}[dtype])
+                     "bf16": ml_dtypes.bfloat16}[dtype])
 
 
 @dataclass
@@ -51,14 +57,15 @@ class _Symbol(NamedTuple):
         return f"{self.tensor}.shape[{self.axis}]"
 
 
-def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol]) -> _Tensor:
+def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str | None = None) -> _Tensor:
     name, dtype, dims = spec["name"], spec["dtype"], spec["dims"]
     if not isinstance(value, np.ndarray | DeviceArray):
         raise ValueError(f"argument '{name}': expected a numpy array or DeviceArray of {dtype} with {len(dims)} "
                          f"dims, got {type(value).__name__}")
-    want = numpy_dtype(dtype)
+    want = numpy_dtype(dtype, arch)
     if value.dtype != want:
-        raise ValueError(f"argument '{name}': expected dtype {dtype} ({want}), got {value.dtype}")
+        flavour = f", the {get_arch(arch).fp8_flavour.upper()} flavour of {arch}" if dtype in F8_DTYPES and arch else ""
+        raise ValueError(f"argument '{name}': expected dtype {dtype} ({want}{flavour}), got {value.dtype}")
     if value.ndim != len(dims):
         raise ValueError(f"argument '{name}': expected {len(dims)} dims ({', '.join(map(str, dims))}), "
                          f"got shape {value.shape}")
@@ -155,7 +162,7 @@ def prepare(manifest: dict, args: Sequence[Any], kwargs: Mapping[str, Any]) -> P
     if missing:
         raise ValueError(f"{manifest['kernel']}(): missing argument(s) {', '.join(missing)}")
     symbols: dict[str, _Symbol] = {}
-    tensors = [_check_tensor(spec, given[spec["name"]], symbols) for spec in manifest["tensors"]]
+    tensors = [_check_tensor(spec, given[spec["name"]], symbols, manifest.get("arch")) for spec in manifest["tensors"]]
     scalars = {s["name"]: given[s["name"]] for s in manifest["scalars"]}
     for s in manifest["scalars"]:
         _pack_scalar(s["dtype"], scalars[s["name"]], s["name"])

@@ -28,6 +28,11 @@ class MatrixOp:
     k_per_lane: int
     isa_name: str
 
+    @property
+    def in_bits(self) -> int:
+        """Bits of one A/B element (16 for f16/bf16, 8 for the 8-bit floats)."""
+        return 8 if self.in_dtype.startswith("f8") else 16
+
 
 @dataclass(frozen=True, kw_only=True)
 class Arch:
@@ -106,11 +111,21 @@ def _round_up(x: int, m: int) -> int:
 
 
 def _cdna_ops(k32: int, k16: int, names: dict[str, tuple[str, str]]) -> tuple[MatrixOp, ...]:
+    """The 32x32xk32 and 16x16xk16 MFMAs of each input dtype: every lane of the wave64 holds
+    m * k / 64 elements of A (and of B)."""
     ops = []
     for dt, (n32, n16) in names.items():
-        ops.append(MatrixOp("mfma", 32, 32, k32, dt, k_per_lane=k32 // 2, isa_name=n32))
-        ops.append(MatrixOp("mfma", 16, 16, k16, dt, k_per_lane=k16 // 4, isa_name=n16))
+        ops.append(MatrixOp("mfma", 32, 32, k32, dt, k_per_lane=32 * k32 // 64, isa_name=n32))
+        ops.append(MatrixOp("mfma", 16, 16, k16, dt, k_per_lane=16 * k16 // 64, isa_name=n16))
     return tuple(ops)
+
+
+# The fp8 MFMAs of CDNA3 (FNUZ operands) and CDNA4 (the same instructions read OCP operands).
+# Operands of one dot share one dtype, so the mixed fp8_bf8/bf8_fp8 forms are not listed.
+_CDNA_FP8 = {
+    "f8e4m3": ("v_mfma_f32_32x32x16_fp8_fp8", "v_mfma_f32_16x16x32_fp8_fp8"),
+    "f8e5m2": ("v_mfma_f32_32x32x16_bf8_bf8", "v_mfma_f32_16x16x32_bf8_bf8"),
+}
 
 
 _CDNA = {"isa_generation": "gfx9", "wave_size": 64, "vgprs_per_lane": 512, "agprs_per_lane": 256, "sgprs": 102,
@@ -132,14 +147,14 @@ ARCHS: dict[str, Arch] = {
         matrix_ops=_cdna_ops(8, 16, {
             "f16": ("v_mfma_f32_32x32x8_f16", "v_mfma_f32_16x16x16_f16"),
             "bf16": ("v_mfma_f32_32x32x8_bf16", "v_mfma_f32_16x16x16_bf16"),
-        })),
+        }) + _cdna_ops(16, 32, _CDNA_FP8)),
     "gfx950": Arch(
         name="gfx950", family="CDNA4", elf_mach=0x4F, lds_bytes=160 * 1024, fp8_flavour="ocp", peak_tflops_f16=2500.0,
         product="MI355X", compute_units=256, **_CDNA,
         matrix_ops=_cdna_ops(16, 32, {
             "f16": ("v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_f16"),
             "bf16": ("v_mfma_f32_32x32x16_bf16", "v_mfma_f32_16x16x32_bf16"),
-        })),
+        }) + _cdna_ops(16, 32, _CDNA_FP8)),
     "gfx1100": Arch(
         name="gfx1100", family="RDNA3", isa_generation="gfx11", elf_mach=0x41, fp8_flavour=None,
         peak_tflops_f16=123.0, product="RX 7900 XTX", compute_units=96, **_RDNA,
@@ -153,6 +168,8 @@ ARCHS: dict[str, Arch] = {
         matrix_ops=(
             MatrixOp("wmma_gfx12", 16, 16, 16, "f16", 8, "v_wmma_f32_16x16x16_f16"),
             MatrixOp("wmma_gfx12", 16, 16, 16, "bf16", 8, "v_wmma_f32_16x16x16_bf16"),
+            MatrixOp("wmma_gfx12", 16, 16, 16, "f8e4m3", 8, "v_wmma_f32_16x16x16_fp8_fp8"),
+            MatrixOp("wmma_gfx12", 16, 16, 16, "f8e5m2", 8, "v_wmma_f32_16x16x16_bf8_bf8"),
         )),
 }
 

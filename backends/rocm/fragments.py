@@ -21,8 +21,9 @@ def a_coord(op: MatrixOp, lane: int, j: int) -> tuple[int, int]:
         return lane % op.m, (lane // op.m) % groups * op.k_per_lane + j
     if op.kind == "wmma_gfx11":  # both lane halves hold the same 16 rows, all K values
         return lane % 16, j
-    if op.kind == "wmma_gfx12":  # 16-bit inputs: lane halves interleave K in groups of 4
-        return lane % 16, (j // 4) * 8 + (lane // 16) * 4 + j % 4
+    if op.kind == "wmma_gfx12":  # lane halves interleave K in 64-bit groups: 4 16-bit or 8 8-bit values
+        e = 64 // op.in_bits
+        return lane % 16, (j // e) * 2 * e + (lane // 16) * e + j % e
     raise ValueError(op.kind)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from tiledsl.fp8 import F8_DTYPES, FORMATS, MLIR_NAMES, fp8_format
+
 # Each op: its operands as (name, constraint) and its results' constraints, checked by MLIR's
 # verifier (IRDL), so a pass that builds a malformed op fails where it built it. Constraints:
 # "tile" a ranked tensor, "scalar" an integer or float scalar, "i32"/"i1" those scalars,
@@ -37,7 +39,7 @@ TILE_OPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "umulhi": ((("a", "value"), ("b", "value")), ("value",)),  # high 32 bits of the unsigned i32 product
 }
 
-_SCALARS = ("i1", "i32", "f32", "f16", "bf16", "f8E4M3FN", "f8E5M2")
+_SCALARS = ("i1", "i32", "f32", "f16", "bf16", *sorted(f.mlir for f in FORMATS.values()))
 
 
 def _constraint(c: str, v: str) -> list[str]:
@@ -108,27 +110,35 @@ def str_attr(op: ir.Operation, name: str) -> str:
     return ir.StringAttr(op.attributes[name]).value
 
 
-def element_type(dtype: str) -> ir.Type:
+def element_type(dtype: str, fp8_flavour: str | None = None) -> ir.Type:
+    """The MLIR type of a dtype. The 8-bit floats are the arch's flavour (tiledsl/fp8.py):
+    f8E4M3FNUZ/f8E5M2FNUZ for "fnuz" (gfx942), f8E4M3FN/f8E5M2 for "ocp" (gfx950, gfx1201)."""
+    if dtype in F8_DTYPES:
+        return ir.Type.parse(fp8_format(dtype, fp8_flavour).mlir)
     return {
         "i1": lambda: ir.IntegerType.get_signless(1),
         "i32": lambda: ir.IntegerType.get_signless(32),
         "f32": ir.F32Type.get,
         "f16": ir.F16Type.get,
         "bf16": ir.BF16Type.get,
-        "f8e4m3": ir.Float8E4M3FNType.get,
-        "f8e5m2": ir.Float8E5M2Type.get,
     }[dtype]()
 
 
 def dtype_of(t: ir.Type) -> str:
     s = str(t)
-    return {"i1": "i1", "i32": "i32", "f32": "f32", "f16": "f16", "bf16": "bf16",
-            "f8E4M3FN": "f8e4m3", "f8E5M2": "f8e5m2"}[s]
+    return {"i1": "i1", "i32": "i32", "f32": "f32", "f16": "f16", "bf16": "bf16", **MLIR_NAMES}[s]
+
+
+def is_f8(t: ir.Type) -> bool:
+    """Is `t` (a scalar, vector or tensor type) made of 8-bit floats?"""
+    if isinstance(t, ir.ShapedType):
+        t = ir.ShapedType(t).element_type
+    return str(t) in MLIR_NAMES
 
 
 def tensor_type(shape: tuple[int, ...] | list[int], dtype: str | ir.Type,
-                layout: str | None = None) -> ir.RankedTensorType:
-    elt = element_type(dtype) if isinstance(dtype, str) else dtype
+                layout: str | None = None, fp8_flavour: str | None = None) -> ir.RankedTensorType:
+    elt = element_type(dtype, fp8_flavour) if isinstance(dtype, str) else dtype
     enc = ir.StringAttr.get(layout) if layout else None
     return ir.RankedTensorType.get(list(shape), elt, encoding=enc)
 

@@ -14,6 +14,7 @@ from mlir.dialects import arith, func, math, scf
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import SourceError, TileError
+from tiledsl.fp8 import F8_DTYPES
 from tiledsl.ir.abi import kernarg_layout
 from tiledsl.ir.dialect import element_type, i32_attr, new_context, tensor_type, tile_op
 from tiledsl.lang import ast as A
@@ -200,11 +201,18 @@ class _Emitter:
         assert isinstance(v, ir.Value)
         return v
 
+    def elt(self, dtype: str) -> ir.Type:
+        """The MLIR type of `dtype` on this arch (8-bit floats take its fp8 flavour)."""
+        return element_type(dtype, self.arch.fp8_flavour)
+
+    def ttype(self, shape: tuple[int, ...], dtype: str) -> ir.RankedTensorType:
+        return tensor_type(shape, self.elt(dtype))
+
     def const_i32(self, value: int) -> ir.Value:
         return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
 
     def constant(self, value: float | int | bool, dtype: str) -> ir.Value:
-        t = element_type(dtype)
+        t = self.elt(dtype)
         if dtype == "i1":
             return arith.ConstantOp(t, ir.IntegerAttr.get(t, int(bool(value)))).result
         if dtype == "i32":
@@ -332,7 +340,7 @@ class _Emitter:
     def _fill(self, e: A.Call, value: float | int | bool) -> ir.Value:
         t = e.type
         assert isinstance(t, A.TileType)
-        return tile_op("splat", [self.constant(value, t.dtype)], [tensor_type(t.shape, t.dtype)]).result
+        return tile_op("splat", [self.constant(value, t.dtype)], [self.ttype(t.shape, t.dtype)]).result
 
     def call_zeros(self, e: A.Call) -> ir.Value:
         return self._fill(e, 0)
@@ -342,7 +350,7 @@ class _Emitter:
         assert isinstance(t, A.TileType)
         v = self.to_type(self.expr(e.args[1]), A.ScalarType(t.dtype)) if not isinstance(e.args[1], A.Const) \
             else self.constant(e.args[1].value, t.dtype)
-        return tile_op("splat", [v], [tensor_type(t.shape, t.dtype)]).result
+        return tile_op("splat", [v], [self.ttype(t.shape, t.dtype)]).result
 
     def _mask(self, mask: A.Expr | None, shape_t: A.Type) -> ir.Value:
         m = self.constant(True, "i1") if mask is None else self.expr(mask)
@@ -360,7 +368,7 @@ class _Emitter:
             other = self.constant(other_node.value, acc.dtype)
         else:
             other = self.scalar(other_node)
-        rt = tensor_type(acc.shape, acc.dtype) if acc.shape else element_type(acc.dtype)
+        rt = self.ttype(acc.shape, acc.dtype) if acc.shape else self.elt(acc.dtype)
         return tile_op("load", [acc.ptr, acc.offsets, mask, other], [rt]).result
 
     def _write(self, e: A.Call, op: str) -> None:
@@ -389,7 +397,7 @@ class _Emitter:
     def _reduce(self, e: A.Call, kind: str) -> ir.Value:
         t = e.type
         x = self.scalar(e.args[0])
-        rt = tensor_type(t.shape, _dtype(t)) if isinstance(t, A.TileType) else element_type(_dtype(t))
+        rt = self.ttype(t.shape, _dtype(t)) if isinstance(t, A.TileType) else self.elt(_dtype(t))
         return tile_op("reduce", [x], [rt], {"kind": ir.StringAttr.get(kind),
                                              "axis": i32_attr(e.args[1].value)}).result  # type: ignore[attr-defined]
 
@@ -503,7 +511,7 @@ class _Emitter:
         src = _dtype(e.args[0].type)
         dst = _dtype(e.type)
         t = e.type
-        rt = tensor_type(t.shape, dst) if isinstance(t, A.TileType) else element_type(dst)
+        rt = self.ttype(t.shape, dst) if isinstance(t, A.TileType) else self.elt(dst)
         return _cast(x, src, dst, rt)  # type: ignore[arg-type]
 
     def call_where(self, e: A.Call) -> ir.Value:
@@ -523,6 +531,16 @@ class _Emitter:
 def _cast(x: ir.Value, src: str, dst: str, rt: ir.Type) -> ir.Value:
     if src == dst:
         return x
+    if src in F8_DTYPES or dst in F8_DTYPES:
+        # 8-bit floats convert to and from f32 only (v_cvt_pk_fp8_f32, v_cvt_f32_fp8): everything
+        # else goes through f32, which is exact for every f8, f16, bf16 and i1 value and for the
+        # i32 values in the f8 range (larger ones overflow either way), so the f32 -> f8 step is
+        # the only rounding (to nearest even).
+        if src == "f32":
+            return arith.TruncFOp(rt, x).result
+        if dst == "f32":
+            return arith.ExtFOp(rt, x).result
+        return _cast(_cast(x, src, "f32", _retype(rt, "f32")), "f32", dst, rt)
     fl = A.FLOAT_DTYPES
     if src in fl and dst in fl:
         if src in ("f16", "bf16") and dst in ("f16", "bf16"):  # same width: through f32

@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import SourceError, SourceLocation
+from tiledsl.fp8 import F8_DTYPES, fp8_archs, fp8_format
 from tiledsl.lang.ast import (
     BUILTINS,
     FLOAT_DTYPES,
@@ -47,7 +48,7 @@ WAVES_CHOICES = (1, 2, 4, 8, 16)
 DOT_DTYPES = ("f16", "bf16", "f8e4m3", "f8e5m2")
 DOT_MIN_DIM = 16  # the smallest MFMA/WMMA tile side on every supported arch
 CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
-_NUMERIC = ("i32", *FLOAT_DTYPES)
+_NUMERIC = ("i32", *(d for d in FLOAT_DTYPES if d not in F8_DTYPES))  # with arithmetic
 
 # Parameters of each builtin: (name, required). Messages quote BUILTINS[name] as the signature.
 _PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {
@@ -69,9 +70,6 @@ _PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {
 }
 assert set(_PARAMS) == set(BUILTINS)
 
-F8_DTYPES = ("f8e4m3", "f8e5m2")
-# The 8-bit float types type-check, but their conversions and memory accesses have no lowering yet.
-F8_NOT_YET = "fp8 support is in progress"
 
 
 def desc(t: Type | None) -> str:
@@ -240,8 +238,38 @@ class Typer:
                       hint="write an integer, or convert the other side with cast(x, f32)")
         if dtype in FLOAT_DTYPES:
             c.value = float(c.value)
+        if dtype in F8_DTYPES:
+            self.f8_literal(c, dtype, context)
         c.type = ScalarType(dtype)
         return c.type
+
+    def f8_literal(self, c: Const, dtype: str, context: str) -> None:
+        """A literal used as an 8-bit float must be one (rounded to nearest) on this arch."""
+        self.f8_arch(dtype, f"{c.value} as {dtype} (with {context})", c.loc)
+        fmt = fp8_format(dtype, self.arch.fp8_flavour)
+        v = float(c.value)
+        if v != v or abs(v) <= fmt.max or (fmt.has_inf and abs(v) == float("inf")):
+            return
+        flavour = self.arch.fp8_flavour.upper()  # type: ignore[union-attr]
+        no_inf = "" if fmt.has_inf else " (and which has no infinity)"
+        self.fail(f"{c.value} is out of range for {dtype} (with {context}): {dtype} on {self.arch.name} is {flavour}, "
+                  f"whose largest value is {fmt.max:g}{no_inf}", c.loc,
+                  hint=f"use a value within range, or work in f32 and cast(x, {dtype}) at the end")
+
+    def f8_arch(self, dtype: str, what: str, loc: SourceLocation) -> None:
+        """8-bit floats exist only on archs with an fp8 format (arch table fp8_flavour)."""
+        if dtype in F8_DTYPES and self.arch.fp8_flavour is None:
+            archs = fp8_archs()
+            self.fail(f"{what}: {self.arch.name} has no 8-bit float instructions, so it cannot hold {dtype} values "
+                      f"(fp8 needs {', '.join(archs[:-1])} or {archs[-1]})", loc,
+                      hint="pass and keep the data as f16 or bf16")
+
+    def no_f8_arithmetic(self, t: Type, what: str, loc: SourceLocation) -> None:
+        """8-bit floats are a storage and matrix-operand format: no arithmetic of their own."""
+        if isinstance(t, ScalarType | TileType) and t.dtype in F8_DTYPES:
+            self.fail(f"{what} has no {t.dtype} form: 8-bit floats are loaded, stored, cast and multiplied with "
+                      f"dot, not computed with (got {desc(t)})", loc,
+                      hint=f"compute in f32: cast(x, f32), and cast(result, {t.dtype}) at the end")
 
     def i32_scalar(self, e: Expr, env: Env, what: str) -> None:
         t = self.value(e, env)
@@ -324,6 +352,7 @@ class Typer:
             return self._binop(e, env)
         if isinstance(e, UnaryOp):
             t = self.value(e.operand, env)
+            self.no_f8_arithmetic(t, f"'{e.op}'", e.operand.loc)
             if e.op == "-" and t.dtype not in _NUMERIC:
                 self.fail(f"'-' needs a number, got {desc(t)}", e.operand.loc)
             if e.op == "not" and t.dtype != "i1":
@@ -339,6 +368,7 @@ class Typer:
     def _binop(self, e: BinOp, env: Env) -> ScalarType | TileType:
         op = e.op
         dtype, types = self.unify([e.lhs, e.rhs], env, f"'{op}'")
+        self.no_f8_arithmetic(types[0], f"'{op}'", e.loc)
         operands = f"{desc(types[0])} and {desc(types[1])}"
         if op == "/" and dtype not in FLOAT_DTYPES:
             self.fail(f"'/' needs float operands, got {operands}", e.loc,
@@ -474,11 +504,14 @@ class Typer:
 
     def _call_zeros(self, e: Call, a: dict, env: Env) -> TileType:
         shape = self._shape_arg(a["shape"], "zeros")
-        return TileType(shape, self._dtype_arg(a["dtype"], "zeros"))
+        dtype = self._dtype_arg(a["dtype"], "zeros")
+        self.f8_arch(dtype, f"zeros(..., {dtype})", a["dtype"].loc)
+        return TileType(shape, dtype)
 
     def _call_full(self, e: Call, a: dict, env: Env) -> TileType:
         shape = self._shape_arg(a["shape"], "full")
         dtype = self._dtype_arg(a["dtype"], "full")
+        self.f8_arch(dtype, f"full(..., {dtype})", a["dtype"].loc)
         v = a["value"]
         t = self.value(v, env)
         if _weak(v):
@@ -491,9 +524,7 @@ class Typer:
         return TileType(shape, dtype)
 
     def _f8_memory(self, acc: AccessType, func: str, loc: SourceLocation) -> None:
-        if acc.dtype in F8_DTYPES:
-            self.fail(f"{func}: '{acc.tensor}' holds {acc.dtype}: kernels cannot load or store 8-bit floats yet "
-                      f"({F8_NOT_YET})", loc, hint="pass the data as f16 or bf16")
+        self.f8_arch(acc.dtype, f"{func}: '{acc.tensor}' holds {acc.dtype}", loc)
 
     def _call_load(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
         acc = self._access_arg(a["access"], env, "load")
@@ -579,6 +610,7 @@ class Typer:
         axis = self.const_int(a["axis"], f"{e.func} axis")
         if not 0 <= axis < len(t.shape):
             self.fail(f"{e.func}: axis {axis} is out of range for {desc(t)}", a["axis"].loc)
+        self.no_f8_arithmetic(t, e.func, a["x"].loc)
         if t.dtype not in _NUMERIC:
             self.fail(f"{e.func} needs numbers, got {desc(t)}", a["x"].loc, hint="convert with cast(x, i32)")
         shape = t.shape[:axis] + t.shape[axis + 1:]
@@ -588,6 +620,7 @@ class Typer:
 
     def _elementwise(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
         dtype, types = self.unify([a["a"], a["b"]], env, e.func)
+        self.no_f8_arithmetic(types[0], e.func, e.loc)
         if dtype not in _NUMERIC:
             self.fail(f"{e.func} needs numbers, got {desc(types[0])}", e.loc)
         return _make(self.broadcast(list(types), e.func, e.loc), dtype)
@@ -599,6 +632,7 @@ class Typer:
         t = self.value(x, env)
         if _weak(x):
             t = self.adapt(x, "f32", e.func)
+        self.no_f8_arithmetic(t, e.func, x.loc)
         ok = t.dtype in FLOAT_DTYPES if e.func == "abs" else t.dtype == "f32"
         if not ok:
             need = "a float" if e.func == "abs" else "f32"
@@ -612,9 +646,7 @@ class Typer:
     def _call_cast(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
         t = self.value(a["x"], env)
         dtype = self._dtype_arg(a["dtype"], "cast")
-        if t.dtype != dtype and (t.dtype in F8_DTYPES or dtype in F8_DTYPES):
-            self.fail(f"cast: {t.dtype} -> {dtype}: conversions to and from 8-bit floats are not lowered yet "
-                      f"({F8_NOT_YET})", e.loc, hint="keep values in f16, bf16 or f32")
+        self.f8_arch(dtype, f"cast to {dtype}", a["dtype"].loc)  # (an f8 source failed where it was made)
         return _make(_shape(t), dtype)
 
     def _call_where(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:

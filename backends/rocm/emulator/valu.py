@@ -495,22 +495,28 @@ def _b_vopd(inst, ctx):
     return h
 
 
-@builder("v_bitop3_b32")
+@builder("v_bitop3_b32", "v_bitop3_b16")
 def _bitop3(inst, ctx):
     """gfx950's three-input bitwise op: result bit i is TTBL[S0[i] << 2 | S1[i] << 1 | S2[i]]. The
     8-bit table lives in the VOP3 modifier fields (bits [2:0] in neg, [5:3] in abs, [7:6] in omod),
-    so those are not modifiers here."""
+    so those are not modifiers here. The b16 form works on 16-bit halves picked by op_sel (and
+    writes one like any 16-bit VOP3 op)."""
     f, nxt = inst.f, ctx.nxt
-    if inst.dpp is not None or inst.sdwa is not None or f["clamp"] or f["opsel"]:
-        raise UnsupportedInstruction(f"v_bitop3_b32 with DPP/SDWA, clamp or op_sel on {ctx.arch}")
+    typ, dt = ("u16", np.uint16) if inst.name.endswith("b16") else ("u32", np.uint32)
+    if inst.dpp is not None or inst.sdwa is not None or f["clamp"] or (f["opsel"] and typ == "u32"):
+        raise UnsupportedInstruction(f"{inst.name} with DPP/SDWA, clamp or op_sel on {ctx.arch}")
     table = f["neg"] | f["abs"] << 3 | f["omod"] << 6
-    a, b, c = (vsrc(f[s], "u32", ctx, inst.lit) for s in ("src0", "src1", "src2"))
-    wr = vdst(f["vdst"], "u32", ctx)
+    if typ == "u16":
+        a, b, c = (_reader(inst, ctx, i, f[s], typ) for i, s in enumerate(("src0", "src1", "src2")))
+        wr = _writer(inst, ctx, typ)
+    else:
+        a, b, c = (vsrc(f[s], typ, ctx, inst.lit) for s in ("src0", "src1", "src2"))
+        wr = vdst(f["vdst"], typ, ctx)
     minterms = [i for i in range(8) if table >> i & 1]
 
     def h(w):
-        x, y, z = (np.asarray(r(w), dtype=np.uint32) for r in (a, b, c))
-        out = np.zeros(np.broadcast(x, y, z).shape, np.uint32)
+        x, y, z = (np.asarray(r(w)).astype(dt) for r in (a, b, c))
+        out = np.zeros(np.broadcast(x, y, z).shape, dt)
         for i in minterms:
             out |= (x if i & 4 else ~x) & (y if i & 2 else ~y) & (z if i & 1 else ~z)
         wr(w, out)
