@@ -344,8 +344,11 @@ def _linear(layout: Layout, shape: tuple[int, ...], threads: Threads) -> Linear:
     c = _coords(layout, tuple(shape), threads)
     ws, nw = threads.wave_size, threads.waves
     regs = c[0]
-    lane_bases = np.array([c[1 << k, 0] - regs[0] for k in range(ws.bit_length() - 1)]).reshape(-1, len(shape))
-    wave_bases = np.array([c[ws << k, 0] - regs[0] for k in range(nw.bit_length() - 1)]).reshape(-1, len(shape))
+    # Integer arrays even when empty (one wave has no wave bits): a float one made k_permutation's
+    # bit tests fail on single-wave kernels.
+    rank = len(shape)
+    lane_bases = np.array([c[1 << k, 0] - regs[0] for k in range(ws.bit_length() - 1)], np.int64).reshape(-1, rank)
+    wave_bases = np.array([c[ws << k, 0] - regs[0] for k in range(nw.bit_length() - 1)], np.int64).reshape(-1, rank)
     lin = Linear(lane_bases, wave_bases, regs)
     if not np.array_equal(_compose(lin, threads), c):
         raise AssertionError(f"layout {layout} for shape {shape} is not linear in lane/wave bits")

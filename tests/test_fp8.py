@@ -160,6 +160,25 @@ def test_dot(arch: str, dtype: str, case: tuple) -> None:
 
 @pytest.mark.emulator
 @pytest.mark.parametrize("arch", FP8_ARCHS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("waves, size", [(4, 64), (2, 32), (1, 32)])
+def test_chained_dot(arch: str, dtype: str, waves: int, size: int) -> None:
+    """fp8_chain.tile: O = cast(Q @ K^T * scale, DT) @ V, P kept in registers as an A operand.
+    Small integer inputs make every f32 sum exact whatever its order, so P is one known rounding
+    of an exact S and O must equal the float64 reference exactly."""
+    k = compile_kernel("fp8_chain.tile", arch, DT=dtype, WAVES=waves, M=size, N=size, D=size)
+    f8 = numpy_dtype(dtype, arch)
+    rng = np.random.default_rng(waves + size)
+    q, kk, v = (rng.integers(-3, 4, (size, size)).astype(np.float32).astype(f8) for _ in range(3))
+    o = np.zeros((size, size), np.float32)
+    launch(k, q, kk, v, o, 0.125, device=EmulatorDevice(arch))
+    qf, kf, vf = (x.astype(np.float64) for x in (q, kk, v))
+    p = (qf @ kf.T * 0.125).astype(np.float32).astype(f8).astype(np.float64)
+    np.testing.assert_array_equal(o, p @ vf)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("arch", FP8_ARCHS)
 def test_gemm_example_in_f8(arch: str) -> None:
     """examples/gemm.tile with DT=f8e4m3: pipelined loads (stages 2), dot with trans_b, and the
     f32 result scaled and cast back to f8. Each output is the f8 rounding (half an f8 ulp,

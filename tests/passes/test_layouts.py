@@ -33,6 +33,20 @@ def test_text_form_is_the_ir_encoding() -> None:
     assert str(L.PermK(1, (2, 1), ACC)) == "permk(1,2:1,acct(mfma,32,32,8,4,f16,2,2))"
 
 
+@pytest.mark.parametrize("dtype", ["f16", "f8e4m3"])
+def test_k_permutation_on_one_wave(dtype: str) -> None:
+    """A single-wave kernel has no wave bits: its (empty) wave bases were a float array, and the
+    bit tests of k_permutation raised a TypeError in assign-layouts for a chained dot."""
+    op = GFX942.matrix_op(dtype, 32)
+    one = L.Threads(64, 1)
+    acc = L.Mma("acct", op, 1, 1)
+    assert L.linear(acc, (32, 32), one).wave_bases.dtype.kind == "i"
+    images = L.k_permutation(acc, acc.with_kind("opa"), (32, 32), 1, one)
+    if images is not None:  # the relabelled operand layout then puts every element where the accumulator has it
+        permuted = L.with_k_permutation(acc.with_kind("opa"), 1, images)
+        assert (L.coords(permuted, (32, 32), one) == L.coords(acc, (32, 32), one)).all()
+
+
 @pytest.mark.parametrize("text", ["blocked", "blocked(x)", "acc(mfma,32,32,8,4,f16,2)", "swizzle(1)",
                                   "slice(1,64)", "acd(mfma,32,32,8,4,f16,2,2)"])
 def test_bad_text_is_a_layout_error(text: str) -> None:
