@@ -52,6 +52,7 @@ class _Lowering:
         self.vmap: dict[ir.Value, ir.Value] = {}
         self.lazy: dict[ir.Value, ir.Operation] = {}  # local_load results a dot reads fragment-wise
         self.bases: dict[str, list[ir.Value]] = {}
+        self.splats: dict[ir.Value, ir.Value] = {}  # lowered splat vector -> its scalar
         self.axis = AxisAnalysis()
 
     # -- types -----------------------------------------------------------------------------------
@@ -141,6 +142,12 @@ class _Lowering:
         n = ir.VectorType(vec.type).shape[0]
         return [vector.ExtractOp(vec, [], [i]).result for i in range(n)]
 
+    def splat(self, vt: ir.Type, scalar: ir.Value) -> ir.Value:
+        """vector.broadcast of a scalar, remembered so that elementwise users take the scalar."""
+        vec = vector.BroadcastOp(vt, scalar).result
+        self.splats[vec] = scalar
+        return vec
+
     def pack(self, vals: list[ir.Value], elt: ir.Type) -> ir.Value:
         vt = ir.VectorType.get([len(vals)], elt)
         return vector.FromElementsOp(vt, vals).result
@@ -153,16 +160,35 @@ def _gep(base: ir.Value, offset: ir.Value, elt: ir.Type) -> ir.Value:
 # -- rules: one per op ---------------------------------------------------------------------------
 
 def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
-    """Elementwise arith/math ops: the same op on the per-lane vectors."""
+    """Elementwise arith/math ops: the same op on the per-lane vectors. A bitwise op with an
+    operand that is a splat of a scalar uses that scalar, in an op per element: the broadcast
+    vector would be hoisted out of a loop by LLVM as a vector and then live across it as one
+    register per element (an SGPR each when uniform; philox's round keys, 20 x 64 SGPRs on
+    wave64). Other ops keep the vector form: the same change there moved the forward's masked
+    variants to more registers (compiler gap, issue 15: keep scalar operands scalar everywhere)."""
     attrs = {a: op.attributes[a] for a in op.attributes}
     if op.name == "arith.constant" and is_tile(op.result):
         value = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
         vt = lw.lowered_type(op.result.type)
         attrs["value"] = ir.DenseElementsAttr.get_splat(vt, value)
-    new = ir.Operation.create(op.name, results=[lw.lowered_type(r.type) for r in op.results],
-                              operands=[lw.v(x) for x in op.operands], attributes=attrs)
+    operands = [lw.v(x) for x in op.operands]
+    scalars = [lw.splats.get(x) for x in operands]
+    result_types = [lw.lowered_type(r.type) for r in op.results]
+    if op.name in _SPLAT_AS_SCALAR and any(s is not None for s in scalars):
+        vt = ir.VectorType(result_types[0])
+        if vt.element_type == i32():
+            columns = [[s] * vt.shape[0] if s is not None else lw.elems(x)
+                       for s, x in zip(scalars, operands, strict=True)]
+            elems = [ir.Operation.create(op.name, results=[vt.element_type], operands=list(ops), attributes=attrs)
+                     .result for ops in zip(*columns, strict=True)]
+            lw.vmap[op.result] = lw.pack(elems, vt.element_type)
+            return
+    new = ir.Operation.create(op.name, results=result_types, operands=operands, attributes=attrs)
     for r, n in zip(op.results, new.results, strict=True):
         lw.vmap[r] = n
+
+
+_SPLAT_AS_SCALAR = ("arith.xori", "arith.andi", "arith.ori")
 
 
 def _per_element(fn):
@@ -218,7 +244,7 @@ def rule_arange(lw: _Lowering, op: ir.Operation) -> None:
 
 
 def rule_splat(lw: _Lowering, op: ir.Operation) -> None:
-    lw.vmap[op.result] = vector.BroadcastOp(lw.lowered_type(op.result.type), lw.v(op.operands[0])).result
+    lw.vmap[op.result] = lw.splat(lw.lowered_type(op.result.type), lw.v(op.operands[0]))
 
 
 def rule_identity(lw: _Lowering, op: ir.Operation) -> None:

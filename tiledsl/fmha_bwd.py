@@ -18,6 +18,7 @@ import numpy as np
 
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.errors import TileError
+from tiledsl.fmha_dropout import dropout_scalars
 from tiledsl.kernels.fmha_configs import BIAS_KINDS, fmha_dim_units, padded_hdim
 from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
@@ -66,9 +67,19 @@ BWD_DBIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {arch: {128: _b(16, 128, 8)
                                                        for arch in ("gfx90a", "gfx942", "gfx950")}
 
 
-def bwd_config(arch: str, hdim_q: int, hdim_v: int, dbias: bool = False) -> BwdConfig:
+# With dropout (Philox per element beside the tiles, docs/dropout.md), CDNA's 8-wave rows at hdim
+# 128 spill vector registers; 16 queries per step spill nothing. RDNA keeps its rows: gfx1100 at
+# hdim 64 with a mask spills 8 VGPRs and gfx1201 at hdim 128 about 12, with every tile that
+# compiles there (dropout variants compile with spills allowed).
+BWD_DROPOUT_CONFIGS: dict[str, dict[int, BwdConfig]] = {arch: {128: _b(16, 128, 8)}
+                                                         for arch in ("gfx90a", "gfx942", "gfx950")}
+
+
+def bwd_config(arch: str, hdim_q: int, hdim_v: int, dbias: bool = False, dropout: bool = False) -> BwdConfig:
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
     name = get_arch(arch).name
+    if dropout and hdim in BWD_DROPOUT_CONFIGS.get(name, {}):
+        return BWD_DROPOUT_CONFIGS[name][hdim]
     if dbias and hdim in BWD_DBIAS_CONFIGS.get(name, {}):
         return BWD_DBIAS_CONFIGS[name][hdim]
     return BWD_CONFIGS[name][hdim]
@@ -102,6 +113,7 @@ class BwdShape:
     dbias: str = "none"
     dbias_sum: tuple[int, ...] = ()
     dbias_cols: int = 0  # the key columns of dbias (group mode: the bias's, >= the longest sequence)
+    dropout: bool = False  # P was dropped (docs/dropout.md): the call's seed_lo .. drop_scale
 
 
 def nsplits_of(shape: BwdShape, block_n: int) -> tuple[int, ...]:
@@ -186,7 +198,7 @@ def _flag(b: bool) -> str:
 @plan_builder
 def build_plan(shape: BwdShape) -> Plan:
     """Compile (or load from the cache) the three stages for `shape` and lay out the workspace."""
-    cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v, shape.dbias != "none")
+    cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v, shape.dbias != "none", shape.dropout)
     hd_q, hd_v = padded_hdim(shape.hdim_q), padded_hdim(shape.hdim_v)
     pad = _flag(hd_q != shape.hdim_q or hd_v != shape.hdim_v)
     per_seq = _flag(shape.deterministic and shape.varlen)
@@ -207,8 +219,9 @@ def build_plan(shape: BwdShape) -> Plan:
                          "DETERMINISTIC": _flag(shape.deterministic), "PER_SEQ_SPLITS": per_seq,
                          "SOFTCAP": _flag(shape.softcap), "BIAS": BIAS_KINDS[shape.bias],
                          "BIAS_DT": shape.bias_dtype if shape.bias == "tensor" else "f32",
-                         "HAS_DBIAS": _flag(shape.dbias != "none"), "PAD_D": pad}, shape, ("D_QK", "D_V"),
-                        allow_spills=cfg.spills or shape.bias != "none")
+                         "HAS_DBIAS": _flag(shape.dbias != "none"), "DROPOUT": _flag(shape.dropout),
+                         "PAD_D": pad}, shape, ("D_QK", "D_V"),
+                        allow_spills=cfg.spills or shape.bias != "none" or shape.dropout)
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,
                           {**common, "HDIM": str(hd_q), "BLOCK_M": rows_q, "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
                           shape, ("D_QK",))
@@ -221,7 +234,7 @@ def build_plan(shape: BwdShape) -> Plan:
             ("cu_seqlens_q", Ref("cu_seqlens_q")), ("cu_seqlens_k", Ref("cu_seqlens_k")), ("scale", Ref("scale")),
             ("softcap", Ref("softcap")), ("window_left", shape.mask.left), ("window_right", shape.mask.right),
             ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch), ("max_seqlen_k", max_k),
-            *_bias_args(shape))),
+            *_bias_args(shape), *dropout_scalars(shape.dropout))),
         Stage("convert_dq", convert_dq, (
             ("dq", Ref("dq")), ("ws_i", Ref("ws_i")), ("ws_f", Ref("ws_f")), ("cu_seqlens_q", Ref("cu_seqlens_q")),
             ("scale", Ref("scale")), ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch),
@@ -242,6 +255,8 @@ def build_plan(shape: BwdShape) -> Plan:
             "tiles": f"{cfg.block_m}x{cfg.block_n}x{cfg.waves}"}
     if shape.bias != "none":
         info["bias"] = shape.bias
+    if shape.dropout:
+        info["dropout"] = True
     if shape.dbias != "none":
         info.update(dbias=shape.dbias, dbias_zeroed=dbias_zeroed(shape))
     return Plan("fmha_bwd", stages, workspace, info)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tiledsl.backends.rocm.arch import get_arch
+from tiledsl.fmha_dropout import dropout_scalars
 from tiledsl.kernels.fmha_configs import fmha_config, fmha_dim_units, pack_gqa, padded_hdim
 from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
@@ -82,6 +83,8 @@ class SplitShape:
     q_name: str = "q"  # the call's name for the queries (the rotated copy with rotary)
     bias: str = "none"  # "tensor" (the call's "bias") or "alibi" (its "alibi_slopes"), docs/bias.md
     bias_dtype: str = "f32"  # the bias tensor's dtype
+    dropout: bool = False  # P is dropped (docs/dropout.md): the call's seed_lo .. drop_scale
+    dropout_mask: bool = False  # a last stage writes the keep bits into the call's "dropout_mask"
 
 
 def splitkv_workspace(shape: SplitShape, at: int = 0) -> tuple[Region, ...]:
@@ -110,6 +113,24 @@ def bias_args(shape: SplitShape) -> tuple[tuple[str, object], ...]:
     return (("bias", bias), ("alibi_slopes", slopes))
 
 
+def dropout_args(shape: SplitShape) -> tuple[tuple[str, object], ...]:
+    """fmha_fwd.tile's dropout scalars (docs/dropout.md)."""
+    return dropout_scalars(shape.dropout)
+
+
+def dropout_mask_stage(shape: SplitShape) -> Stage:
+    """The stage that writes the call's "dropout_mask" (fmha_dropout_mask.tile)."""
+    from tiledsl.library import library_kernel
+    from tiledsl.options import CompileOptions
+
+    defines = {"VARLEN": "true" if shape.varlen else "false"}
+    kernel = library_kernel(KERNELS / "fmha_dropout_mask.tile", shape.arch, defines,
+                            CompileOptions.make(shape.arch, defines))
+    return Stage("dropout_mask", kernel, (("mask", Ref("dropout_mask")),) + tuple((n, Ref(n)) for n in (
+        "cu_seqlens_q", "cu_seqlens_k", "seed_lo", "seed_hi", "rng_offset", "drop_threshold",
+        "batch", "max_seqlen_q")))
+
+
 def attention_stages(shape: SplitShape) -> list[Stage]:
     """The forward's stages: "attention" (one kernel), or "producers" and "combine" with splits
     (their workspace is `splitkv_workspace`)."""
@@ -124,9 +145,10 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                               sink=shape.sink and not split, softcap=1.0 if shape.softcap else 0.0,
                               contiguous=shape.contiguous, aligned=shape.aligned, split=split,
                               kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size,
-                              bias=shape.bias, bias_dtype=shape.bias_dtype)
+                              bias=shape.bias, bias_dtype=shape.bias_dtype, dropout=shape.dropout)
     args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
-        ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block)) + bias_args(shape)
+        ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block)) + bias_args(shape) + \
+        dropout_args(shape)
     if not split:
         stand_ins = (("o_acc", unused((1, shape.b, shape.hq, shape.sq, shape.hdim_v), "f32")),
                      ("lse_acc", unused((1, shape.b, shape.hq, shape.sq), "f32")))
@@ -153,5 +175,6 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
 def build_attention_plan(shape: SplitShape) -> Plan:
     """fmha_fwd's plan: one kernel, or split-KV producers and combine over one workspace."""
     op = "fmha_fwd split-KV" if shape.num_splits > 1 else "fmha_fwd"
-    return Plan(op, attention_stages(shape), WorkspaceLayout(splitkv_workspace(shape)),
+    stages = attention_stages(shape) + ([dropout_mask_stage(shape)] if shape.dropout_mask else [])
+    return Plan(op, stages, WorkspaceLayout(splitkv_workspace(shape)),
                 {"arch": shape.arch, "num_splits": shape.num_splits, "heads_per_block": shape.heads_per_block})

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
+from tiledsl.fmha_dropout import NO_DROPOUT, DropoutCall, check_dropout, dropout_mask_output
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_units, pack_gqa
 from tiledsl.launcher import numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, bias_shape, fmha_mask_params
@@ -376,7 +377,8 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
              cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
              max_seqlen_k: int | None = None, return_lse: bool = False, layout: str = "bshd",
              arch: str | None = None, device: Any = None, num_splits: int = 1, bias: Any = None,
-             alibi_slopes: Any = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+             alibi_slopes: Any = None, dropout_p: float = 0.0, seed: int = 0, offset: int = 0,
+             return_dropout_mask: bool = False) -> Any:
     """Attention forward: softmax(mask(cap(scale * q k^T) + bias)) v, fp16/bf16 in, f32 accumulation.
 
     Shapes and conventions are flash-attention's (see `tiledsl.reference.fmha_fwd_reference`, the
@@ -399,7 +401,14 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     longest key sequence; sequence b reads rows cu_seqlens_q[b].. and columns 0..seqlen_k-1).
     alibi_slopes: f32 [Hq] or [batch, Hq], bias -slope * |i + seqlen_k - seqlen_q - j|
     (flash-attention's ALiBi). At most one of the two.
+    dropout_p in [0, 1) (docs/dropout.md): P is dropped after the softmax and rescaled by
+    1 / (1 - p); the keep bits are `tiledsl.reference.dropout_keep_mask(seed, offset, ...)` (seed
+    in [0, 2^64), offset in [0, 2^31)), which `fmha_bwd` regenerates from the same seed and offset.
+    return_dropout_mask=True appends the keep bits, bool [B, Hq, Sq, Sk] (group mode: [Hq,
+    total_q, max_seqlen_k], sequence b's rows from cu_seqlens_q[b] and its keys from column 0,
+    False past them), whatever the attention mask; a last stage of the plan writes them.
     """
+    dc = check_dropout(dropout_p, seed, offset, return_dropout_mask)
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
         raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
     c = validate_attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, sink=sink,
@@ -407,12 +416,13 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
                            max_seqlen_k=max_seqlen_k, layout=layout, arch=arch, device=device)
     bc = check_bias(bias, alibi_slopes, c)
     try:
-        return _fwd_run(c, bc, layout=layout, return_lse=return_lse, num_splits=num_splits)
+        return _fwd_run(c, bc, dc, layout=layout, return_lse=return_lse, num_splits=num_splits)
     finally:
         bc.free()
 
 
-def _fwd_run(c: AttentionCall, bc: BiasCall, *, layout: str, return_lse: bool, num_splits: int) -> Any:
+def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, *, layout: str, return_lse: bool,
+             num_splits: int) -> Any:
     """fmha_fwd after its checks: allocate the outputs, build the plan, run it."""
     q4, k4, v4, varlen, on_device, device = c.q4, c.k4, c.v4, c.varlen, c.on_device, c.device
     b, sq, hq, d, dv, dt, arch, mask, sink32 = c.b, c.sq, c.hq, c.d, c.dv, c.dtype, c.arch, c.mask, c.sink32
@@ -431,6 +441,12 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, *, layout: str, return_lse: bool, n
     else:
         lse = np.full((b, hq, sq), -np.inf, np.float32)
     sink_arg = sink32 if sink32 is not None else np.zeros(hq, np.float32)
+    dropped = {}
+    if dc.return_mask:
+        keep, dropped["dropout_mask"] = dropout_mask_output((hq, sq, c.max_k) if varlen else (b, hq, sq, c.sk),
+                                                            varlen, device, on_device)
+    if dc.on:
+        dropped.update(dc.env())
 
     if batch and sq and max_q:
         from tiledsl.fmha_splitkv import SplitShape, build_attention_plan
@@ -441,7 +457,7 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, *, layout: str, return_lse: bool, n
         env = {"q": q4, "k": k4, "v": v4, "o": out4, "lse": lse, "sink": sink_arg, "cu_seqlens_q": cuq,
                "cu_seqlens_k": cuk, "scale": float(scale), "softcap": float(softcap) or 1.0,
                "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
-               **NO_KV_CACHE, **bias_env(bc)}
+               **NO_KV_CACHE, **bias_env(bc), **dropped}
         masked = mask.kind != "none"
         packed = pack_gqa(arch, d, dv, masked, max_q, hq, c.hk)
         plan = build_attention_plan(SplitShape(
@@ -449,11 +465,15 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, *, layout: str, return_lse: bool, n
             sink=sink32 is not None, softcap=float(softcap) > 0, contiguous=contiguous, aligned=aligned,
             num_splits=_splits_count(num_splits, arch, batch=batch, hq=hq, hk=c.hk, max_q=max_q, max_k=c.max_k,
                                      d=d, dv=dv, masked=masked), b=b, hq=hq, sq=sq,
-            heads_per_block=hq // c.hk if packed else 1, bias=bc.kind, bias_dtype=bc.dtype))
+            heads_per_block=hq // c.hk if packed else 1, bias=bc.kind, bias_dtype=bc.dtype, dropout=dc.on,
+            dropout_mask=dc.return_mask))
         plan.run(device, env)
-    if not return_lse:
-        return out
-    return out, ((lse.squeeze0() if on_device else lse[0]) if varlen else lse)
+    result = (out,)
+    if return_lse:
+        result += ((lse.squeeze0() if on_device else lse[0]) if varlen else lse,)
+    if dc.return_mask:
+        result += (keep,)
+    return result[0] if len(result) == 1 else result
 
 
 def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, **options: Any) -> Any:
@@ -498,7 +518,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
                      lse: bool = False, sink: bool = False, softcap: float = 0.0, contiguous: bool = True,
                      aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False, kv_cache: str = "none",
                      pack_gqa: bool = False, page_size: int = 0, bias: str = "none",
-                     bias_dtype: str = "f32") -> CompiledKernel:
+                     bias_dtype: str = "f32", dropout: bool = False) -> CompiledKernel:
     """The fmha_fwd variant `fmha_fwd` launches for these features, from a kernel package or
     compiled through the compile cache (`tiledsl.library.library_kernel`). contiguous: the head
     dim of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
@@ -507,12 +527,14 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
                            sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa,
-                           page_size=page_size, bias=bias, bias_dtype=bias_dtype)
+                           page_size=page_size, bias=bias, bias_dtype=bias_dtype, dropout=dropout)
     # Bias variants accept spills rather than fail: the tile rows keep the tested feature mixes free
     # of VGPR spills up to hdim 128 (tests/test_fmha_bias.py), not every combination of strides.
+    # Dropout variants do at hdim 256 (fmha_configs.DROPPED).
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
-                                  dim_units=fmha_dim_units(hdim_q, hdim_v), allow_spills=bias != "none")
+                                  dim_units=fmha_dim_units(hdim_q, hdim_v),
+                                  allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128))
     return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 
 
@@ -535,7 +557,8 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
              cu_seqlens_k: np.ndarray | None = None, max_seqlen_q: int | None = None,
              max_seqlen_k: int | None = None, layout: str = "bshd", deterministic: bool = False,
              workspace: Any = None, arch: str | None = None, device: Any = None, bias: Any = None,
-             alibi_slopes: Any = None, return_dbias: bool = False) -> tuple[Any, ...]:
+             alibi_slopes: Any = None, return_dbias: bool = False, dropout_p: float = 0.0, seed: int = 0,
+             offset: int = 0) -> tuple[Any, ...]:
     """Attention backward: (dq, dk, dv) for the forward `fmha_fwd(q, k, v, ...)` with the same
     options, given the output gradient `do`, the forward's `out` and its natural-log `lse`
     exactly as `fmha_fwd(..., return_lse=True)` returns them (see `tiledsl.reference.
@@ -548,21 +571,24 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
     bias / alibi_slopes: as given to the forward (docs/bias.md). return_dbias=True (a bias tensor
     broadcast at most along the batch and the heads) appends dbias, the gradient of the bias in
     its shape and dtype, summed over the dims it was broadcast along (deterministic either way).
+    dropout_p, seed, offset: those of the forward (docs/dropout.md); the keep bits are drawn again.
     numpy arrays in give numpy arrays out; DeviceArrays give DeviceArrays on the same device."""
     plan, c, prep, bc = _bwd_call(do, q, k, v, out, lse, scale=scale, causal=causal, window=window, softcap=softcap,
                                   sink=sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, layout=layout,
                                   deterministic=deterministic, arch=arch, device=device, bias=bias,
-                                  alibi_slopes=alibi_slopes, return_dbias=return_dbias)
+                                  alibi_slopes=alibi_slopes, return_dbias=return_dbias, dropout_p=dropout_p,
+                                  seed=seed, offset=offset)
     try:
         return _bwd_run(plan, c, prep, bc, do, q, k, v, out, lse, layout=layout, workspace=workspace,
-                        return_dbias=return_dbias)
+                        return_dbias=return_dbias, dropout=check_dropout(dropout_p, seed, offset))
     finally:
         bc.free()
 
 
 def _bwd_run(plan: Any, c: AttentionCall, prep: bool, bc: BiasCall, do: Any, q: Any, k: Any, v: Any, out: Any,
-             lse: Any, *, layout: str, workspace: Any, return_dbias: bool) -> tuple[Any, ...]:
+             lse: Any, *, layout: str, workspace: Any, return_dbias: bool,
+             dropout: DropoutCall = NO_DROPOUT) -> tuple[Any, ...]:
     """fmha_bwd after its checks: device copies, outputs, the plan's run."""
     dev = c.device
     if workspace is not None and prep:
@@ -599,7 +625,8 @@ def _bwd_run(plan: Any, c: AttentionCall, prep: bool, bc: BiasCall, do: Any, q: 
                "dq": _to_bshd(grads[0], layout, c.varlen), "dk": _to_bshd(grads[1], layout, c.varlen),
                "dv": _to_bshd(grads[2], layout, c.varlen), "cu_seqlens_q": c.cuq, "cu_seqlens_k": c.cuk,
                "scale": c.scale, "softcap": c.softcap or 1.0, "sink": c.sink32,
-               "dsink": grads[3] if c.sink32 is not None else None, **biases}
+               "dsink": grads[3] if c.sink32 is not None else None, **biases,
+               **(dropout.env() if dropout.on else {})}
         if prep:
             plan.run(dev, env, workspace)
         else:  # nothing to attend: zero gradients
@@ -633,6 +660,7 @@ def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, determinis
                 "device": None}
     bias, slopes, return_dbias = (options.pop(n, d) for n, d in (("bias", None), ("alibi_slopes", None),
                                                                    ("return_dbias", False)))
+    dropout = check_dropout(*(options.pop(n, d) for n, d in (("dropout_p", 0.0), ("seed", 0), ("offset", 0))))
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise ValueError(f"fmha_bwd: unknown argument(s) {', '.join(unknown)}")
@@ -670,7 +698,7 @@ def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, determinis
                          softcap=c.softcap > 0, sink=c.sink32 is not None, deterministic=deterministic,
                          varlen=c.varlen, b=c.b, sq=c.sq, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
                          contiguous=contiguous, bias=bc.kind, bias_dtype=bc.dtype, dbias=dbias,
-                         dbias_sum=dbias_sum, dbias_cols=bc.full[-1] if return_dbias else 0)
+                         dbias_sum=dbias_sum, dbias_cols=bc.full[-1] if return_dbias else 0, dropout=dropout.on)
         return build_plan(shape), c, bool(c.batch and c.sq and c.sk), bc
     except BaseException:
         bc.free()

@@ -217,7 +217,11 @@ def fmha_fwd_reference(
     layout: Literal["bshd", "bhsd"] = "bshd",
     bias: np.ndarray | None = None,
     alibi_slopes: np.ndarray | None = None,
-) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    dropout_p: float = 0.0,
+    seed: int = 0,
+    offset: int = 0,
+    return_dropout_mask: bool = False,
+) -> Any:
     """Attention forward, out = softmax(mask(cap(scale * q @ k^T) + bias)) @ v, in float64.
 
     Shapes (batch mode): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] for layout "bshd";
@@ -252,32 +256,44 @@ def fmha_fwd_reference(
       * alibi_slopes: [Hq] or [batch, Hq] (batch = sequences); the bias of query i, key j of a
         sequence is -slope * |i + seqlen_k - seqlen_q - j| (flash-attention's ALiBi, aligned to
         the bottom-right corner whatever the mask). At most one of bias and alibi_slopes.
+      * dropout_p > 0: out_i = sum_j P_ij keep_ij v_j / (1 - dropout_p), P the softmax (its
+        denominator and the LSE count every element), keep = dropout_keep_mask(seed, offset, ...)
+        with the sequence index as batch index.
 
-    Returns out (float64, the layout of q, head dim Dv) and, with return_lse, the natural-log
-    LSE [B, Hq, Sq] (group mode: [Hq, total_q], flash-attention's varlen layout).
+    Returns out (float64, the layout of q, head dim Dv), then with return_lse the natural-log
+    LSE [B, Hq, Sq] (group mode: [Hq, total_q], flash-attention's varlen layout), then with
+    return_dropout_mask the keep bits, bool [B, Hq, Sq, Sk] (group mode [Hq, total_q,
+    max_seqlen_k]: sequence b's rows from cu_seqlens_q[b], its keys from column 0, False past them).
     """
     p = _Problem.check(q, k, v, None, scale, causal, window, softcap, sink, cu_seqlens_q, cu_seqlens_k, layout,
                        bias, alibi_slopes)
     batch, sq, hq, _ = p.q.shape
     out = np.zeros((batch, sq, hq, p.v.shape[3]))
     lse = np.full((batch, hq, sq), -np.inf)
+    max_k = max((lk for _, lk in p.seg_k), default=0)
+    kept = np.zeros((hq, sq, max_k) if p.varlen else (batch, hq, sq, p.k.shape[1]), np.bool_)
     for n, (bb, (q0, lq), (_k0, lk), qs, ks, vs, _do) in enumerate(p.sequences()):
+        keep = sequence_keep_mask(seed, offset, n, hq, lq, lk, dropout_p) if dropout_p > 0 else None
         o_seg, lse_seg = _attend(qs, ks, vs, p.scale, softcap, p.sink, fmha_mask(lq, lk, p.mask),
-                                 p.bias_of(n, q0, lq, lk))
+                                         p.bias_of(n, q0, lq, lk), keep, dropout_p)
         out[bb, q0:q0 + lq] = o_seg.transpose(1, 0, 2)
         lse[bb, :, q0:q0 + lq] = lse_seg
+        if keep is not None:
+            (kept[:, q0:q0 + lq, :lk] if p.varlen else kept[n, :, :lq, :lk])[...] = keep
     varlen = p.varlen
-    result = _from_bshd(out, layout, varlen)
-    if not return_lse:
-        return result
-    return result, (lse[0] if varlen else lse)
+    result: tuple[np.ndarray, ...] = (_from_bshd(out, layout, varlen),)
+    if return_lse:
+        result += (lse[0] if varlen else lse,)
+    if return_dropout_mask:
+        result += (kept,)
+    return result[0] if len(result) == 1 else result
 
 
 def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: float,
-            sink: np.ndarray | None, allowed: np.ndarray,
-            bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """One sequence, all heads: q [H, Sq, D], k [H, Sk, D], v [H, Sk, Dv] (bias [H, Sq, Sk])
-    -> out, lse [H, Sq]."""
+            sink: np.ndarray | None, allowed: np.ndarray, bias: np.ndarray | None = None,
+            keep: np.ndarray | None = None, dropout_p: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """One sequence, all heads: q [H, Sq, D], k [H, Sk, D], v [H, Sk, Dv] (bias and the dropout
+    keep mask [H, Sq, Sk]) -> out, lse [H, Sq]."""
     s = np.einsum("hid,hjd->hij", q, k) * scale
     if softcap > 0:
         s = softcap * np.tanh(s / softcap)
@@ -292,8 +308,9 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: 
     denom = e.sum(axis=2)
     if sink is not None:
         denom = denom + np.exp(sink[:, None] - m_safe)
+    kept = e if keep is None else np.where(keep, e, 0.0) / (1.0 - dropout_p)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(denom[..., None] > 0, (e @ v) / denom[..., None], 0.0)
+        out = np.where(denom[..., None] > 0, (kept @ v) / denom[..., None], 0.0)
         lse = np.where(denom > 0, np.log(denom) + m_safe, -np.inf)
     return out, lse
 
@@ -315,6 +332,9 @@ def fmha_bwd_reference(
     bias: np.ndarray | None = None,
     alibi_slopes: np.ndarray | None = None,
     return_dbias: bool = False,
+    dropout_p: float = 0.0,
+    seed: int = 0,
+    offset: int = 0,
 ) -> tuple[np.ndarray, ...]:
     """Attention backward in float64: the gradients of sum(do * out) for
     out = fmha_fwd_reference(q, k, v, same options) (shapes and conventions there).
@@ -327,6 +347,8 @@ def fmha_bwd_reference(
     LSE_row) * D_row. The bias is added to the capped logits, so dbias is dS before the soft-cap
     factor, summed over the dims the bias was broadcast along (0 where masked). Rows with no
     allowed key (and no sink) have P = 0 and contribute nothing. ALiBi slopes get no gradient.
+    With dropout (Z = keep / (1 - p), the forward's mask): dv = (P Z)^T do, dS = P * ((do v^T) Z
+    - D); D = rowsum(do * out) still holds, out being the dropped forward's output.
     """
     if return_dbias and bias is None:
         raise ValueError("return_dbias: needs a bias tensor")
@@ -341,7 +363,9 @@ def fmha_bwd_reference(
     for n, (bb, (q0, lq), (k0, lk), qs, ks, vs, dos) in enumerate(p.sequences()):
         allowed = fmha_mask(lq, lk, p.mask)
         bias_seq = p.bias_of(n, q0, lq, lk)
-        out, lse = _attend(qs, ks, vs, scale, softcap, sink64, allowed, bias_seq)
+        keep = sequence_keep_mask(seed, offset, n, hq, lq, lk, dropout_p) if dropout_p > 0 else None
+        out, lse = _attend(qs, ks, vs, scale, softcap, sink64, allowed, bias_seq, keep, dropout_p)
+        z = 1.0 if keep is None else keep / (1.0 - dropout_p)
         raw = np.einsum("hid,hjd->hij", qs, ks) * scale
         s = softcap * np.tanh(raw / softcap) if softcap > 0 else raw
         if bias_seq is not None:
@@ -349,7 +373,7 @@ def fmha_bwd_reference(
         lse_safe = np.where(np.isfinite(lse), lse, np.inf)  # empty rows: P = 0
         prob = np.where(allowed[None], np.exp(np.where(allowed[None], s, 0.0) - lse_safe[..., None]), 0.0)
         dd = (dos * out).sum(axis=2)  # D [Hq, lq]
-        ds = prob * (np.einsum("hid,hjd->hij", dos, vs) - dd[..., None])
+        ds = prob * (np.einsum("hid,hjd->hij", dos, vs) * z - dd[..., None])
         if dbias is not None:
             if p.varlen:
                 dbias[:, q0:q0 + lq, :lk] = ds
@@ -359,7 +383,7 @@ def fmha_bwd_reference(
             ds = ds * (1.0 - np.tanh(raw / softcap) ** 2)
         dq[bb, q0:q0 + lq] = (scale * ds @ ks).transpose(1, 0, 2)
         dk_h = scale * np.einsum("hij,hid->hjd", ds, qs)  # per query head [Hq, lk, D]
-        dv_h = np.einsum("hij,hid->hjd", prob, dos)
+        dv_h = np.einsum("hij,hid->hjd", prob * z, dos)
         dk[bb, k0:k0 + lk] = dk_h.reshape(hk, group, lk, d).sum(axis=1).transpose(1, 0, 2)
         dv[bb, k0:k0 + lk] = dv_h.reshape(hk, group, lk, -1).sum(axis=1).transpose(1, 0, 2)
         if sink64 is not None:
@@ -507,12 +531,20 @@ def dropout_keep_mask(seed: int, offset: int, batch: int, nhead: int, seqlen_q: 
     Philox-4x32-10 with key (seed & 0xFFFFFFFF, seed >> 32) and counter (j, i, b * nhead + h,
     offset), takes the top 24 bits of word 0, and is kept when they are at least
     dropout_threshold(p). The kernels regenerate exactly these bits (never a stored mask)."""
+    return np.stack([sequence_keep_mask(seed, offset, b, nhead, seqlen_q, seqlen_k, p) for b in range(batch)]) \
+        if batch else np.zeros((0, nhead, seqlen_q, seqlen_k), np.bool_)
+
+
+def sequence_keep_mask(seed: int, offset: int, b: int, nhead: int, seqlen_q: int, seqlen_k: int,
+                       p: float) -> np.ndarray:
+    """dropout_keep_mask of sequence (batch index) b alone: bool [nhead, seqlen_q, seqlen_k]."""
     if not 0 <= seed < 2**64:
         raise ValueError(f"seed: expected 0 <= seed < 2**64, got {seed!r}")
     if not 0 <= offset < 2**31:
         raise ValueError(f"offset: expected 0 <= offset < 2**31, got {offset!r}")
-    j = np.arange(seqlen_k)[None, None, None, :]
-    i = np.arange(seqlen_q)[None, None, :, None]
-    bh = (np.arange(batch)[:, None] * nhead + np.arange(nhead)[None, :])[:, :, None, None]
+    threshold = dropout_threshold(p)
+    j = np.arange(seqlen_k)[None, None, :]
+    i = np.arange(seqlen_q)[None, :, None]
+    bh = (b * nhead + np.arange(nhead))[:, None, None]
     word = philox4x32((seed & 0xFFFFFFFF, seed >> 32), (j, i, bh, offset))[0]
-    return (word >> np.uint32(8)).astype(np.int64) >= dropout_threshold(p)
+    return (word >> np.uint32(8)).astype(np.int64) >= threshold

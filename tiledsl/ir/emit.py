@@ -7,6 +7,7 @@ and errors can point at the user's source. Tile values are layout-less `tensor<.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlir import ir
@@ -488,23 +489,40 @@ class _Emitter:
         counter); `word` picks one (calls that differ only in it share the work after LLVM's GVN).
         tiledsl.reference.philox4x32 is the same function in numpy."""
         args = self.args(e, ["key0", "key1", "c0", "c1", "c2", "c3", "word"])
-        k0, k1, c0, c1, c2, c3 = (self.to_type(self.expr(args[n]), e.type)  # type: ignore[arg-type]
+        k0, k1, c0, c1, c2, c3 = (self.expr(args[n])  # type: ignore[arg-type]
                                   for n in ("key0", "key1", "c0", "c1", "c2", "c3"))
         word = args["word"].value  # type: ignore[union-attr]
 
         def const(x: int) -> ir.Value:
-            return self.to_type(self.constant(x - (1 << 32) if x >= 1 << 31 else x, "i32"), e.type)
+            return self.constant(x - (1 << 32) if x >= 1 << 31 else x, "i32")
+
+        def op(make: Callable[[ir.Value, ir.Value], ir.Value], a: ir.Value, b: ir.Value) -> ir.Value:
+            # Scalar operands stay scalar until they meet a tile: a uniform key schedule splatted
+            # up front would become one register per element after LLVM's scalarization.
+            if isinstance(a.type, ir.RankedTensorType) or isinstance(b.type, ir.RankedTensorType):
+                a, b = self.to_type(a, e.type), self.to_type(b, e.type)
+            return make(a, b)
+
+        def umulhi(a: ir.Value, b: ir.Value) -> ir.Value:
+            return tile_op("umulhi", [a, b], [a.type]).result
+
+        def mul(a: ir.Value, b: ir.Value) -> ir.Value:
+            return arith.MulIOp(a, b).result
+
+        def xor(a: ir.Value, b: ir.Value) -> ir.Value:
+            return arith.XOrIOp(a, b).result
+
+        def add(a: ir.Value, b: ir.Value) -> ir.Value:
+            return arith.AddIOp(a, b).result
 
         m0, m1, w0, w1 = const(0xD2511F53), const(0xCD9E8D57), const(0x9E3779B9), const(0xBB67AE85)
         for r in range(10):
-            hi0 = tile_op("umulhi", [m0, c0], [c0.type]).result
-            hi1 = tile_op("umulhi", [m1, c2], [c2.type]).result
-            lo0, lo1 = arith.MulIOp(m0, c0).result, arith.MulIOp(m1, c2).result
-            c0, c1, c2, c3 = (arith.XOrIOp(arith.XOrIOp(hi1, c1).result, k0).result, lo1,
-                              arith.XOrIOp(arith.XOrIOp(hi0, c3).result, k1).result, lo0)
+            hi0, hi1 = op(umulhi, m0, c0), op(umulhi, m1, c2)
+            lo0, lo1 = op(mul, m0, c0), op(mul, m1, c2)
+            c0, c1, c2, c3 = op(xor, op(xor, hi1, c1), k0), lo1, op(xor, op(xor, hi0, c3), k1), lo0
             if r < 9:
-                k0, k1 = arith.AddIOp(k0, w0).result, arith.AddIOp(k1, w1).result
-        return (c0, c1, c2, c3)[word]
+                k0, k1 = op(add, k0, w0), op(add, k1, w1)
+        return self.to_type((c0, c1, c2, c3)[word], e.type)
 
     def call_cast(self, e: A.Call) -> ir.Value:
         x = self.expr(e.args[0])

@@ -112,13 +112,31 @@ BIASED: dict[str, dict[str, dict[tuple[int, bool], FmhaConfig]]] = {
 }
 
 
+# Rows for dropout variants (docs/dropout.md), per (padded hdim, masked), over every bias kind:
+# Philox-4x32-10 per score element (10 rounds of two 32x32->64 multiplies) holds its state in
+# registers beside the scores, so the tiles are smaller. Chosen like the rows above on the plain
+# contiguous variant (no VGPR or SGPR spills, then the fewest instructions per MFMA/WMMA;
+# benchmarks/fmha_dropout.py prints the figures). hdim 256 keeps the rows above and compiles with
+# spills allowed.
+_CDNA_DROP = {(h, m): _c(64, 32, 4, 2) for h in (32, 64, 128) for m in (False, True)}
+DROPPED: dict[str, dict[tuple[int, bool], FmhaConfig]] = {
+    "gfx90a": _CDNA_DROP, "gfx942": _CDNA_DROP, "gfx950": _CDNA_DROP,
+    "gfx1100": {(32, False): _c(64, 64, 8, 1), (32, True): _c(64, 32, 4, 1), (64, False): _c(64, 64, 8, 1),
+                (64, True): _c(64, 32, 4, 1), (128, False): _c(64, 64, 8, 1), (128, True): _c(64, 64, 8, 1)},
+    "gfx1201": {(32, False): _c(128, 32, 8, 1), (32, True): _c(64, 64, 8, 1), (64, False): _c(128, 32, 8, 1),
+                (64, True): _c(64, 64, 8, 1), (128, False): _c(64, 64, 8, 1), (128, True): _c(64, 64, 8, 1)},
+}
+
+
 def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool = False,
-                bias: str = "none") -> FmhaConfig:
+                bias: str = "none", dropout: bool = False) -> FmhaConfig:
     """The tile config for `arch` and the head dims (actual sizes, padded here); bias: the
-    variant's bias kind ("none", "tensor", "alibi")."""
+    variant's bias kind ("none", "tensor", "alibi"); dropout: the variant drops P."""
     name = get_arch(arch).name
     hdim_v = hdim_q if hdim_v is None else hdim_v
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
+    if dropout and (hdim, masked) in DROPPED[name]:
+        return DROPPED[name][(hdim, masked)]
     if (hdim, masked) in BIASED.get(bias, {}).get(name, {}):
         return BIASED[bias][name][(hdim, masked)]
     if masked and hdim in MASKED.get(name, {}):
@@ -140,9 +158,11 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
                  mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
                  sink: bool = False, softcap: float = 0.0, split: bool = False, kv_cache: str = "none",
                  pack_gqa: bool = False, page_size: int = 0, bias: str = "none", bias_dtype: str = "f32",
+                 dropout: bool = False,
                  config: FmhaConfig | None = None) -> dict[str, str]:
     """All constexprs of one fmha_fwd variant (the -D values), from what a call needs. bias:
-    "none", "tensor" (an additive bias tensor of `bias_dtype`) or "alibi"."""
+    "none", "tensor" (an additive bias tensor of `bias_dtype`) or "alibi"; dropout: P is dropped
+    (docs/dropout.md)."""
     if kv_cache not in ("none", "contiguous", "paged"):
         raise TileError(f"kv_cache: expected none, contiguous or paged, got {kv_cache}")
     if bias not in BIAS_KINDS:
@@ -153,7 +173,8 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         raise TileError(f"fmha_fwd supports f16 and bf16, got {dtype}")
     hdim_v = hdim_q if hdim_v is None else hdim_v
     dq, dv = padded_hdim(hdim_q), padded_hdim(hdim_v)
-    cfg = config or fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias)
+    cfg = config or fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
+                                dropout=dropout)
 
     def flag(b: bool) -> str:
         return "true" if b else "false"
@@ -165,6 +186,7 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         "SPLIT": flag(split), "KV_CACHE": kv_cache, "PACK_GQA": flag(pack_gqa),
         "BIG_PAGES": flag(kv_cache == "paged" and page_size >= cfg.block_n),
         "BIAS": BIAS_KINDS[bias], "BIAS_DT": bias_dtype if bias == "tensor" else "f32",
+        "DROPOUT": flag(dropout),
         "PAD_D": flag(dq != hdim_q or dv != hdim_v),
     }
 
