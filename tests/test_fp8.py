@@ -179,6 +179,35 @@ def test_chained_dot(arch: str, dtype: str, waves: int, size: int) -> None:
 
 @pytest.mark.emulator
 @pytest.mark.parametrize("arch", FP8_ARCHS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_f8_tiles_through_loops_branches_and_layouts(arch: str, dtype: str) -> None:
+    """fp8_flow.tile against numpy. Inputs are halves of small integers, exact in both 8-bit
+    formats, so every product and sum is exact in f32: the results must match exactly."""
+    k = compile_kernel("fp8_flow.tile", arch, DT=dtype)
+    f8 = numpy_dtype(dtype, arch)
+    rng = np.random.default_rng(17)
+    x = (rng.integers(-6, 7, (64, 64)) / 2).astype(np.float32)
+    b = rng.random((64, 64)) < 0.5
+    y, nonzero, n = np.zeros((64, 64), np.float32), np.zeros((64, 64), bool), 5
+    launch(k, x, y, b, nonzero, n, device=EmulatorDevice(arch))
+
+    def to8(a: np.ndarray) -> np.ndarray:
+        return a.astype(np.float32).astype(f8)
+
+    q = to8(x)
+    wide = np.where(x > 0, q, np.broadcast_to(to8(x[:, 0])[:, None], (64, 64)))
+    acc = q
+    for i in range(n):
+        acc = np.where(x > i, wide, acc)
+    acc = to8(acc.astype(np.float32) * 2)
+    np.testing.assert_array_equal(nonzero, acc.astype(np.float32) != 0)
+    a64, q64 = acc.astype(np.float64), q.astype(np.float64)
+    p = a64 @ to8(x + b.astype(np.float32)).astype(np.float64)
+    np.testing.assert_array_equal(y, q64 @ a64.T + p)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("arch", FP8_ARCHS)
 def test_gemm_example_in_f8(arch: str) -> None:
     """examples/gemm.tile with DT=f8e4m3: pipelined loads (stages 2), dot with trans_b, and the
     f32 result scaled and cast back to f8. Each output is the f8 rounding (half an f8 ulp,
