@@ -1,8 +1,9 @@
-"""FMHA with attention bias and ALiBi beside the plain kernel, as a table (docs/bias.md).
+"""FMHA with attention bias, ALiBi and dropout beside the plain kernel, as a table (docs/bias.md,
+docs/dropout.md).
 
 Per arch, head dim 64/128, f16, causal or not, forward variants: plain, a bias tensor of q's dtype,
-an f32 bias tensor, ALiBi; and the backward's dq_dk_dv: plain, with a bias tensor, with its
-gradient (dbias), with ALiBi. Columns: the tile, instructions, MFMA/WMMA count, instructions per
+an f32 bias tensor, ALiBi, dropout (p 0.1); and the backward's dq_dk_dv: plain, with a bias tensor,
+with its gradient (dbias), with ALiBi, with dropout. Columns: the tile, instructions, MFMA/WMMA count, instructions per
 MFMA/WMMA, VGPRs (CDNA: the unified count) and AGPRs, VGPR/SGPR spills, and, with emulation, the
 executed wave-instructions per 1k (query, key) pairs of the whole call (one head, 256 queries
 against 256 keys; forward: one kernel; backward: the whole plan, dbias stage included), checked
@@ -28,8 +29,9 @@ from tiledsl.ops import compile_fmha_fwd, fmha_bwd, fmha_fwd
 from tiledsl.reference import fmha_bwd_reference, fmha_fwd_reference, fmha_mask_params
 
 SEQ = 256
-FWD = ("plain", "tensor", "tensor_f32", "alibi")
-BWD = ("plain", "tensor", "dbias", "alibi")
+FWD = ("plain", "tensor", "tensor_f32", "alibi", "dropout")
+BWD = ("plain", "tensor", "dbias", "alibi", "dropout")
+DROPOUT = {"dropout_p": 0.1, "seed": 1234, "offset": 0}
 
 
 def pairs(causal: bool) -> int:
@@ -46,7 +48,13 @@ def problem(hdim: int, variant: str):
         kw["bias"] = rng.standard_normal((1, 1, SEQ, SEQ)).astype(np.float32)
     elif variant == "alibi":
         kw["alibi_slopes"] = np.array([0.0625], np.float32)
+    elif variant == "dropout":
+        kw.update(DROPOUT)
     return q, k, v, do, kw
+
+
+def _f64(kw: dict) -> dict:
+    return {n: x.astype(np.float64) if isinstance(x, np.ndarray) else x for n, x in kw.items()}
 
 
 def _stats(k) -> dict:
@@ -57,19 +65,19 @@ def _stats(k) -> dict:
 
 
 def fwd_row(arch: str, hdim: int, causal: bool, variant: str, emulate: bool) -> dict:
-    bias = {"plain": "none", "tensor": "tensor", "tensor_f32": "tensor", "alibi": "alibi"}[variant]
-    cfg = fmha_config(arch, hdim, hdim, masked=causal, bias=bias)
+    bias = {"tensor": "tensor", "tensor_f32": "tensor", "alibi": "alibi"}.get(variant, "none")
+    dropout = variant == "dropout"
+    cfg = fmha_config(arch, hdim, hdim, masked=causal, bias=bias, dropout=dropout)
     k = compile_fmha_fwd(arch, dtype="f16", hdim_q=hdim, hdim_v=hdim, mask=fmha_mask_params(causal), bias=bias,
                          bias_dtype="f32" if variant == "tensor_f32" else "f16",
-                         aligned=("bias", "k", "o", "q", "v"))
+                         aligned=("bias", "k", "o", "q", "v"), dropout=dropout)
     row = {**_stats(k), "tiles": f"{cfg.block_m}x{cfg.block_n} w{cfg.waves} s{cfg.stages}", "dyn": None}
     if emulate:
         q, kk, v, _, kw = problem(hdim, variant)
         dev = EmulatorDevice(arch)
         out = fmha_fwd(q, kk, v, causal=causal, device=dev, **kw)
         row["dyn"] = sum(launch["wave_instructions"] for launch in dev.launches) * 1000 / pairs(causal)
-        want = fmha_fwd_reference(*(x.astype(np.float64) for x in (q, kk, v)), causal=causal,
-                                  **{n: x.astype(np.float64) for n, x in kw.items()})
+        want = fmha_fwd_reference(*(x.astype(np.float64) for x in (q, kk, v)), causal=causal, **_f64(kw))
         err = float(np.abs(out.astype(np.float64) - want).max())
         if err > 4e-3:
             row["note"] = f"max error {err:.1e}"
@@ -77,15 +85,16 @@ def fwd_row(arch: str, hdim: int, causal: bool, variant: str, emulate: bool) -> 
 
 
 def bwd_row(arch: str, hdim: int, causal: bool, variant: str, emulate: bool) -> dict:
-    bias = {"plain": "none", "tensor": "tensor", "dbias": "tensor", "alibi": "alibi"}[variant]
+    bias = {"tensor": "tensor", "dbias": "tensor", "alibi": "alibi"}.get(variant, "none")
+    dropout = variant == "dropout"
     plan = plan_from_sizes(arch, dtype="f16", hdim_q=hdim, hdim_v=hdim, hq=1, hk=1, seqlens_q=(SEQ,),
                            seqlens_k=(SEQ,), varlen=False, mask=fmha_mask_params(causal), bias=bias, bias_dtype="f16",
-                           dbias="reduce" if variant == "dbias" else "none")
-    cfg = bwd_config(arch, hdim, hdim, variant == "dbias")
+                           dbias="reduce" if variant == "dbias" else "none", dropout=dropout)
+    cfg = bwd_config(arch, hdim, hdim, variant == "dbias", dropout)
     row = {**_stats(plan.stages[1].kernel), "tiles": f"{cfg.block_m}x{cfg.block_n} w{cfg.waves}", "dyn": None}
     if emulate:
         q, k, v, do, kw = problem(hdim, variant)
-        ref_kw = {n: x.astype(np.float64) for n, x in kw.items()}
+        ref_kw = _f64(kw)
         out, lse = fmha_fwd_reference(*(x.astype(np.float64) for x in (q, k, v)), causal=causal, return_lse=True,
                                       **ref_kw)
         dev = EmulatorDevice(arch)

@@ -62,7 +62,7 @@ def test_algorithm_is_read_from_the_kernels_tables(arch):
     ("gfx1201", Signature("fmha_bwd", lse=True), r"lse: the backward always reads"),
     ("gfx1201", Signature("fmha_fwd", bias="relative"), r"bias: expected one of none, tensor, alibi, got 'relative'"),
     ("gfx1201", Signature("fmha_fwd_kvcache", bias="tensor"), r"bias: fmha_fwd_kvcache takes ALiBi slopes but no bias"),
-    ("gfx1201", Signature("fmha_fwd", dropout=True), r"dropout: dropout is not in the library"),
+    ("gfx1201", Signature("fmha_fwd_kvcache", dropout=True), r"dropout: fmha_fwd_kvcache has none"),
     ("gfx942", Signature("fmha_fwd", mask="sliding"), r"mask: expected one of none, causal, top_left, window"),
     ("gfx942", Signature("flash"), r"family: expected one of fmha_fwd"),
     ("gfx908", Signature("fmha_fwd"), r"arch: expected one of gfx90a"),
@@ -84,7 +84,7 @@ def test_registry_export_and_list_commands(tmp_path, capsys):
     assert main(["list", "--receipt", "flash", "--arch", "gfx1201", "--family", "fmha_bwd", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(r["arch"] == "gfx1201" and r["signature"]["family"] == "fmha_bwd" for r in rows)
-    assert len(rows) == 2 * 2 * 2 * 2  # dtypes x hdims x modes x masks
+    assert len(rows) == 2 * 2 * 2 * 2 * 2  # dtypes x hdims x modes x masks x dropout
     assert main(["list", "--receipt", "pytorch", "--arch", "gfx90a"]) == 0
     assert "gfx90a/fmha_fwd-bf16-batch-d128-top_left-lse" in capsys.readouterr().out
     for argv, err in ((["list", "--receipt", "fp8"], "fp8 forward: not in the library yet"),
@@ -130,7 +130,7 @@ def test_prebuilt_receipt_variants_run_without_compiling(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path))
     wanted = [Variant("gfx1201", Signature("fmha_fwd", hdim_q=64, hdim_v=64, mask="causal", lse=True)),
               Variant("gfx1201", Signature("fmha_bwd", hdim_q=64, hdim_v=64, mask="causal")),
-              Variant("gfx1201", Signature("fmha_fwd", dropout=True))]
+              Variant("gfx1201", Signature("fmha_fwd_kvcache", dropout=True))]
     results = prebuild_variants(wanted, jobs=2, progress=False)  # in worker processes: nothing stays in memory here
     assert [r.key for r in results] == [v.key() for v in wanted]
     assert results[0].kernels == 2 and results[1].kernels == 3 and not results[0].error and not results[1].error

@@ -244,8 +244,8 @@ def test_default_device_setting_and_context():
 
 
 @pytest.mark.parametrize("call,error,match", [
-    (lambda q: tt.flash_attn_func(q, q, q, dropout_p=0.1, arch="gfx942"), NotImplementedError,
-     "dropout_p: dropout .* not in tiledsl yet"),
+    (lambda q: tt.flash_attn_func(q, q, q, dropout_p=1.0, arch="gfx942"), ValueError,
+     r"dropout_p: expected a float in \[0, 1\)"),
     (lambda q: tt.flash_attn_func(q, q, q, alibi_slopes=torch.ones(2, dtype=torch.float64), arch="gfx942"),
      ValueError, "alibi_slopes: expected a float32 tensor"),
     (lambda q: tt.flash_attn_func(q, q, q, return_attn_probs=True, arch="gfx942"), NotImplementedError,
@@ -378,6 +378,28 @@ def test_rocm_kvcache_appends_into_device_memory(stand_in, monkeypatch):
     assert torch.equal(got, want) and torch.equal(dkc, kc) and torch.equal(dvc, vc)
     assert torch.equal(kc[3, 8], k[0, 0])  # key 40 = page 3 (the table's third), slot 8
     assert wrapped == ["q", "k_cache", "v_cache", "k", "v", "cache_seqlens", "block_table"]  # all in place
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_dropout_forward_backward(arch):
+    """dropout_p with the seed drawn from torch's generator (reproduced by torch.manual_seed):
+    the output and the gradients against the float64 model with the same keep bits."""
+    from tiledsl.reference import fmha_bwd_reference, fmha_fwd_reference
+
+    torch.manual_seed(6)
+    q, k, v = randn(2, 21, 4, 64, grad=True), randn(2, 30, 2, 64, grad=True), randn(2, 30, 2, 64, grad=True)
+    torch.manual_seed(11)
+    seed = int(torch.randint(0, 2**62, (1,)).item())  # what flash_attn_func draws after the same reseed
+    torch.manual_seed(11)
+    out = tt.flash_attn_func(q, k, v, dropout_p=0.2, causal=True, arch=arch)
+    do = torch.randn_like(out)
+    out.backward(do)
+    args = [x.detach().double().numpy() for x in (q, k, v)]
+    kw = dict(causal=True, dropout_p=0.2, seed=seed)
+    assert_close(out, torch.from_numpy(fmha_fwd_reference(*args, **kw)), F16, "out")
+    grads = fmha_bwd_reference(do.double().numpy(), *args, **kw)
+    for got, want, name in zip((q.grad, k.grad, v.grad), grads, ("dq", "dk", "dv"), strict=True):
+        assert_close(got, torch.from_numpy(want), F16, name)
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])

@@ -275,7 +275,7 @@ def plan_from_sizes(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, hq: int,
                     seqlens_q: tuple[int, ...], seqlens_k: tuple[int, ...], varlen: bool, mask: MaskParams,
                     softcap: bool = False, sink: bool = False, deterministic: bool = False,
                     contiguous: bool = True, bias: str = "none", bias_dtype: str = "f32", dbias: str = "none",
-                    dbias_sum: tuple[int, ...] = ()) -> Plan:
+                    dbias_sum: tuple[int, ...] = (), dropout: bool = False) -> Plan:
     """The backward plan for sizes alone (what `tiledsl plan fmha_bwd` prints): no tensors needed."""
     if dtype not in ("f16", "bf16"):
         raise ValueError(f"dtype: expected f16 or bf16, got {dtype}")
@@ -291,4 +291,4 @@ def plan_from_sizes(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, hq: int,
                                softcap=softcap, sink=sink, deterministic=deterministic, varlen=varlen, b=b, sq=sq,
                                seqlens_q=tuple(seqlens_q), seqlens_k=tuple(seqlens_k), contiguous=contiguous,
                                bias=bias, bias_dtype=bias_dtype, dbias=dbias, dbias_sum=dbias_sum,
-                               dbias_cols=max(seqlens_k) if dbias != "none" else 0))
+                               dbias_cols=max(seqlens_k) if dbias != "none" else 0, dropout=dropout))

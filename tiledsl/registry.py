@@ -36,7 +36,7 @@ ROTARY = ("none", "interleaved", "half")
 BIASES = ("none", "tensor", "alibi")  # an additive bias tensor or ALiBi slopes (docs/bias.md)
 MAX_HDIM = 256
 # Features a family does not have (yet): each refused with the reason.
-NOT_YET = {"dropout": "dropout", "fp8": "fp8 kernels"}
+NOT_YET = {"fp8": "fp8 kernels"}
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,8 @@ def validate(arch: str, sig: Signature) -> None:
     if sig.bias == "tensor" and sig.family == "fmha_fwd_kvcache":
         raise ValueError("bias: fmha_fwd_kvcache takes ALiBi slopes but no bias tensor (as flash_attn_with_kvcache); "
                          "expected 'none' or 'alibi'")
-    if sig.dropout:
-        raise ValueError(f"dropout: {NOT_YET['dropout']} is not in the library yet; expected False")
+    if sig.dropout and sig.family == "fmha_fwd_kvcache":
+        raise ValueError("dropout: fmha_fwd_kvcache has none (as flash_attn_with_kvcache); expected False")
     only = {"paged": "fmha_fwd_kvcache", "deterministic": "fmha_bwd"}
     for field_name, family in only.items():
         if getattr(sig, field_name) and sig.family != family:
@@ -123,11 +123,12 @@ def algorithm(arch: str, sig: Signature) -> Algorithm:
     if sig.family == "fmha_bwd":
         from tiledsl.fmha_bwd import bwd_config
 
-        b = bwd_config(arch, sig.hdim_q, sig.hdim_v)  # (with dbias, CDNA's hdim 128 row has 16 query rows)
+        # (with dbias, CDNA's hdim 128 row has 16 query rows)
+        b = bwd_config(arch, sig.hdim_q, sig.hdim_v, dropout=sig.dropout)
         return Algorithm(b.block_m, b.block_n, b.waves, 1, b.spills)
     from tiledsl.kernels.fmha_configs import fmha_config
 
-    c = fmha_config(arch, sig.hdim_q, sig.hdim_v, masked=sig.mask != "none", bias=sig.bias)
+    c = fmha_config(arch, sig.hdim_q, sig.hdim_v, masked=sig.mask != "none", bias=sig.bias, dropout=sig.dropout)
     return Algorithm(c.block_m, c.block_n, c.waves, c.stages)  # forward tiles never spill
 
 
@@ -163,7 +164,7 @@ def _split_shape(arch: str, sig: Signature, **kw: Any):
     aligned = ("bias", "k", "o", "q", "v") if sig.bias == "tensor" else ("k", "o", "q", "v")
     base = SplitShape(arch=arch, dtype=sig.dtype, hdim_q=sig.hdim_q, hdim_v=sig.hdim_v, mask=_mask_params(sig),
                       varlen=sig.mode == "group", lse=sig.lse, sink=sig.sink, softcap=sig.softcap, contiguous=True,
-                      aligned=aligned, num_splits=1, b=1, hq=2, sq=64, bias=sig.bias)
+                      aligned=aligned, num_splits=1, b=1, hq=2, sq=64, bias=sig.bias, dropout=sig.dropout)
     return replace(base, **kw)
 
 
@@ -179,9 +180,12 @@ def _kernels(plan: Any) -> list[Any]:
 def _build_fwd(arch: str, sig: Signature) -> list[Any]:
     from tiledsl.fmha_splitkv import build_attention_plan
 
-    # One stage, with and without GQA packing (chosen from the call's shapes).
-    return [k for bdt, hpb in itertools.product(_bias_dtypes(sig), (1, 2))
-            for k in _kernels(build_attention_plan(_split_shape(arch, sig, heads_per_block=hpb, bias_dtype=bdt)))]
+    # One stage, with and without GQA packing (chosen from the call's shapes); with dropout, also
+    # the keep-mask stage of return_dropout_mask.
+    kernels = [k for bdt, hpb, mask in itertools.product(_bias_dtypes(sig), (1, 2), (False, sig.dropout))
+               for k in _kernels(build_attention_plan(_split_shape(arch, sig, heads_per_block=hpb, bias_dtype=bdt,
+                                                                   dropout_mask=mask)))]
+    return list({id(k): k for k in kernels}.values())
 
 
 def _build_splitkv(arch: str, sig: Signature) -> list[Any]:
@@ -222,7 +226,7 @@ def _build_bwd(arch: str, sig: Signature) -> list[Any]:
                                         seqlens_q=(64,), seqlens_k=(64,), varlen=sig.mode == "group",
                                         mask=_mask_params(sig), softcap=sig.softcap, sink=sig.sink,
                                         deterministic=sig.deterministic, bias=sig.bias, bias_dtype=bdt,
-                                        dbias=mode, dbias_sum=dims))
+                                        dbias=mode, dbias_sum=dims, dropout=sig.dropout))
     return list({id(k): k for k in out}.values())
 
 
@@ -248,7 +252,8 @@ def _flash() -> list[Signature]:
     # path, and the backward; batch and group mode; no mask or causal.
     axes = {**_COMMON, "mode": MODES, "mask": ("none", "causal")}
     return _same_hdims(_grid("fmha_fwd", **axes, lse=(False, True)) + _grid("fmha_fwd_splitkv", **axes)
-                       + _grid("fmha_bwd", **axes))
+                       + _grid("fmha_bwd", **axes) + _grid("fmha_fwd", **axes, lse=(True,), dropout=(True,))
+                       + _grid("fmha_bwd", **axes, dropout=(True,)))
 
 
 def _pytorch() -> list[Signature]:
@@ -258,7 +263,7 @@ def _pytorch() -> list[Signature]:
 
 
 def _training() -> list[Signature]:
-    axes = {**_COMMON, "mode": MODES, "mask": MASKS}
+    axes = {**_COMMON, "mode": MODES, "mask": MASKS, "dropout": (False, True)}
     return _same_hdims(_grid("fmha_fwd", **axes, lse=(True,)) + _grid("fmha_bwd", **axes,
                                                                       deterministic=(False, True)))
 
@@ -273,22 +278,25 @@ def _inference() -> list[Signature]:
 def _all() -> list[Signature]:
     axes = {"dtype": DTYPES, "hdim_q": (32, 64, 128, 256), "hdim_v": (32, 64, 128, 256), "mode": MODES,
             "mask": MASKS, "sink": (False, True), "softcap": (False, True)}
-    sigs = (_grid("fmha_fwd", **axes, lse=(False, True), bias=BIASES) + _grid("fmha_fwd_splitkv", **axes, bias=BIASES)
-            + _grid("fmha_bwd", **axes, deterministic=(False, True), bias=BIASES)
+    drop = {"bias": BIASES, "dropout": (False, True)}
+    sigs = (_grid("fmha_fwd", **axes, lse=(False, True), **drop) + _grid("fmha_fwd_splitkv", **axes, **drop)
+            + _grid("fmha_bwd", **axes, deterministic=(False, True), **drop)
             + _grid("fmha_fwd_kvcache", **axes, paged=(False, True), rotary=ROTARY, bias=("none", "alibi")))
     return _same_hdims(sigs)
 
 
 RECEIPTS: dict[str, tuple[str, Any]] = {
     "flash": ("what flash_attn_func / flash_attn_varlen_func need: forward, split-KV, backward; "
-              "f16/bf16, hdim 64/128, no mask or causal", _flash),
+              "f16/bf16, hdim 64/128, no mask or causal, with and without dropout", _flash),
     "pytorch": ("what scaled_dot_product_attention needs: batch mode, no mask or top-left causal, "
                 "forward and backward", _pytorch),
-    "training": ("forward with LSE and backward (both dQ modes), every mask, batch and group", _training),
+    "training": ("forward with LSE and backward (both dQ modes), every mask, batch and group, with and "
+                 "without dropout", _training),
     "inference": ("split-KV and KV cache (contiguous and paged, with and without rotary), "
                   "no mask or causal", _inference),
     "fp8": ("fp8 forward: not in the library yet (issue 14)", None),
-    "all": ("every family, dtype, padded head dim (32-256), mask and feature (bias and ALiBi included)", _all),
+    "all": ("every family, dtype, padded head dim (32-256), mask and feature (bias, ALiBi and dropout included)",
+            _all),
 }
 
 
@@ -346,11 +354,12 @@ def variant_of(shape: Any) -> Variant:
         return Variant(shape.arch, Signature("fmha_bwd", dtype=shape.dtype, mode=mode, hdim_q=shape.hdim_q,
                                              hdim_v=shape.hdim_v, mask=MASK_NAMES[shape.mask.kind], sink=shape.sink,
                                              softcap=shape.softcap, deterministic=shape.deterministic,
-                                             bias=shape.bias))
+                                             bias=shape.bias, dropout=shape.dropout))
     family = "fmha_fwd_splitkv" if shape.num_splits > 1 else "fmha_fwd"
     return Variant(shape.arch, Signature(family, dtype=shape.dtype, mode=mode, hdim_q=shape.hdim_q,
                                          hdim_v=shape.hdim_v, mask=MASK_NAMES[shape.mask.kind], lse=shape.lse,
-                                         sink=shape.sink, softcap=shape.softcap, bias=shape.bias))
+                                         sink=shape.sink, softcap=shape.softcap, bias=shape.bias,
+                                         dropout=shape.dropout))
 
 
 def parse_variant_key(key: str) -> Variant:

@@ -3,9 +3,9 @@
 
 The signatures and semantics are flash-attention 2's ([batch, seqlen, heads, head dim], causal
 bottom-right aligned, window_size (-1, -1), softcap, GQA/MQA); two keyword-only extras, `arch`
-and `device`, say where CPU tensors run. What tiledsl does not have yet (dropout, ALiBi, the
-attention probabilities, left padding of the cache) raises NotImplementedError naming the
-argument: no argument is ever ignored.
+and `device`, say where CPU tensors run. What tiledsl does not have yet (the attention
+probabilities, left padding of the cache, dropout over a paged cache) raises NotImplementedError
+naming the argument: no argument is ever ignored.
 
 - CPU tensors run on the emulator of an AMD arch (`arch=`, `device=`, or the module default of
   `set_default_device` / `use_device`). They reach tiledsl as numpy views of their memory (bf16
@@ -370,15 +370,17 @@ def _check_common(q: Any, softmax_scale: Any, causal: Any, window_size: Any,
     return scale, (int(window_size[0]), int(window_size[1])), float(softcap)
 
 
-def _check_dropout(dropout_p: Any, return_attn_probs: Any, deterministic: Any) -> None:
+def _check_dropout(dropout_p: Any, return_attn_probs: Any, deterministic: Any) -> tuple[float, int]:
+    """(p, seed): a dropout call draws its seed from torch's default generator (so
+    `torch.manual_seed` reproduces it); the backward regenerates the same keep bits from it."""
+    from tiledsl.fmha_dropout import check_dropout
+
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, int | float):
-        raise ValueError(f"dropout_p: expected a number, got {dropout_p!r}")
-    if dropout_p != 0:
-        raise _not_yet("dropout_p", f"dropout (got {dropout_p}; pass 0.0)")
     if return_attn_probs:
         raise _not_yet("return_attn_probs", "returning the attention probabilities")
+    p = check_dropout(dropout_p, 0, 0).p
+    return p, (int(torch.randint(0, 2**62, (1,)).item()) if p > 0 else 0)
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
@@ -402,12 +404,14 @@ class _Call:
     max_seqlen_q: int | None = None
     max_seqlen_k: int | None = None
     alibi_slopes: np.ndarray | None = None
+    dropout: tuple[float, int] = (0.0, 0)  # (p, seed): the forward's, which the backward draws again
 
     def options(self) -> dict[str, Any]:
         return {"scale": self.scale, "causal": self.causal, "window": self.window, "softcap": self.softcap,
                 "cu_seqlens_q": self.cu_seqlens_q, "cu_seqlens_k": self.cu_seqlens_k,
                 "max_seqlen_q": self.max_seqlen_q, "max_seqlen_k": self.max_seqlen_k,
-                "alibi_slopes": self.alibi_slopes, "device": self.device}
+                "alibi_slopes": self.alibi_slopes, "device": self.device, "dropout_p": self.dropout[0],
+                "seed": self.dropout[1]}
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: _Call,
@@ -477,13 +481,15 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     Hq a multiple of Hk; returns out [B, Sq, Hq, Dv]. causal is bottom-right aligned; window_size
     (left, right), -1 unlimited; softcap > 0 caps the logits with tanh. Differentiable in q, k, v
     (`deterministic=True`: bitwise-reproducible gradients). arch/device: where CPU tensors run
-    (docs/torch.md). alibi_slopes: fp32 [Hq] or [B, Hq] (flash-attention's convention). dropout_p > 0
-    and return_attn_probs raise NotImplementedError."""
+    (docs/torch.md). alibi_slopes: fp32 [Hq] or [B, Hq] (flash-attention's convention). dropout_p
+    in [0, 1): P is dropped with a seed drawn from torch's default generator (docs/dropout.md); as
+    in flash-attention it applies whenever given (pass 0.0 in evaluation). return_attn_probs
+    raises NotImplementedError."""
     scale, window, cap = _check_common(q, softmax_scale, causal, window_size, softcap)
-    _check_dropout(dropout_p, return_attn_probs, deterministic)
+    drop = _check_dropout(dropout_p, return_attn_probs, deterministic)
     dev = _place({"q": q, "k": k, "v": v}, arch, device)
     return _attention(q, k, v, _Call(dev, scale, causal, window, cap, deterministic,
-                                     alibi_slopes=_alibi(alibi_slopes)))
+                                     alibi_slopes=_alibi(alibi_slopes), dropout=drop))
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -500,15 +506,17 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     sequence b's cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys; that form is forward only (its
     backward is not in tiledsl yet). Other arguments as `flash_attn_func`."""
     scale, window, cap = _check_common(q, softmax_scale, causal, window_size, softcap)
-    _check_dropout(dropout_p, return_attn_probs, deterministic)
+    drop = _check_dropout(dropout_p, return_attn_probs, deterministic)
     dev = _place({"q": q, "k": k, "v": v}, arch, device)
     cu_q, cu_k = _host_ints("cu_seqlens_q", cu_seqlens_q), _host_ints("cu_seqlens_k", cu_seqlens_k)
     max_q, max_k = (_max_seqlen(n, x) for n, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)))
     slopes = _alibi(alibi_slopes)
     if block_table is not None:
+        if drop[0] > 0:
+            raise _not_yet("dropout_p", "dropout over a paged KV cache (batch prefill has none; pass 0.0)")
         return _paged_varlen(q, k, v, cu_q, cu_k, max_q, max_k, block_table, scale, causal, window, cap, dev,
                              slopes)
-    call = _Call(dev, scale, causal, window, cap, deterministic, cu_q, cu_k, max_q, max_k, slopes)
+    call = _Call(dev, scale, causal, window, cap, deterministic, cu_q, cu_k, max_q, max_k, slopes, drop)
     return _attention(q, k, v, call)
 
 

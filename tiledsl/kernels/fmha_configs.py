@@ -116,7 +116,7 @@ BIASED: dict[str, dict[str, dict[tuple[int, bool], FmhaConfig]]] = {
 # Philox-4x32-10 per score element (10 rounds of two 32x32->64 multiplies) holds its state in
 # registers beside the scores, so the tiles are smaller. Chosen like the rows above on the plain
 # contiguous variant (no VGPR or SGPR spills, then the fewest instructions per MFMA/WMMA;
-# benchmarks/fmha_dropout.py prints the figures). hdim 256 keeps the rows above and compiles with
+# benchmarks/fmha_bias.py prints the figures). hdim 256 keeps the rows above and compiles with
 # spills allowed.
 _CDNA_DROP = {(h, m): _c(64, 32, 4, 2) for h in (32, 64, 128) for m in (False, True)}
 DROPPED: dict[str, dict[tuple[int, bool], FmhaConfig]] = {
