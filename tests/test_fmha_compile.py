@@ -76,7 +76,8 @@ def test_fmha_manifest_abi() -> None:
                        "cache_seqlens", "cache_batch_idx", "block_table", "bias", "alibi_slopes"]
     assert [s["name"] for s in m["scalars"]] == ["scale", "softcap", "window_left", "window_right", "batch",
                                                  "max_seqlen_q", "num_splits", "seqlen_new", "page_shift",
-                                                 "heads_per_block"]
+                                                 "heads_per_block", "seed_lo", "seed_hi", "rng_offset",
+                                                 "drop_threshold", "drop_scale"]
     assert m["grid"] == [f"cdiv(max_seqlen_q * heads_per_block, {defines['BLOCK_M']})", "HQ // heads_per_block",
                          "batch * num_splits"]
 
