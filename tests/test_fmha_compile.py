@@ -77,7 +77,7 @@ def test_fmha_manifest_abi() -> None:
     assert [s["name"] for s in m["scalars"]] == ["scale", "softcap", "window_left", "window_right", "batch",
                                                  "max_seqlen_q", "num_splits", "seqlen_new", "page_shift",
                                                  "heads_per_block", "seed_lo", "seed_hi", "rng_offset",
-                                                 "drop_threshold", "drop_scale"]
+                                                 "drop_threshold", "drop_scale", "p_scale", "o_scale"]
     assert m["grid"] == [f"cdiv(max_seqlen_q * heads_per_block, {defines['BLOCK_M']})", "HQ // heads_per_block",
                          "batch * num_splits"]
 

@@ -69,7 +69,7 @@ def run_case(arch: str, dtype: str, hdim: int, causal: bool) -> None:
     no_cache = np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, 1), np.int32)
     no_bias = np.zeros((1, 1, 1, 1), np.float32), np.zeros((1, hq), np.float32)
     launch(kernel, q, k, v, out, lse, sink, *unused_acc, cu_q, cu_k, *no_cache, *no_bias, scale, softcap, left, right,
-           nseq, max_sq, 1, 0, 0, 1, 0, 0, 0, 0, 1.0, device=EmulatorDevice(arch))
+           nseq, max_sq, 1, 0, 0, 1, 0, 0, 0, 0, 1.0, 1.0, 1.0, device=EmulatorDevice(arch))
 
     f64 = [np.asarray(x, np.float64) for x in (q, k, v)]
     kw = dict(scale=scale, causal=r.get("causal", False), window=window, softcap=softcap,

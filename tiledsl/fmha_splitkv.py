@@ -85,6 +85,7 @@ class SplitShape:
     bias_dtype: str = "f32"  # the bias tensor's dtype
     dropout: bool = False  # P is dropped (docs/dropout.md): the call's seed_lo .. drop_scale
     dropout_mask: bool = False  # a last stage writes the keep bits into the call's "dropout_mask"
+    out_dtype: str | None = None  # fp8 (dtype f8e4m3): the output's dtype (docs/fp8.md); else dtype
 
 
 def splitkv_workspace(shape: SplitShape, at: int = 0) -> tuple[Region, ...]:
@@ -145,10 +146,11 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                               sink=shape.sink and not split, softcap=1.0 if shape.softcap else 0.0,
                               contiguous=shape.contiguous, aligned=shape.aligned, split=split,
                               kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size,
-                              bias=shape.bias, bias_dtype=shape.bias_dtype, dropout=shape.dropout)
+                              bias=shape.bias, bias_dtype=shape.bias_dtype, dropout=shape.dropout,
+                              out_dtype=shape.out_dtype)
     args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
         ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block)) + bias_args(shape) + \
-        dropout_args(shape)
+        dropout_args(shape) + tuple((n, Ref(n) if shape.dtype == "f8e4m3" else 1.0) for n in ("p_scale", "o_scale"))
     if not split:
         stand_ins = (("o_acc", unused((1, shape.b, shape.hq, shape.sq, shape.hdim_v), "f32")),
                      ("lse_acc", unused((1, shape.b, shape.hq, shape.sq), "f32")))
@@ -157,7 +159,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
     flag = {True: "true", False: "false"}
     # Rows per combine block: 16 for decode-sized queries (the blocks are mostly padding otherwise).
     block_m = 16 if shape.sq <= 16 else max(16, min(64, 8192 // hd_v))
-    defines = {"DT": shape.dtype, "HDIM_V": str(hd_v), "BLOCK_M": str(block_m),
+    defines = {"DT": shape.out_dtype or shape.dtype, "HDIM_V": str(hd_v), "BLOCK_M": str(block_m),
                "VARLEN": flag[shape.varlen], "HAS_LSE": flag[shape.lse], "HAS_SINK": flag[shape.sink],
                "PAD_D": flag[hd_v != shape.hdim_v]}
     units = tuple((s, u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V")

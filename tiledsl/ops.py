@@ -20,6 +20,7 @@ import numpy as np
 
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_dropout import NO_DROPOUT, DropoutCall, check_dropout, dropout_mask_output
+from tiledsl.fmha_fp8 import Fp8Call, check_fp8, check_fp8_dtype, is_fp8
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_units, pack_gqa
 from tiledsl.launcher import numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, bias_shape, fmha_mask_params
@@ -194,9 +195,10 @@ class AttentionCall:
 def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: CausalArg,
                        window: tuple[int, int], softcap: float, sink: np.ndarray | None,
                        cu_seqlens_q: np.ndarray | None, cu_seqlens_k: np.ndarray | None, max_seqlen_q: int | None,
-                       max_seqlen_k: int | None, layout: str, arch: str | None, device: Any) -> AttentionCall:
+                       max_seqlen_k: int | None, layout: str, arch: str | None, device: Any,
+                       fp8: bool = False) -> AttentionCall:
     """Check the arguments shared by the forward and the backward (each problem a ValueError
-    naming the argument) and resolve the device."""
+    naming the argument) and resolve the device. fp8: q/k/v may be e4m3 (the forward)."""
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"layout: expected 'bshd' or 'bhsd', got {layout!r}")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -212,9 +214,10 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
         if isinstance(x, DeviceArray) != on_device:
             raise ValueError(f"{name}: expected a {'DeviceArray' if on_device else 'numpy array'} like q, "
                              f"got {type(x).__name__}")
-    dt = _dtype_name(q)
+    dt = "f8e4m3" if fp8 and is_fp8(q.dtype) else _dtype_name(q)
     if dt is None:
-        raise ValueError(f"q: expected dtype float16 or bfloat16, got {q.dtype}")
+        raise ValueError(f"q: expected dtype float16 or bfloat16{' or float8_e4m3 (fp8)' if fp8 else ''}, got "
+                         f"{q.dtype}" + (" (fp8 is forward only: fmha_fwd)" if is_fp8(q.dtype) else ""))
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:
             raise ValueError(f"{name}: expected dtype {q.dtype} (the dtype of q), got {x.dtype}")
@@ -246,6 +249,8 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
     max_q = longest_q if max_seqlen_q is None else max_seqlen_q
 
     device, arch = resolve_device(device, on_device, q, arch)
+    if dt == "f8e4m3":
+        check_fp8_dtype(q.dtype, arch)
 
     max_k = longest_k if max_seqlen_k is None else max_seqlen_k
     return AttentionCall(q4=q4, k4=k4, v4=v4, dtype=dt, on_device=on_device, varlen=varlen, batch=batch, b=b, sq=sq,
@@ -304,6 +309,8 @@ def check_bias(bias: Any, alibi_slopes: Any, c: AttentionCall) -> BiasCall:
     if isinstance(bias, DeviceArray) != c.on_device:
         raise ValueError(f"bias: expected a {'DeviceArray' if c.on_device else 'numpy array'} like q, "
                          f"got {type(bias).__name__}")
+    if c.dtype == "f8e4m3" and bias.dtype != np.float32:
+        raise ValueError(f"bias: expected dtype float32 with fp8 q/k/v, got {bias.dtype}")
     if bias.dtype not in (c.q4.dtype, np.dtype(np.float32)):
         raise ValueError(f"bias: expected dtype {c.q4.dtype} (the dtype of q) or float32, got {bias.dtype}")
     longest_k = int(np.diff(c.cuk).max()) if c.varlen else c.sk
@@ -378,7 +385,8 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
              max_seqlen_k: int | None = None, return_lse: bool = False, layout: str = "bshd",
              arch: str | None = None, device: Any = None, num_splits: int = 1, bias: Any = None,
              alibi_slopes: Any = None, dropout_p: float = 0.0, seed: int = 0, offset: int = 0,
-             return_dropout_mask: bool = False) -> Any:
+             return_dropout_mask: bool = False, q_descale: Any = None, k_descale: Any = None,
+             v_descale: Any = None, out_dtype: str | None = None) -> Any:
     """Attention forward: softmax(mask(cap(scale * q k^T) + bias)) v, fp16/bf16 in, f32 accumulation.
 
     Shapes and conventions are flash-attention's (see `tiledsl.reference.fmha_fwd_reference`, the
@@ -407,32 +415,38 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     return_dropout_mask=True appends the keep bits, bool [B, Hq, Sq, Sk] (group mode: [Hq,
     total_q, max_seqlen_k], sequence b's rows from cu_seqlens_q[b] and its keys from column 0,
     False past them), whatever the attention mask; a last stage of the plan writes them.
+    fp8 (docs/fp8.md): q, k, v of ml_dtypes float8_e4m3fnuz on gfx942, float8_e4m3fn on gfx950 and
+    gfx1201, with per-tensor descale factors q_descale, k_descale, v_descale (positive floats,
+    default 1: the values are x * descale); the logits are scale * q_descale * k_descale * q.k, P is
+    rounded to e4m3 for P v, and the output is out_dtype "bf16" (default) or "f16".
     """
     dc = check_dropout(dropout_p, seed, offset, return_dropout_mask)
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
         raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
     c = validate_attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, sink=sink,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                           max_seqlen_k=max_seqlen_k, layout=layout, arch=arch, device=device)
+                           max_seqlen_k=max_seqlen_k, layout=layout, arch=arch, device=device, fp8=True)
+    fc = check_fp8(c.q4.dtype, c.arch, q_descale, k_descale, v_descale, out_dtype)
     bc = check_bias(bias, alibi_slopes, c)
     try:
-        return _fwd_run(c, bc, dc, layout=layout, return_lse=return_lse, num_splits=num_splits)
+        return _fwd_run(c, bc, dc, fc, layout=layout, return_lse=return_lse, num_splits=num_splits)
     finally:
         bc.free()
 
 
-def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, *, layout: str, return_lse: bool,
-             num_splits: int) -> Any:
+def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None, *, layout: str,
+             return_lse: bool, num_splits: int) -> Any:
     """fmha_fwd after its checks: allocate the outputs, build the plan, run it."""
     q4, k4, v4, varlen, on_device, device = c.q4, c.k4, c.v4, c.varlen, c.on_device, c.device
     b, sq, hq, d, dv, dt, arch, mask, sink32 = c.b, c.sq, c.hq, c.d, c.dv, c.dtype, c.arch, c.mask, c.sink32
     batch, max_q, cuq, cuk, scale, softcap = c.batch, c.max_q, c.cuq, c.cuk, c.scale, c.softcap
     # The output in the caller's layout, and its [B, S, H, Dv] view for the kernel.
     out_shape = (b, sq, hq, dv) if layout == "bshd" else (b, hq, sq, dv)
+    out_dt = numpy_dtype(fc.out_dtype) if fc else q4.dtype
     if on_device:
-        out = DeviceArray.empty(device, out_shape[1:] if varlen else out_shape, q4.dtype, "out")
+        out = DeviceArray.empty(device, out_shape[1:] if varlen else out_shape, out_dt, "out")
     else:
-        out = np.zeros(out_shape[1:] if varlen else out_shape, dtype=q4.dtype)
+        out = np.zeros(out_shape[1:] if varlen else out_shape, dtype=out_dt)
     out4 = _to_bshd(out, layout, varlen)
     if not return_lse:  # never written: one row broadcast over batch and heads
         lse = np.broadcast_to(np.zeros(max(sq, 1), np.float32)[:sq], (b, hq, sq))
@@ -447,6 +461,9 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, *, layout: str, re
                                                             varlen, device, on_device)
     if dc.on:
         dropped.update(dc.env())
+    if fc:
+        dropped.update(fc.env())
+        scale = fc.qk_scale(scale)
 
     if batch and sq and max_q:
         from tiledsl.fmha_splitkv import SplitShape, build_attention_plan
@@ -466,7 +483,7 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, *, layout: str, re
             num_splits=_splits_count(num_splits, arch, batch=batch, hq=hq, hk=c.hk, max_q=max_q, max_k=c.max_k,
                                      d=d, dv=dv, masked=masked), b=b, hq=hq, sq=sq,
             heads_per_block=hq // c.hk if packed else 1, bias=bc.kind, bias_dtype=bc.dtype, dropout=dc.on,
-            dropout_mask=dc.return_mask))
+            dropout_mask=dc.return_mask, out_dtype=fc.out_dtype if fc else None))
         plan.run(device, env)
     result = (out,)
     if return_lse:
@@ -518,7 +535,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
                      lse: bool = False, sink: bool = False, softcap: float = 0.0, contiguous: bool = True,
                      aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False, kv_cache: str = "none",
                      pack_gqa: bool = False, page_size: int = 0, bias: str = "none",
-                     bias_dtype: str = "f32", dropout: bool = False) -> CompiledKernel:
+                     bias_dtype: str = "f32", dropout: bool = False, out_dtype: str | None = None) -> CompiledKernel:
     """The fmha_fwd variant `fmha_fwd` launches for these features, from a kernel package or
     compiled through the compile cache (`tiledsl.library.library_kernel`). contiguous: the head
     dim of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
@@ -527,7 +544,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
                            sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa,
-                           page_size=page_size, bias=bias, bias_dtype=bias_dtype, dropout=dropout)
+                           page_size=page_size, bias=bias, bias_dtype=bias_dtype, dropout=dropout, out_dtype=out_dtype)
     # Bias variants accept spills rather than fail: the tile rows keep the tested feature mixes free
     # of VGPR spills up to hdim 128 (tests/test_fmha_bias.py), not every combination of strides.
     # Dropout variants do at hdim 256 (fmha_configs.DROPPED).

@@ -128,8 +128,14 @@ DROPPED: dict[str, dict[tuple[int, bool], FmhaConfig]] = {
 }
 
 
+# Rows for fp8 variants (docs/fp8.md) where they differ, per (padded hdim, masked): e4m3 tiles take
+# half the registers and LDS of f16 ones, but the scaled P and its conversions add some; gfx1201's
+# masked 128 row spills one VGPR with padded head dims in group mode.
+FP8_ROWS: dict[str, dict[tuple[int, bool], FmhaConfig]] = {"gfx1201": {(128, True): _c(64, 64, 8, 1)}}
+
+
 def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool = False,
-                bias: str = "none", dropout: bool = False) -> FmhaConfig:
+                bias: str = "none", dropout: bool = False, fp8: bool = False) -> FmhaConfig:
     """The tile config for `arch` and the head dims (actual sizes, padded here); bias: the
     variant's bias kind ("none", "tensor", "alibi"); dropout: the variant drops P."""
     name = get_arch(arch).name
@@ -137,6 +143,8 @@ def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool 
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
     if dropout and (hdim, masked) in DROPPED[name]:
         return DROPPED[name][(hdim, masked)]
+    if fp8 and (hdim, masked) in FP8_ROWS.get(name, {}):
+        return FP8_ROWS[name][(hdim, masked)]
     if (hdim, masked) in BIASED.get(bias, {}).get(name, {}):
         return BIASED[bias][name][(hdim, masked)]
     if masked and hdim in MASKED.get(name, {}):
@@ -158,29 +166,36 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
                  mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
                  sink: bool = False, softcap: float = 0.0, split: bool = False, kv_cache: str = "none",
                  pack_gqa: bool = False, page_size: int = 0, bias: str = "none", bias_dtype: str = "f32",
-                 dropout: bool = False,
+                 dropout: bool = False, out_dtype: str | None = None,
                  config: FmhaConfig | None = None) -> dict[str, str]:
     """All constexprs of one fmha_fwd variant (the -D values), from what a call needs. bias:
     "none", "tensor" (an additive bias tensor of `bias_dtype`) or "alibi"; dropout: P is dropped
-    (docs/dropout.md)."""
+    (docs/dropout.md). dtype f8e4m3 (docs/fp8.md) on an arch with fp8 matrix instructions writes
+    `out_dtype` (bf16 or f16; bf16 by default); other dtypes write their own."""
     if kv_cache not in ("none", "contiguous", "paged"):
         raise TileError(f"kv_cache: expected none, contiguous or paged, got {kv_cache}")
     if bias not in BIAS_KINDS:
         raise TileError(f"bias: expected one of {', '.join(BIAS_KINDS)}, got {bias}")
     if bias_dtype not in ("f16", "bf16", "f32"):
         raise TileError(f"bias_dtype: expected f16, bf16 or f32, got {bias_dtype}")
-    if dtype not in ("f16", "bf16"):
-        raise TileError(f"fmha_fwd supports f16 and bf16, got {dtype}")
+    if dtype not in ("f16", "bf16", "f8e4m3"):
+        raise TileError(f"fmha_fwd supports f16, bf16 and f8e4m3, got {dtype}")
+    if dtype == "f8e4m3" and not get_arch(arch).fp8_flavour:
+        raise TileError(f"fmha_fwd: {arch} has no fp8 matrix instructions (f8e4m3 needs gfx942, gfx950 or gfx1201)")
+    out_dtype = out_dtype or ("bf16" if dtype == "f8e4m3" else dtype)
+    if out_dtype != dtype and (dtype != "f8e4m3" or out_dtype not in ("f16", "bf16")):
+        raise TileError(f"out_dtype: {dtype} inputs write {'bf16 or f16' if dtype == 'f8e4m3' else dtype}, "
+                        f"got {out_dtype}")
     hdim_v = hdim_q if hdim_v is None else hdim_v
     dq, dv = padded_hdim(hdim_q), padded_hdim(hdim_v)
     cfg = config or fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
-                                dropout=dropout)
+                                dropout=dropout, fp8=dtype == "f8e4m3")
 
     def flag(b: bool) -> str:
         return "true" if b else "false"
 
     return {
-        "DT": dtype, "HDIM": str(dq), "HDIM_V": str(dv), **cfg.defines(),
+        "DT": dtype, "ODT": out_dtype, "HDIM": str(dq), "HDIM_V": str(dv), **cfg.defines(),
         "MASK": mask.kind if mask is not None else "none",
         "VARLEN": flag(varlen), "HAS_LSE": flag(lse), "HAS_SINK": flag(sink), "SOFTCAP": flag(softcap > 0),
         "SPLIT": flag(split), "KV_CACHE": kv_cache, "PACK_GQA": flag(pack_gqa),
