@@ -62,9 +62,10 @@ class Wave:
                  "ldswin", "heap", "mem", "scratch", "wg", "index", "pc", "ctx", "mode", "lane_ids", "count",
                  "dppvalid")
 
-    def __init__(self, W: int, nv: int, heap: Heap, lds: np.ndarray, ctx: Ctx) -> None:
+    def __init__(self, W: int, nv: int, heap: Heap, lds: np.ndarray, ctx: Ctx, v: np.ndarray | None = None) -> None:
         self.s = [0] * 128
-        self.v = np.zeros((nv, W), dtype=np.uint32)
+        # `v`: registers living elsewhere (lockstep.py keeps the waves of a chunk in one array)
+        self.v = np.zeros((nv, W), dtype=np.uint32) if v is None else v
         self.vf = self.v.view(np.float32)
         self.vi = self.v.view(np.int32)
         self.h = self.v.view(np.uint16)
@@ -147,6 +148,7 @@ class BoundKernel:
     ctx: Ctx
     nvgpr: int
     stats: dict = field(default_factory=dict)
+    lockstep: dict = field(default_factory=dict)  # lockstep.py's batched handlers, per chunk width
 
 
 def bind(image: KernelImage, code_base: int) -> BoundKernel:

@@ -173,27 +173,29 @@ def _b_mfma(inst, ctx):
 
 
 def _operand_gather(enc, acc, n, typ, idx):
-    """Closure w -> float64 operand matrix, gathered from n registers with the flat element index
-    `idx` (one fancy index instead of transposing, converting and indexing all lanes), or None."""
+    """Closure w -> float64 operand matrix, gathered from n registers with the (register, column)
+    index `idx` (one fancy index instead of transposing, converting and indexing all lanes), or
+    None. Two index arrays rather than a flat index into a reshaped slice: a wave's registers may
+    be a strided view (lockstep.py), which reshape would copy."""
     if enc < 256:
         return None
     r = enc - 256 + (256 if acc else 0)
+    ri, ci = r + idx[0], idx[1]
     if typ == "f16":
-        return lambda w: w.hf[r:r + n].reshape(-1)[idx].astype(np.float64)
+        return lambda w: w.hf[ri, ci].astype(np.float64)
     if typ == "bf16":
-        return lambda w: (w.h[r:r + n].reshape(-1)[idx].astype(np.uint32) << np.uint32(16)).view(np.float32) \
-            .astype(np.float64)
+        return lambda w: (w.h[ri, ci].astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
     if typ == "f32":
-        return lambda w: w.vf[r:r + n].reshape(-1)[idx].astype(np.float64)
+        return lambda w: w.vf[ri, ci].astype(np.float64)
     return None
 
 
 def _flat_index(lane, elem, bits, W):
-    """Index of (lane, element) in the flattened registers of an operand: 16-bit elements pack
-    two per VGPR (low half first), 32-bit elements take one VGPR each."""
+    """(register, column) of (lane, element) in an operand's registers: 16-bit elements pack two
+    per VGPR (low half first; columns of the 16-bit view), 32-bit elements take one VGPR each."""
     if bits == 16:
-        return (elem // 2) * 2 * W + 2 * lane + elem % 2
-    return elem * W + lane
+        return elem // 2, 2 * lane + elem % 2
+    return elem, lane
 
 
 def _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, nb, nd, acc_a, acc_b, acc_cd, a_lane, a_elem, d_lane, d_elem,
@@ -207,12 +209,13 @@ def _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, nb, nd, acc_a, acc_b, acc_cd
     rd_a, rd_b = _operand_gather(s0, acc_a, na, ta, ia), _operand_gather(s1, acc_b, nb, tb, ib)
     if rd_a is None or rd_b is None:
         return None
-    ic = _flat_index(d_lane, d_elem, 32, W)
+    ie, il = _flat_index(d_lane, d_elem, 32, W)
+    ce = cval = None
     if s2 >= 256:
-        c0 = s2 - 256 + (256 if acc_cd else 0)
+        ce = s2 - 256 + (256 if acc_cd else 0) + ie
 
         def rd_c(w):
-            return w.vf[c0:c0 + nd].reshape(-1)[ic]  # float32: exact in the float64 sum below
+            return w.vf[ce, il]  # float32: exact in the float64 sum below
     else:
         bits = inline_bits(s2, "f32")
         if bits is None:
@@ -221,7 +224,7 @@ def _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, nb, nd, acc_a, acc_b, acc_cd
 
         def rd_c(w):
             return cval
-    d0 = vd
+    de = vd + ie
 
     def h(w):
         if check_rep is not None:
@@ -231,9 +234,12 @@ def _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, nb, nd, acc_a, acc_b, acc_cd
             A = -A
         if neg & 2:
             B = -B
-        D = A @ B.T + rd_c(w)
-        w.vf[d0:d0 + nd].reshape(-1)[ic] = D  # every (lane, element) of D once; rounds like astype
+        w.vf[de, il] = A @ B.T + rd_c(w)  # every (lane, element) of D once; rounds like astype
         return nxt
+    # What lockstep.py needs to run the same product for many waves at once.
+    h.plan = {"a": (s0 - 256 + (256 if acc_a else 0), ia, ta), "b": (s1 - 256 + (256 if acc_b else 0), ib, tb),
+              "c": (ce, cval), "d": (de, il), "neg": neg,
+              "replicated": (check_rep is not None, na, s0 - 256, s1 - 256), "W": W}
     return h
 
 

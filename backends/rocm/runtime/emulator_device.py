@@ -14,6 +14,7 @@ import numpy as np
 
 from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.arch import Arch, get_arch
+from tiledsl.backends.rocm.emulator import lockstep
 from tiledsl.backends.rocm.emulator.executor import BoundKernel, bind, run_workgroup, unsupported_instructions
 from tiledsl.backends.rocm.emulator.loader import load_code_object
 from tiledsl.backends.rocm.emulator.memory import TAG_SHIFT, Heap, MemoryFault, Region, Regions
@@ -36,14 +37,18 @@ class EmulatorDevice(Device):
     """The emulator as a device. schedule="shuffle" runs the workgroups of each launch, and the
     waves of each workgroup between barriers, in a random order drawn from `seed` (the same seed
     gives the same orders): results that depend on the order expose a race or a
-    non-deterministic reduction, which in-order emulation would hide."""
+    non-deterministic reduction, which in-order emulation would hide.
 
-    def __init__(self, arch: str | Arch, schedule: str = "in_order", seed: int = 0) -> None:
+    lockstep (in-order schedule only): run the waves of many workgroups together (emulator/
+    lockstep.py), same results and same faults as one wave at a time; False keeps the latter."""
+
+    def __init__(self, arch: str | Arch, schedule: str = "in_order", seed: int = 0, lockstep: bool = True) -> None:
         if schedule not in SCHEDULES:
             raise DeviceError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
         self.arch = get_arch(arch) if isinstance(arch, str) else arch
         self.schedule = schedule
         self.rng = np.random.default_rng(seed) if schedule == "shuffle" else None
+        self.lockstep = lockstep
         self.name = f"emulated {self.arch.name} ({self.arch.product})" + (
             f", shuffled (seed {seed})" if self.rng is not None else "")
         self.heap = Heap()
@@ -102,7 +107,7 @@ class EmulatorDevice(Device):
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
                stream: Stream | None = None, tensors: Sequence[TensorArg] | None = None) -> None:
         self.last_stats = dispatch(kernel.handle, kernel.meta, self.heap, grid, block, kernargs, dynamic_lds,
-                                   self.heap.alloc, self.heap.free, self.rng, tensors)
+                                   self.heap.alloc, self.heap.free, self.rng, tensors, self.lockstep)
         self.launches.append({"kernel": kernel.name, **self.last_stats})
 
     def synchronize(self, stream: Stream | None = None) -> None:
@@ -155,9 +160,28 @@ def _first_fault(run: Callable[[tuple[int, int, int]], int], workgroups: list) -
     return None
 
 
+def _try_lockstep(bk: BoundKernel, heap: Heap, order: list, g, b, karg: int, packet: int, dynamic_lds: int,
+                  mem: Regions) -> list[int] | str:
+    """The launch in lockstep: each workgroup's wave-instructions, or why it ran no further
+    ("ordinary": not eligible; "fallback: ...": it stopped, the heap restored for the ordinary run)."""
+    W = bk.image.wave_size
+    waves = len(order) * -(-(b[0] * b[1] * b[2]) // W)
+    if heap.external or waves < lockstep.MIN_WAVES or not lockstep.eligible(bk):
+        return "ordinary"
+    saved = heap.data[:heap.top].copy()
+    loaded, unique = heap.loaded_bytes, heap.unique_loaded_bytes
+    try:
+        return lockstep.run_launch(bk, heap, order, g, b, karg, packet, dynamic_lds, mem)
+    except lockstep.Fallback as exc:
+        heap.data[:saved.size] = saved
+        heap.loaded_bytes, heap.unique_loaded_bytes = loaded, unique
+        return f"fallback: {exc}"
+
+
 def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: bytes, dynamic_lds: int,
              alloc: Callable[[int, str], int], free: Callable[[int], None],
-             rng: np.random.Generator | None = None, tensors: Sequence[TensorArg] | None = None) -> dict:
+             rng: np.random.Generator | None = None, tensors: Sequence[TensorArg] | None = None,
+             lockstep_ok: bool = False) -> dict:
     """Run one launch of `bk` over `heap` the way the runtime would: check the launch, write the
     kernarg segment (hidden arguments filled in, pointer arguments tagged with their regions from
     `tensors` or their allocations, see `tag_pointers`) and a dispatch packet into memory from
@@ -196,6 +220,12 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
         # inf - inf and friends are ordinary IEEE results on the GPU: no numpy warnings.
         with np.errstate(all="ignore"):
             order = [(x, y, z) for z in range(g[2]) for y in range(g[1]) for x in range(g[0])]
+            path = "ordinary"
+            if rng is None and lockstep_ok:
+                path = _try_lockstep(bk, heap, order, g, b, karg, packet, dynamic_lds, mem)
+                if isinstance(path, list):
+                    count, longest, order = sum(path), max(path, default=0), []
+                    path = "lockstep"
             if rng is not None:
                 order = [order[i] for i in rng.permutation(len(order))]
             for k, wg in enumerate(order):
@@ -216,7 +246,8 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
         if packet is not None:
             free(packet)
     dt = time.perf_counter() - t0
-    return {"wave_instructions": count, "seconds": dt, "wave_instructions_per_s": count / dt if dt > 0 else 0.0,
+    return {"wave_instructions": count, "seconds": dt, "path": path,
+            "wave_instructions_per_s": count / dt if dt > 0 else 0.0,
             "workgroups": g[0] * g[1] * g[2], "max_workgroup_instructions": longest,
             "global_load_bytes": heap.loaded_bytes - loaded,
             "global_load_unique_bytes": heap.unique_loaded_bytes - unique}

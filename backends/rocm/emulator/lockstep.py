@@ -1,0 +1,422 @@
+"""Lockstep execution: the waves of several workgroups of one launch run as one batch.
+
+A numpy call costs about a microsecond whatever its size up to a few thousand elements, so one
+instruction executed for 128 waves at once costs little more than for one. The waves of a
+*chunk* (consecutive workgroups in launch order) keep their VGPRs in one array `V[reg, wave,
+lane]`: a register row `V[r]` of the whole chunk is one contiguous vector of N*W lanes, and each
+wave's own registers are the strided view `V[:, k, :]`.
+
+Scheduling (SIMT style): the waves at the same program counter form a group; the group with the
+lowest pc runs next, so a group that left a loop early waits at the exit for the others and the
+two merge again. Per instruction, a group either
+- runs a *batched* handler once over the chunk's rows (lane-local VALU instructions whose scalar
+  operands hold the same value in every member wave; bound with a wave size of N*W, the lanes of
+  non-member waves masked off like EXEC-disabled lanes), or
+- runs the ordinary handler once per member wave, in launch order (scalar, memory, cross-lane and
+  matrix instructions, and VALU ones whose SGPR operands differ); their results split the group
+  where the waves' next program counters differ.
+Barriers hold a workgroup's waves until all its running waves reach one; LDS stays per workgroup.
+
+What stays exact: the instructions and their handlers are the ordinary ones, every memory check
+included. Only the interleaving of waves changes, which changes nothing for a kernel without
+races -- except the order of atomics, so kernels with atomics (and with s_memtime, which reads
+the instruction count) take the ordinary path. Faults: the first fault of an ordinary run is
+defined by its order, so any error here restores the heap as it was before the launch and reruns
+the launch the ordinary way, which then reports exactly its own first fault (and leaves memory as
+it would have). The shuffled schedule always takes the ordinary path (its orders are its point).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+
+from tiledsl.backends.rocm.emulator import lockstep_ops
+from tiledsl.backends.rocm.emulator.executor import BUILDERS, END, BoundKernel, Wave, _abi_setup
+from tiledsl.backends.rocm.emulator.memory import Heap, Regions, UnsupportedInstruction
+
+LANES = 8192  # lanes per chunk: past a few thousand elements a numpy call's cost grows with size
+MIN_WAVES = 2  # launches with fewer waves gain nothing
+
+_VALU = ("VOP1", "VOP2", "VOP3", "VOP3P", "VOPD")
+# Not lane-local, or reading/writing state a batch does not share (SGPR results, VCC, EXEC, M0,
+# lane ids, other lanes): these run per wave.
+_PER_WAVE = ("v_cmp", "v_mfma", "v_wmma", "v_swmmac", "v_smfmac", "v_readlane", "v_readfirstlane",
+             "v_writelane", "v_mbcnt", "v_permlane", "v_movrel", "v_div_fmas", "v_div_scale", "v_interp",
+             "v_s_", "v_cndmask", "v_dual_cndmask", "v_pipeflush")
+_DS_PLAIN = re.compile(r"ds_(read|write|load|store|swizzle|permute|bpermute|nop)")
+_ORDER_SENSITIVE = ("s_memtime", "s_memrealtime", "s_getreg_b32_const", "s_atomic", "s_buffer_atomic")
+
+K_WAVE, K_BATCH, K_NOP = 0, 1, 2
+PROFILE: dict | None = None  # set to a dict to count per-wave steps by mnemonic (benchmarks)
+
+
+def eligible(bk: BoundKernel) -> bool:
+    """Whether lockstep gives the ordinary results: no atomics (their order is the schedule's) and
+    no reads of the instruction counter."""
+    for inst in bk.image.insts:
+        n = inst.name
+        if "atomic" in n or n.startswith(_ORDER_SENSITIVE):
+            return False
+        if inst.fam == "DS" and not _DS_PLAIN.match(n):
+            return False
+    return True
+
+
+def _classify(inst) -> tuple[str, tuple[str, ...]]:
+    """How lockstep runs one instruction: "nop" (once for all), "valu" / "cmp" / "cndmask" (batched,
+    with its scalar source fields), "ds" / "matrix" (batched by lockstep_ops when the form is
+    covered) or "wave" (per wave)."""
+    from tiledsl.backends.rocm.emulator.salu import _NOPS
+    from tiledsl.backends.rocm.emulator.valu import VOP3B
+    from tiledsl.backends.rocm.emulator.valu_ops import CARRY, OPS
+
+    n = inst.name
+    if n in _NOPS and n != "s_sleep_var" or n.startswith(_CACHE_NOPS):
+        return "nop", ()
+    if inst.fam == "DS":
+        return "ds", ()
+    if n.startswith(("v_mfma", "v_wmma")):
+        return "matrix", ()
+    if inst.dpp is not None:
+        return "wave", ()
+    if n.startswith(("v_cmp_", "v_cmpx_")) and inst.fam in ("VOPC", "VOP3"):
+        return "cmp", ("src0", "src1")
+    if n == "v_cndmask_b32" and inst.fam in ("VOP2", "VOP3") and inst.sdwa is None:
+        return "cndmask", ("src0", "src1")
+    if inst.fam not in _VALU:
+        return "wave", ()
+    names = inst.xy if inst.fam == "VOPD" else (n,)
+    if any(nm.startswith(_PER_WAVE) for nm in names):
+        return "wave", ()
+    if n in VOP3B or n in CARRY:  # these write an SGPR (VCC) besides their VGPR
+        return "wave", ()
+    spec = OPS.get(n)
+    if spec is not None and "mask" in spec[1]:
+        return "wave", ()
+    if inst.fam == "VOPD":
+        return "valu", ("src0", "src1", "src0y", "src1y")
+    return "valu", tuple(k for k in ("src0", "src1", "src2") if k.replace("src", "s") in inst.widths)
+
+
+_CACHE_NOPS = ("s_dcache_inv", "s_dcache_wb", "buffer_gl0_inv", "buffer_gl1_inv", "buffer_inv", "buffer_wb",
+               "global_inv", "global_wb")
+
+
+def _scalar_sources(inst, keys) -> tuple[tuple[int, ...], bool] | None:
+    """(the SGPRs the source fields `keys` read, whether each is a whole 32/64-bit operand), or
+    None when one reads vccz/execz/scc."""
+    reads: list[int] = []
+    whole = True
+    for key in keys:
+        e = inst.f.get(key)
+        if e is None:
+            continue
+        if e in (251, 252, 253):
+            return None
+        if e < 128:
+            w = inst.widths.get(key.replace("src", "s").rstrip("y"), 1)
+            whole &= w in (1, 2)
+            reads.extend(range(e, e + max(w, 1)))
+    return tuple(sorted(set(reads))), whole
+
+
+def _shadowed(inst, keys, row0: int):
+    """`inst` with each SGPR source of `keys` read from VGPR row row0 + sgpr instead (the chunk's
+    shadow rows, filled with each wave's SGPR value before the instruction runs)."""
+    f = dict(inst.f)
+    for key in keys:
+        e = f.get(key)
+        if e is not None and e < 128:
+            f[key] = 256 + row0 + e
+    return replace(inst, f=f)
+
+
+def _build(cls, inst, ctx, wctx):
+    if cls == "cmp":
+        return lockstep_ops.compare(inst, ctx, wctx)
+    if cls == "cndmask":
+        return lockstep_ops.cndmask(inst, ctx, wctx)
+    b = BUILDERS.get(inst.name)
+    try:
+        return b(inst, ctx) if b is not None else None
+    except UnsupportedInstruction:
+        return None
+
+
+def bind_batch(bk: BoundKernel, N: int) -> tuple[list, list, list, list]:
+    """(kinds, SGPR read sets, batched handlers, shadow handlers) of `bk` for chunks of N waves,
+    bound once. A batched handler needs the SGPRs of its read set equal in every member wave; a
+    shadow handler (for whole 32/64-bit scalar operands) reads them from the shadow rows."""
+    got = bk.lockstep.get(N)
+    if got is not None:
+        return got
+    ctx = replace(bk.ctx, wave_size=bk.ctx.wave_size * N)
+    kinds, reads, handlers, shadows = [], [], [], []
+    for i, inst in enumerate(bk.image.insts):
+        cls, keys = _classify(inst)
+        ctx.index, ctx.nxt = i, i + 1
+        kind, rs, h, sh = K_WAVE, (), None, None
+        if cls == "nop":
+            kind = K_NOP
+        elif cls in ("ds", "matrix"):
+            h = lockstep_ops.batched(inst, ctx, bk.handlers[i])
+        elif cls != "wave":
+            src = _scalar_sources(inst, keys)
+            if src is not None:
+                rs, whole = src
+                h = _build(cls, inst, ctx, bk.ctx)
+                if h is not None and rs and whole:
+                    sh = _build(cls, _shadowed(inst, keys, bk.nvgpr), ctx, bk.ctx)
+        if h is not None:
+            kind = K_BATCH
+        kinds.append(kind)
+        reads.append(rs)
+        handlers.append(h)
+        shadows.append(sh)
+    bk.lockstep[N] = got = (kinds, reads, handlers, shadows)
+    return got
+
+
+class LockWave(Wave):
+    """A wave whose registers are a view into its chunk's array; EXEC changes are noted so the
+    chunk's lane masks are rebuilt."""
+
+    __slots__ = ("chunk", "slot")
+
+    def set_exec(self, value: int) -> None:
+        Wave.set_exec(self, value)
+        c = self.chunk
+        c.em[self.slot] = self.mask
+        c.epoch += 1
+
+
+class BatchWave:
+    """What a batched handler sees: the chunk's register rows, and as EXEC the member waves' lanes.
+    Scalar state is the first member's (batched instructions read only SGPRs equal in every member)."""
+
+    __slots__ = ("s", "v", "vf", "vi", "h", "hf", "mask", "lanes", "full", "exec", "W", "fullmask", "ctx",
+                 "mode", "lane_ids", "count", "dppvalid", "scc", "V3", "km", "ldsall", "ldsbase", "ldswin", "lds_size",
+                 "waves", "kl")
+
+    def __init__(self, V: np.ndarray, ctx) -> None:
+        nv = V.shape[0]
+        self.V3 = V  # [reg, wave, lane] (lockstep_ops)
+        self.km = np.zeros(0, dtype=np.int64)  # the member waves
+        self.v = V.reshape(nv, -1)
+        self.vf = self.v.view(np.float32)
+        self.vi = self.v.view(np.int32)
+        self.h = self.v.view(np.uint16)
+        self.hf = self.v.view(np.float16)
+        self.W = self.v.shape[1]
+        self.fullmask = (1 << self.W) - 1
+        self.ctx = ctx
+        self.exec = None  # no batched handler may read EXEC as a number: fail loudly if one does
+        self.s = [0] * 128
+        self.mode = 0
+        self.lane_ids = np.arange(self.W)
+        self.count = 0
+        self.scc = None
+        self.full = False
+
+
+class _Chunk:
+    __slots__ = ("em", "epoch")
+
+    def __init__(self, N: int, W: int) -> None:
+        self.em = np.zeros((N, W), dtype=bool)  # every wave's EXEC lanes
+        self.epoch = 0
+
+
+class Fallback(Exception):
+    """Lockstep met something it leaves to the ordinary path (an error, a fault)."""
+
+
+def run_launch(bk: BoundKernel, heap: Heap, order: list, grid, block, kernarg_addr: int, dispatch_addr: int,
+               dynamic_lds: int, mem: Regions) -> list[int]:
+    """Run the workgroups `order` (launch order) in lockstep chunks; the wave-instructions of
+    each workgroup. Raises Fallback (heap left as it was mid-run) on any error."""
+    img = bk.image
+    W = img.wave_size
+    nthreads = block[0] * block[1] * block[2]
+    per_wg = (nthreads + W - 1) // W
+    wgs_per_chunk = max(1, min(len(order), (LANES // W) // per_wg))
+    N = wgs_per_chunk * per_wg
+    counts: list[int] = []
+    try:
+        tables = bind_batch(bk, N)
+        with np.errstate(all="ignore"):
+            for c0 in range(0, len(order), wgs_per_chunk):
+                counts += _run_chunk(bk, heap, order[c0:c0 + wgs_per_chunk], N, per_wg, nthreads, block,
+                                     kernarg_addr, dispatch_addr, dynamic_lds, mem, tables)
+    except Exception as exc:  # noqa: BLE001 -- every error goes to the ordinary path
+        raise Fallback(str(exc)) from exc
+    return counts
+
+
+def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch_addr, dynamic_lds, mem,
+               tables) -> list[int]:
+    img = bk.image
+    W = img.wave_size
+    kinds, reads, bhs, shs = tables
+    # VGPRs, then 128 shadow rows: row nvgpr + s holds each wave's SGPR s for a shadow handler.
+    V = np.zeros((bk.nvgpr + 128, N, W), dtype=np.uint32)
+    shadow = V[bk.nvgpr:]
+    chunk = _Chunk(N, W)
+    bctx = replace(bk.ctx, wave_size=W * N)
+    waves: list[LockWave] = []
+    bw = BatchWave(V, bctx)
+    bw.waves = waves
+    tid = np.arange(per_wg * W)
+    tx, ty, tz = tid % block[0], (tid // block[0]) % block[1], tid // (block[0] * block[1])
+    packed = (tx | (ty << 10) | (tz << 20)).astype(np.uint32)
+    lds_size = img.lds_bytes + dynamic_lds
+    priv = img.kd.private_segment_size
+    wg_of: list[int] = []
+    # One array for the LDS of every workgroup of the chunk (batched LDS accesses index it with
+    # each lane's workgroup base); each workgroup's LDS is its slice.
+    ldsall = np.zeros(len(wgs) * lds_size + 4, dtype=np.uint8)
+    bw.ldsall, bw.ldswin, bw.lds_size = ldsall, {}, lds_size
+    bw.ldsbase = np.repeat(np.arange(N, dtype=np.int64) // per_wg * lds_size, W)
+    for g, wg in enumerate(wgs):
+        lds_view = ldsall[g * lds_size:(g + 1) * lds_size]
+        ldswin: dict = {}
+        for i in range(per_wg):
+            k = len(waves)
+            w = LockWave(W, bk.nvgpr, heap, lds_view, bk.ctx, V[:, k, :])
+            w.chunk, w.slot = chunk, k
+            w.wg, w.index, w.mem, w.ldswin = wg, i, mem, ldswin
+            _abi_setup(w, bk, wg, kernarg_addr, dispatch_addr)
+            w.v[0] = packed[i * W:(i + 1) * W]
+            w.set_exec((1 << min(W, nthreads - i * W)) - 1)
+            if priv:
+                w.scratch = np.zeros((W, priv + 16), dtype=np.uint8)
+            waves.append(w)
+            wg_of.append(g)
+    n = len(waves)
+    hs = bk.handlers
+    counts = [0] * n
+    alive = [per_wg] * len(wgs)
+    waiting: list[list[int]] = [[] for _ in wgs]
+    wpc = [0] * n
+    groups: dict[int, list[int]] = {0: list(range(n))}
+    member = np.zeros((N, 1), dtype=bool)
+    inf = 1 << 62
+
+    def push(p: int, ks: list[int]) -> None:
+        old = groups.get(p)
+        groups[p] = ks if old is None else sorted(old + ks)
+
+    def park(ks: list[int], how: int, p: int) -> None:
+        for k in ks:
+            g = wg_of[k]
+            if how == END:
+                alive[g] -= 1
+            else:
+                wpc[k] = p + 1
+                waiting[g].append(k)
+            if waiting[g] and len(waiting[g]) == alive[g]:  # every running wave is at a barrier
+                for j in waiting[g]:
+                    push(wpc[j], [j])
+                waiting[g] = []
+
+    while groups:
+        pc = min(groups)
+        ks = groups.pop(pc)
+        gmin = min(groups) if groups else inf
+        # The batch's lanes: the members' EXEC lanes (rebuilt when an EXEC changes).
+        member[:] = False
+        member[ks] = True
+        bw.km = np.array(ks, dtype=np.intp)
+        bw.kl = ks
+        allin = len(ks) == N
+        epoch = -1
+        first = waves[ks[0]]
+        steps = 0
+        while True:
+            kind = kinds[pc]
+            if kind == K_BATCH:
+                rs = reads[pc]
+                h = bhs[pc]
+                sh = shs[pc]
+                if sh is not None:  # each wave's SGPRs into the shadow rows
+                    h = sh
+                    for r in rs:
+                        vals = np.array([waves[k].s[r] for k in ks], dtype=np.uint32)
+                        if allin:
+                            shadow[r] = vals[:, None]
+                        else:
+                            shadow[r, ks] = vals[:, None]
+                elif rs:
+                    s0 = first.s
+                    same = True
+                    for k in ks:
+                        s = waves[k].s
+                        for r in rs:
+                            if s[r] != s0[r]:
+                                same = False
+                                break
+                        if not same:
+                            break
+                    if not same:
+                        kind = K_WAVE
+                if kind == K_BATCH:
+                    if epoch != chunk.epoch:
+                        epoch = chunk.epoch
+                        em = chunk.em if allin else chunk.em & member
+                        full = allin and bool(em.all())
+                        bw.full = full
+                        bw.mask = em.reshape(-1)
+                        bw.lanes = bw.lane_ids if full else np.flatnonzero(bw.mask)
+                    bw.s = first.s
+                    pc = h(bw)
+                    steps += 1
+                    if pc >= gmin:
+                        break
+                    continue
+            elif kind == K_NOP:
+                pc = hs[pc](first)
+                steps += 1
+                if pc >= gmin:
+                    break
+                continue
+            h = hs[pc]
+            if PROFILE is not None:
+                key = bk.image.insts[pc].name + (" (sgpr)" if kinds[pc] == K_BATCH else "")
+                PROFILE[key] = PROFILE.get(key, 0) + len(ks)
+            npc0 = h(waves[ks[0]])
+            split = None
+            for j in range(1, len(ks)):
+                npc = h(waves[ks[j]])
+                if npc != npc0:
+                    if split is None:
+                        split = {npc0: ks[:j]}
+                    split.setdefault(npc, []).append(ks[j])
+                elif split is not None:
+                    split[npc0].append(ks[j])
+            steps += 1
+            if split is None and npc0 >= 0:
+                pc = npc0
+                if pc >= gmin:
+                    break
+                continue
+            for k in ks:
+                counts[k] += steps
+            steps = 0
+            for npc, sub in (split.items() if split is not None else ((npc0, ks),)):
+                if npc >= 0:
+                    push(npc, sub)
+                else:
+                    park(sub, npc, pc)
+            ks = []
+            break
+        for k in ks:
+            counts[k] += steps
+        if ks:
+            push(pc, ks)
+    per = [0] * len(wgs)
+    for k in range(n):
+        per[wg_of[k]] += counts[k]
+    return per

@@ -1,0 +1,263 @@
+"""Batched handlers for lockstep.py beyond the lane-local VALU ones: matrix products and LDS
+loads/stores run once for all member waves of a group.
+
+They see a `BatchWave` (lockstep.py): the chunk's registers as `V3[reg, wave, lane]`, the member
+waves `km`, and the chunk's LDS as one byte array holding each workgroup's LDS at `ldsbase`
+(per lane). They compute what the ordinary handlers compute wave by wave, in the same float64
+arithmetic; where an ordinary handler would report an error (an LDS access outside the
+workgroup's LDS, an unreplicated gfx11 WMMA operand), they raise and lockstep hands the launch to
+the ordinary path, which reports it exactly.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tiledsl.backends.rocm.emulator.memory import EmulatorError, window
+
+_MAX = np.maximum.reduce
+
+
+class NotBatched(EmulatorError):
+    """A batched handler met something only the ordinary handler describes (a fault)."""
+
+
+def batched(inst, ctx, ordinary):
+    """A batched handler for `inst`, or None (then it runs per wave). `ordinary` is the instruction's
+    ordinary handler (bound for one wave)."""
+    if inst.name.startswith(("v_mfma", "v_wmma")):
+        return _matrix(ordinary, ctx.nxt)
+    if inst.fam == "DS":
+        return _ds(inst, ctx)
+    return None
+
+
+# -- MFMA / WMMA --------------------------------------------------------------------------
+def _block_index(rows, cols, r0, W2):
+    """Flat index of (row, col) elements in the registers from r0 laid out row after row (W2
+    columns per row), as `_regs` gathers them."""
+    return (rows - r0) * W2 + cols
+
+
+def _regs(V3, r0, n, km, all_in):
+    """Registers r0..r0+n of the member waves as [wave, reg * lanes] (one copy)."""
+    blk = V3[r0:r0 + n] if all_in else V3[r0:r0 + n][:, km]
+    return np.ascontiguousarray(blk.transpose(1, 0, 2)).reshape(blk.shape[1], -1)
+
+
+def _operand(V3, r0, n, idx, typ, km, all_in):
+    """Operand elements [wave, i, k] of the member waves as float64 (as `_operand_gather` per wave)."""
+    x = _regs(V3, r0, n, km, all_in)
+    if typ == "f16":
+        return x.view(np.float16)[:, idx].astype(np.float64)
+    if typ == "bf16":
+        return (x.view(np.uint16)[:, idx].astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+    return x.view(np.float32)[:, idx].astype(np.float64)
+
+
+def _matrix(ordinary, nxt):
+    plan = getattr(ordinary, "plan", None)
+    if plan is None:
+        return None
+    (ra, (ai, ak), ta), (rb, (bi, bk), tb) = plan["a"], plan["b"]
+    ce, cval = plan["c"]
+    de, dl = plan["d"]
+    neg = plan["neg"]
+    replicated, nrep, sa, sb = plan["replicated"]
+    W = plan["W"]
+    # Operands as blocks of whole registers: rows r0..r0+n (16-bit elements: 2W columns a row).
+    wa, wb = (2 * W if ta in ("f16", "bf16") else W), (2 * W if tb in ("f16", "bf16") else W)
+    na, nb = int(ai.max()) + 1, int(bi.max()) + 1
+    ia, ib = _block_index(ai, ak, 0, wa), _block_index(bi, bk, 0, wb)
+    d0, nd = int(de.min()), int(de.max()) - int(de.min()) + 1
+    flat_d = _block_index(de, dl, d0, W).reshape(-1)
+    if nd * W != flat_d.size or np.unique(flat_d).size != flat_d.size:
+        return None  # D does not cover its registers exactly once: leave it per wave
+    inv = np.empty_like(flat_d)
+    inv[flat_d] = np.arange(flat_d.size)  # D element order -> register order
+    ic = flat_d.reshape(de.shape)  # C's elements sit in its registers as D's in D's (ce - c0 == de - d0)
+    c0 = int(ce.min()) if ce is not None else 0
+
+    def h(w):
+        V3, km = w.V3, w.km
+        all_in = km.size == V3.shape[1]
+        if replicated:  # gfx11: lanes 16-31 must repeat 0-15 (bit-equal here; anything else per wave)
+            for r in (sa, sb):
+                regs = V3[r:r + nrep][:, km]
+                if not np.array_equal(regs[:, :, :16], regs[:, :, 16:]):
+                    raise NotBatched("WMMA operand halves differ in bits")
+        A = _operand(V3, ra, na, ia, ta, km, all_in)
+        B = _operand(V3, rb, nb, ib, tb, km, all_in)
+        if neg & 1:
+            A = -A
+        if neg & 2:
+            B = -B
+        # One product per wave, each the same float64 A @ B.T the ordinary handler computes.
+        D = np.matmul(A, B.transpose(0, 2, 1))
+        if ce is not None:
+            D += _regs(V3, c0, nd, km, all_in).view(np.float32)[:, ic]
+        else:
+            D += cval
+        out = D.reshape(D.shape[0], -1)[:, inv].astype(np.float32).reshape(D.shape[0], nd, W).transpose(1, 0, 2)
+        if all_in:
+            V3.view(np.float32)[d0:d0 + nd] = out
+        else:
+            V3.view(np.float32)[d0:d0 + nd, km] = out
+        return nxt
+    return h
+
+
+# -- LDS ----------------------------------------------------------------------------------
+_KIND = {"b8": (1, False), "u8": (1, False), "i8": (1, True), "b16": (2, False), "u16": (2, False),
+         "i16": (2, True), "b32": (4, False), "b64": (8, False), "b96": (12, False), "b128": (16, False)}
+
+
+def _ds(inst, ctx):
+    from tiledsl.backends.rocm.emulator.lds import canonical
+    from tiledsl.backends.rocm.emulator.vmem import putter
+
+    name = canonical(inst.name)
+    m = re.match(r"ds_(read|write)(2st64|2)?_(b8|b16|b32|b64|b96|b128|u8|i8|u16|i16)(_d16(_hi)?)?$", name)
+    if not m:
+        return None
+    f, nxt = inst.f, ctx.nxt
+    acc = 256 if f.get("acc") else 0
+    addr_r, d0, d1, vd = f["addr"], f["data0"] + acc, f["data1"] + acc, f["vdst"] + acc
+    op, two, kind, d16, hi = m.group(1), m.group(2), m.group(3), bool(m.group(4)), bool(m.group(5))
+    nbytes, signed = _KIND[kind]
+    if name in ("ds_write_b8_d16_hi", "ds_write_b16_d16_hi"):
+        d16, hi = True, True
+    if two:
+        scale = nbytes * (64 if two == "2st64" else 1)
+        offs = (f["offset0"] * scale, f["offset1"] * scale)
+    else:
+        offs = (f["offset0"] | (f["offset1"] << 8),)
+    span = max(offs) + nbytes
+    if op == "read":
+        moves = [(o, putter(vd + k * (nbytes // 4), nbytes, signed, d16, hi)) for k, o in enumerate(offs)]
+    else:
+        moves = [(o, _data(d0 if k == 0 else d1, nbytes, d16, hi)) for k, o in enumerate(offs)]
+
+    def h(w):
+        lanes = w.lanes
+        if lanes.size == 0:
+            return nxt
+        sel = slice(None) if w.full else lanes
+        base = w.v[addr_r][sel]
+        if int(_MAX(base)) + span > w.lds_size:  # offsets are unsigned: only the top can overflow
+            raise NotBatched("LDS access outside the workgroup's LDS")
+        base = base + w.ldsbase[sel]  # int64: each lane's workgroup LDS in the chunk's array
+        win = w.ldswin.get(nbytes)
+        if win is None:
+            win = window(w.ldsall, nbytes, w.ldswin)
+        for o, mv in moves:
+            if op == "read":
+                mv(w, sel, win[base + o if o else base])
+            else:
+                win[base + o if o else base] = mv(w, sel)
+        return nxt
+    return h
+
+
+def _data(s, nbytes, d16, hi):
+    """`data(w, sel)`: the values to store from VGPR s.. as window elements (as vmem.getter, for
+    any number of lanes)."""
+    half, k = int(hi), nbytes // 4
+    if nbytes < 4:
+        return lambda w, sel: (w.h[s, half::2] if d16 or nbytes == 2 else w.v[s])[sel]
+    if nbytes == 4:
+        return lambda w, sel: w.v[s][sel]
+    if nbytes == 8:
+        return lambda w, sel: np.ascontiguousarray(w.v[s:s + 2].T[sel]).view(np.uint64).reshape(-1)
+    return lambda w, sel: w.v[s:s + k].T[sel]
+
+
+# -- lane masks: compares and v_cndmask --------------------------------------------------
+def _lane_bits(r: np.ndarray, w, W: int) -> list[int]:
+    """Each member wave's lane bitmask (lane i = bit i) of the chunk-wide bool vector `r`."""
+    packed = np.packbits(r.reshape(-1, W)[w.km], axis=1, bitorder="little")
+    return packed.view(np.uint64 if W == 64 else np.uint32).reshape(-1).tolist()
+
+
+def _wave_mask(w, enc: int, W: int) -> np.ndarray:
+    """The chunk-wide bool lane vector of each member wave's SGPR (pair) `enc` (non-members False)."""
+    waves = w.waves
+    if W == 64:
+        vals = [waves[k].s[enc] | waves[k].s[enc + 1] << 32 for k in w.kl]
+    else:
+        vals = [waves[k].s[enc] for k in w.kl]
+    bits = np.unpackbits(np.array(vals, dtype=np.uint64 if W == 64 else np.uint32).view(np.uint8)
+                         .reshape(len(vals), -1), axis=1, bitorder="little").view(bool)
+    m = np.zeros((w.V3.shape[1], W), dtype=bool)
+    m[w.km] = bits
+    return m.reshape(-1)
+
+
+def compare(inst, ctx, wctx):
+    """v_cmp/v_cmpx for all member waves: one comparison over the chunk's lanes, then each wave's
+    bits to its SGPR (pair)/VCC and, for v_cmpx, its EXEC (as valu._b_cmp does per wave)."""
+    from tiledsl.backends.rocm.emulator.operands import scalar_writer
+    from tiledsl.backends.rocm.emulator.valu import CMPS, _reader, _srcs
+    from tiledsl.backends.rocm.emulator.valu_ops import _class
+
+    if inst.dpp is not None or inst.name not in CMPS:
+        return None
+    t, pred, x = CMPS[inst.name]
+    f, nxt, W, NW = inst.f, ctx.nxt, wctx.wave_size, ctx.wave_size
+    e0, e1, _ = _srcs(inst)
+    a = _reader(inst, ctx, 0, e0, t)
+    b = _reader(inst, ctx, 1, e1, "u32" if pred == "class" else t)
+    if pred == "class":
+        pred = _class
+    if inst.fam == "VOP3":
+        dst = scalar_writer(f["vdst"], wctx, W == 64)
+    elif inst.sdwa is not None and inst.sdwa["sd"]:
+        dst = scalar_writer(inst.sdwa["sdst"], wctx, W == 64)
+    else:
+        def dst(w, v):
+            w.set_vcc(v)
+    write_sdst = not x or wctx.gen == "gfx9"
+
+    def h(w):
+        r = pred(a(w), b(w))
+        if r.shape != (NW,):
+            r = np.broadcast_to(r, (NW,))
+        if not w.full:
+            r = r & w.mask
+        waves = w.waves
+        for k, bits in zip(w.kl, _lane_bits(r, w, W), strict=True):
+            wv = waves[k]
+            if write_sdst:
+                dst(wv, bits)
+            if x:
+                wv.set_exec(bits)
+        return nxt
+    return h
+
+
+def cndmask(inst, ctx, wctx):
+    """v_cndmask_b32 for all member waves: each wave's mask SGPR (pair) or VCC as lanes, then one
+    select (as valu_fast._cndmask does per wave)."""
+    from tiledsl.backends.rocm.emulator.operands import vsrc
+    from tiledsl.backends.rocm.emulator.valu_fast import plain
+
+    if not plain(inst):
+        return None
+    f, nxt, W = inst.f, ctx.nxt, wctx.wave_size
+    menc = f["src2"] if inst.fam == "VOP3" else 106  # e32 reads VCC
+    if menc >= 128:
+        return None
+    a = vsrc(f["src0"], "b32", ctx, inst.lit)
+    b = vsrc(f["src1"], "b32", ctx, inst.lit)
+    d = f["vdst"]
+
+    def h(w):
+        r = np.where(_wave_mask(w, menc, W), b(w), a(w))
+        if w.full:
+            w.v[d] = r
+        else:
+            np.copyto(w.v[d], r, where=w.mask, casting="unsafe")
+        return nxt
+    return h
