@@ -1,14 +1,17 @@
-"""FMHA with attention bias, ALiBi and dropout beside the plain kernel, as a table (docs/bias.md,
-docs/dropout.md).
+"""FMHA with attention bias, ALiBi, dropout and fp8 beside the plain kernel, as a table (docs/bias.md,
+docs/dropout.md, docs/fp8.md).
 
 Per arch, head dim 64/128, f16, causal or not, forward variants: plain, a bias tensor of q's dtype,
-an f32 bias tensor, ALiBi, dropout (p 0.1); and the backward's dq_dk_dv: plain, with a bias tensor,
-with its gradient (dbias), with ALiBi, with dropout. Columns: the tile, instructions, MFMA/WMMA count, instructions per
-MFMA/WMMA, VGPRs (CDNA: the unified count) and AGPRs, VGPR/SGPR spills, and, with emulation, the
-executed wave-instructions per 1k (query, key) pairs of the whole call (one head, 256 queries
-against 256 keys; forward: one kernel; backward: the whole plan, dbias stage included), checked
-against the reference. Static figures are of the variant a contiguous call compiles (bias rows
-16-byte aligned, as the ops pad them).
+an f32 bias tensor, ALiBi, dropout (p 0.1), and on the fp8 archs (gfx942, gfx950, gfx1201) bf16
+beside fp8 (e4m3 q/k/v, bf16 out; docs/fp8.md: an fp8 MFMA/WMMA does twice the K of a 16-bit one,
+so compare instructions and executed counts, not instructions per MFMA); and the backward's
+dq_dk_dv: plain, with a bias tensor, with its gradient (dbias), with ALiBi, with dropout.
+Columns: the tile, instructions, MFMA/WMMA count, instructions per MFMA/WMMA, VGPRs (CDNA: the
+unified count) and AGPRs, VGPR/SGPR spills, and, with emulation, the executed wave-instructions per
+1k (query, key) pairs of the whole call (one head, 256 queries against 256 keys; forward: one
+kernel; backward: the whole plan, dbias stage included), checked against the reference. Static
+figures are of the variant a contiguous call compiles (bias rows 16-byte aligned, as the ops pad
+them).
 Usage: python benchmarks/fmha_bias.py [--arch A ...] [--hdim 64 128] [--no-emulate] [-j N]
 """
 
@@ -17,19 +20,22 @@ from __future__ import annotations
 import argparse
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.fmha_bwd import bwd_config, plan_from_sizes
+from tiledsl.fp8 import fp8_format
 from tiledsl.isa_stats import isa_stats
 from tiledsl.kernels.fmha_configs import fmha_config
 from tiledsl.ops import compile_fmha_fwd, fmha_bwd, fmha_fwd
 from tiledsl.reference import fmha_bwd_reference, fmha_fwd_reference, fmha_mask_params
 
 SEQ = 256
-FWD = ("plain", "tensor", "tensor_f32", "alibi", "dropout")
+FWD = ("plain", "tensor", "tensor_f32", "alibi", "dropout", "bf16", "fp8")
 BWD = ("plain", "tensor", "dbias", "alibi", "dropout")
 DROPOUT = {"dropout_p": 0.1, "seed": 1234, "offset": 0}
 
@@ -38,9 +44,10 @@ def pairs(causal: bool) -> int:
     return SEQ * (SEQ + 1) // 2 if causal else SEQ * SEQ
 
 
-def problem(hdim: int, variant: str):
+def problem(hdim: int, variant: str, arch: str = "gfx942"):
     rng = np.random.default_rng(0)
-    q, k, v, do = (rng.standard_normal((1, SEQ, 1, hdim)).astype(np.float16) for _ in range(4))
+    dtype = {"bf16": ml_dtypes.bfloat16, "fp8": _e4m3(arch)}.get(variant, np.float16)
+    q, k, v, do = (rng.standard_normal((1, SEQ, 1, hdim)).astype(dtype) for _ in range(4))
     kw = {}
     if variant in ("tensor", "dbias"):
         kw["bias"] = rng.standard_normal((1, 1, SEQ, SEQ)).astype(np.float16)
@@ -51,6 +58,11 @@ def problem(hdim: int, variant: str):
     elif variant == "dropout":
         kw.update(DROPOUT)
     return q, k, v, do, kw
+
+
+def _e4m3(arch: str) -> Any:
+    flavour = get_arch(arch).fp8_flavour
+    return getattr(ml_dtypes, fp8_format("f8e4m3", flavour).numpy) if flavour else None
 
 
 def _f64(kw: dict) -> dict:
@@ -67,19 +79,20 @@ def _stats(k) -> dict:
 def fwd_row(arch: str, hdim: int, causal: bool, variant: str, emulate: bool) -> dict:
     bias = {"tensor": "tensor", "tensor_f32": "tensor", "alibi": "alibi"}.get(variant, "none")
     dropout = variant == "dropout"
-    cfg = fmha_config(arch, hdim, hdim, masked=causal, bias=bias, dropout=dropout)
-    k = compile_fmha_fwd(arch, dtype="f16", hdim_q=hdim, hdim_v=hdim, mask=fmha_mask_params(causal), bias=bias,
+    dtype = {"bf16": "bf16", "fp8": "f8e4m3"}.get(variant, "f16")
+    cfg = fmha_config(arch, hdim, hdim, masked=causal, bias=bias, dropout=dropout, fp8=variant == "fp8")
+    k = compile_fmha_fwd(arch, dtype=dtype, hdim_q=hdim, hdim_v=hdim, mask=fmha_mask_params(causal), bias=bias,
                          bias_dtype="f32" if variant == "tensor_f32" else "f16",
                          aligned=("bias", "k", "o", "q", "v"), dropout=dropout)
     row = {**_stats(k), "tiles": f"{cfg.block_m}x{cfg.block_n} w{cfg.waves} s{cfg.stages}", "dyn": None}
     if emulate:
-        q, kk, v, _, kw = problem(hdim, variant)
+        q, kk, v, _, kw = problem(hdim, variant, arch)
         dev = EmulatorDevice(arch)
         out = fmha_fwd(q, kk, v, causal=causal, device=dev, **kw)
         row["dyn"] = sum(launch["wave_instructions"] for launch in dev.launches) * 1000 / pairs(causal)
         want = fmha_fwd_reference(*(x.astype(np.float64) for x in (q, kk, v)), causal=causal, **_f64(kw))
         err = float(np.abs(out.astype(np.float64) - want).max())
-        if err > 4e-3:
+        if err > (5e-2 if variant == "fp8" else 2e-2 if variant == "bf16" else 4e-3):
             row["note"] = f"max error {err:.1e}"
     return row
 
@@ -116,6 +129,8 @@ def cell(args: tuple) -> list[str]:
     lines = []
     for kind, variants, fn in (("fwd", FWD, fwd_row), ("bwd", BWD, bwd_row)):
         for variant in variants:
+            if variant in ("bf16", "fp8") and not get_arch(arch).fp8_flavour:
+                continue  # no fp8 matrix instructions (the bf16 row is fp8's partner)
             head = f"{arch:8} d{hdim:<4} {'causal' if causal else 'full':7}{kind:4} {variant:11}"
             try:
                 r = fn(arch, hdim, causal, variant, emulate)

@@ -24,7 +24,7 @@ from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.fp8 import fp8_format
 from tiledsl.ops import compile_fmha_fwd, fmha_bwd, fmha_fwd, fmha_fwd_kvcache
-from tiledsl.reference import fmha_fwd_reference, fmha_mask, fmha_mask_params
+from tiledsl.reference import fmha_fwd_reference, fmha_mask_params
 
 pytestmark = pytest.mark.emulator
 
@@ -36,25 +36,34 @@ def e4m3(arch: str):
 
 
 def tolerance(arch: str, q, k, v, descales, out, **kw) -> np.ndarray:
-    """The bound of the module docstring, per output element (batch mode, bshd)."""
+    """The bound of the module docstring, per output element (bshd): P |V| is the reference's
+    output with |V| for V (with dropout: the kept P, rescaled, which is what is rounded)."""
     p_scale = fp8_format("f8e4m3", get_arch(arch).fp8_flavour).max
-    qd, kd, vd = descales
-    q64, k64, vv = q.astype(np.float64) * qd, k.astype(np.float64) * kd, np.abs(v.astype(np.float64) * vd)
-    b, sq, hq, _ = q.shape
-    hk = k.shape[2]
-    scale = kw.get("scale") or 1.0 / np.sqrt(q.shape[3])
-    allowed = fmha_mask(sq, k.shape[1], fmha_mask_params(kw.get("causal", False), kw.get("window", (-1, -1))))
-    bound = np.zeros(out.shape)
-    for bi in range(b):
-        for h in range(hq):
-            s = np.where(allowed, q64[bi, :, h] @ k64[bi, :, h // (hq // hk)].T * scale, -np.inf)
-            m = s.max(axis=1, keepdims=True, initial=-np.inf)
-            e = np.where(np.isfinite(m), np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
-            p = e / np.maximum(e.sum(axis=1, keepdims=True), 1e-300)
-            vh = vv[bi, :, h // (hq // hk)]
-            bound[bi, :, h] = 2.0**-4 * (p @ vh) + 2.0**-10 / p_scale * (allowed @ vh)
+    deq = [x.astype(np.float64) * d for x, d in zip((q, k, v), descales, strict=True)]
+    p_abs_v = fmha_fwd_reference(deq[0], deq[1], np.abs(deq[2]), **kw)
+    hq, hk = q.shape[-2], k.shape[-2]
+    col_sums = np.repeat(np.abs(deq[2]).sum(axis=-3, keepdims=True), hq // hk, axis=-2)  # sum_j |V_j|
+    rescale = 1.0 / (1.0 - kw.get("dropout_p", 0.0))
     ulp = 2.0**-8 if out.dtype == ml_dtypes.bfloat16 else 2.0**-10
-    return bound + ulp / 2 * np.abs(out.astype(np.float64)) + 1e-5
+    return 2.0**-4 * p_abs_v + 2.0**-10 / p_scale * rescale * col_sums + ulp / 2 * np.abs(out.astype(np.float64)) \
+        + 1e-5
+
+
+def _check(arch: str, q, k, v, descales=(1.0, 1.0, 1.0), **kw) -> None:
+    scales = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True))
+    out, lse = fmha_fwd(q, k, v, return_lse=True, device=EmulatorDevice(arch), **scales, **kw)
+    assert out.dtype == (np.float16 if kw.get("out_dtype") == "f16" else ml_dtypes.bfloat16)
+    kw = {n: (x.astype(np.float64) if isinstance(x, np.ndarray) else x) for n, x in kw.items() if n != "out_dtype"}
+    deq = [x.astype(np.float64) * d for x, d in zip((q, k, v), descales, strict=True)]
+    want, want_lse = fmha_fwd_reference(*deq, return_lse=True, **kw)
+    err = np.abs(out.astype(np.float64) - want)
+    tol = tolerance(arch, q, k, v, descales, out, **kw)
+    worst = np.unravel_index(np.argmax(err - tol), err.shape)
+    assert (err <= tol).all(), f"worst excess {np.max(err - tol)} at {worst}"
+    assert err.max() > 0  # P really was rounded to e4m3 (bit-exact would mean it was not)
+    finite = np.isfinite(want_lse)
+    assert np.array_equal(np.isfinite(lse), finite)
+    np.testing.assert_allclose(lse[finite], want_lse[finite], atol=1e-4, rtol=1e-5)
 
 
 def _inputs(arch: str, shape_q, shape_kv, seed=0, scale=2.0):
@@ -71,21 +80,19 @@ def _inputs(arch: str, shape_q, shape_kv, seed=0, scale=2.0):
 ])
 def test_forward_within_e4m3_bound(arch: str, opts: dict) -> None:
     q, k, v = _inputs(arch, (2, 45, 4, 64), (2, 83, 2, 64))
-    descales = (0.5, 0.25, 0.75)
-    out, lse = fmha_fwd(q, k, v, return_lse=True, device=EmulatorDevice(arch), q_descale=descales[0],
-                        k_descale=descales[1], v_descale=descales[2], **opts)
-    assert out.dtype == (np.float16 if opts.get("out_dtype") == "f16" else ml_dtypes.bfloat16)
-    kw = {n: x for n, x in opts.items() if n != "out_dtype"}
-    deq = [x.astype(np.float64) * d for x, d in zip((q, k, v), descales, strict=True)]
-    want, want_lse = fmha_fwd_reference(*deq, return_lse=True, **kw)
-    err = np.abs(out.astype(np.float64) - want)
-    tol = tolerance(arch, q, k, v, descales, out, **kw)
-    worst = np.unravel_index(np.argmax(err - tol), err.shape)
-    assert (err <= tol).all(), f"worst excess {np.max(err - tol)} at {worst}"
-    assert err.max() > 0  # P really was rounded to e4m3 (bit-exact would mean it was not)
-    finite = np.isfinite(want_lse)
-    assert np.array_equal(np.isfinite(lse), finite)
-    np.testing.assert_allclose(lse[finite], want_lse[finite], atol=1e-4, rtol=1e-5)
+    _check(arch, q, k, v, (0.5, 0.25, 0.75), **opts)
+
+
+@pytest.mark.parametrize("arch", FP8_ARCHS)
+def test_features(arch: str) -> None:
+    """Soft-cap with a sink, ALiBi, an f32 bias, dropout: each as with f16, within the bound."""
+    rng = np.random.default_rng(2)
+    q, k, v = _inputs(arch, (2, 33, 4, 64), (2, 70, 2, 64), seed=3)
+    for kw in (dict(softcap=5.0, sink=rng.standard_normal(4).astype(np.float32)),
+               dict(alibi_slopes=np.full(4, 0.1, np.float32), causal=True),
+               dict(bias=rng.standard_normal((1, 4, 33, 70)).astype(np.float32)),
+               dict(dropout_p=0.2, seed=5)):
+        _check(arch, q, k, v, **kw)
 
 
 @pytest.mark.parametrize("arch", FP8_ARCHS)

@@ -10,7 +10,7 @@ import pytest
 from _fmha_util import assert_grads_close
 
 from tiledsl import registry
-from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.cli import main
 from tiledsl.errors import TileError
@@ -24,6 +24,10 @@ from tiledsl.registry import RECEIPTS, Signature, Variant, algorithm, arch_specs
 def test_receipts_hold_valid_variants_with_unique_keys(arch):
     for receipt, (_, make) in RECEIPTS.items():
         if make is None:
+            continue
+        if receipt == "fp8" and not get_arch(arch).fp8_flavour:
+            with pytest.raises(ValueError, match="receipt fp8: none of these archs has fp8"):
+                receipt_variants(receipt, [arch])
             continue
         variants = receipt_variants(receipt, [arch])
         keys = [v.key() for v in variants]
@@ -54,7 +58,9 @@ def test_algorithm_is_read_from_the_kernels_tables(arch):
 
 @pytest.mark.parametrize(("arch", "sig", "message"), [
     ("gfx90a", Signature("fmha_fwd", dtype="fp8"), r"dtype: .*gfx90a has no fp8 matrix instructions"),
-    ("gfx942", Signature("fmha_fwd", dtype="fp8"), r"dtype: .*gfx942 has FNUZ fp8"),
+    ("gfx942", Signature("fmha_fwd", dtype="fp8"), r"dtype: fp8 variants are named f8e4m3 \(gfx942 has FNUZ fp8"),
+    ("gfx1100", Signature("fmha_fwd", dtype="f8e4m3"), r"dtype: gfx1100 has no fp8 matrix instructions"),
+    ("gfx950", Signature("fmha_bwd", dtype="f8e4m3"), r"dtype: f8e4m3 is for the forward"),
     ("gfx942", Signature("fmha_fwd", dtype="f32"), r"dtype: gfx942 supports f16, bf16 for fmha_fwd, got 'f32'"),
     ("gfx950", Signature("fmha_fwd", hdim_q=512), r"hdim_q: fmha_fwd supports head dims 1\.\.256"),
     ("gfx1100", Signature("fmha_fwd", paged=True), r"paged: only fmha_fwd_kvcache has it"),
@@ -87,7 +93,9 @@ def test_registry_export_and_list_commands(tmp_path, capsys):
     assert len(rows) == 2 * 2 * 2 * 2 * 2  # dtypes x hdims x modes x masks x dropout
     assert main(["list", "--receipt", "pytorch", "--arch", "gfx90a"]) == 0
     assert "gfx90a/fmha_fwd-bf16-batch-d128-top_left-lse" in capsys.readouterr().out
-    for argv, err in ((["list", "--receipt", "fp8"], "fp8 forward: not in the library yet"),
+    assert main(["list", "--receipt", "fp8", "--arch", "gfx950"]) == 0
+    assert "gfx950/fmha_fwd_splitkv-f8e4m3-group-d128-causal" in capsys.readouterr().out
+    for argv, err in ((["list", "--receipt", "fp8", "--arch", "gfx1100"], "receipt fp8: none of these archs"),
                       (["list", "--receipt", "nope"], "receipt: expected one of flash"),
                       (["list", "--family", "fmha"], "--family 'fmha': expected one of")):
         assert main(argv) == 2

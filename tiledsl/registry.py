@@ -36,7 +36,9 @@ ROTARY = ("none", "interleaved", "half")
 BIASES = ("none", "tensor", "alibi")  # an additive bias tensor or ALiBi slopes (docs/bias.md)
 MAX_HDIM = 256
 # Features a family does not have (yet): each refused with the reason.
-NOT_YET = {"fp8": "fp8 kernels"}
+NOT_YET: dict[str, str] = {}  # features a variant may name that the library does not build yet
+FP8 = "f8e4m3"  # the fp8 forward's dtype (docs/fp8.md): e4m3 in the arch's flavour
+FP8_FAMILIES = ("fmha_fwd", "fmha_fwd_splitkv")
 
 
 @dataclass(frozen=True)
@@ -87,12 +89,17 @@ def validate(arch: str, sig: Signature) -> None:
     a = get_arch(arch)
     if sig.family not in FAMILIES:
         raise ValueError(f"family: expected one of {', '.join(FAMILIES)}, got {sig.family!r}")
-    if sig.dtype not in DTYPES:
+    has = f"{arch} has {a.fp8_flavour.upper()} fp8 matrix instructions" if a.fp8_flavour else \
+        f"{arch} has no fp8 matrix instructions (fp8 needs gfx942, gfx950 or gfx1201)"
+    if sig.dtype == FP8:
+        if not a.fp8_flavour:
+            raise ValueError(f"dtype: {has}")
+        if sig.family not in FP8_FAMILIES:
+            raise ValueError(f"dtype: {FP8} is for the forward ({', '.join(FP8_FAMILIES)}), not {sig.family}")
+    elif sig.dtype not in DTYPES:
         if sig.dtype in ("fp8", "f8", "e4m3"):
-            has = f"{arch} has {a.fp8_flavour.upper()} fp8 matrix instructions" if a.fp8_flavour else \
-                f"{arch} has no fp8 matrix instructions (fp8 needs gfx942, gfx950 or gfx1201)"
-            raise ValueError(f"dtype: {NOT_YET['fp8']} are not in the library yet ({has}); expected one of "
-                             f"{', '.join(DTYPES)}")
+            raise ValueError(f"dtype: fp8 variants are named {FP8} ({has}); expected one of "
+                             f"{', '.join(DTYPES)}, {FP8}")
         raise ValueError(f"dtype: {arch} supports {', '.join(DTYPES)} for {sig.family}, got {sig.dtype!r}")
     for field_name, value, allowed in (("mode", sig.mode, MODES), ("mask", sig.mask, MASKS),
                                        ("rotary", sig.rotary, ROTARY), ("bias", sig.bias, BIASES)):
@@ -169,8 +176,13 @@ def _split_shape(arch: str, sig: Signature, **kw: Any):
 
 
 def _bias_dtypes(sig: Signature) -> tuple[str, ...]:
-    """The bias tensor dtypes a variant's build covers: q's and f32."""
-    return (sig.dtype, "f32") if sig.bias == "tensor" else ("f32",)
+    """The bias tensor dtypes a variant's build covers: q's and f32 (fp8: f32)."""
+    return (sig.dtype, "f32") if sig.bias == "tensor" and sig.dtype != FP8 else ("f32",)
+
+
+def _out_dtypes(sig: Signature) -> tuple[str | None, ...]:
+    """The output dtypes a variant's build covers: fp8 writes bf16 or f16, the others their own."""
+    return ("bf16", "f16") if sig.dtype == FP8 else (None,)
 
 
 def _kernels(plan: Any) -> list[Any]:
@@ -182,9 +194,10 @@ def _build_fwd(arch: str, sig: Signature) -> list[Any]:
 
     # One stage, with and without GQA packing (chosen from the call's shapes); with dropout, also
     # the keep-mask stage of return_dropout_mask.
-    kernels = [k for bdt, hpb, mask in itertools.product(_bias_dtypes(sig), (1, 2), (False, sig.dropout))
+    kernels = [k for bdt, hpb, mask, out in itertools.product(_bias_dtypes(sig), (1, 2), (False, sig.dropout),
+                                                              _out_dtypes(sig))
                for k in _kernels(build_attention_plan(_split_shape(arch, sig, heads_per_block=hpb, bias_dtype=bdt,
-                                                                   dropout_mask=mask)))]
+                                                                   dropout_mask=mask, out_dtype=out)))]
     return list({id(k): k for k in kernels}.values())
 
 
@@ -192,9 +205,9 @@ def _build_splitkv(arch: str, sig: Signature) -> list[Any]:
     from tiledsl.fmha_splitkv import build_attention_plan
 
     # Producers with and without packing; the combine for decode (16 rows) and longer queries.
-    return [k for bdt, hpb, sq in itertools.product(_bias_dtypes(sig), (1, 2), (1, 64))
+    return [k for bdt, hpb, sq, out in itertools.product(_bias_dtypes(sig), (1, 2), (1, 64), _out_dtypes(sig))
             for k in _kernels(build_attention_plan(_split_shape(arch, sig, num_splits=2, heads_per_block=hpb, sq=sq,
-                                                                bias_dtype=bdt)))]
+                                                                bias_dtype=bdt, out_dtype=out)))]
 
 
 def _build_kvcache(arch: str, sig: Signature) -> list[Any]:
@@ -275,6 +288,11 @@ def _inference() -> list[Signature]:
                                rotary=("none", "half")))
 
 
+def _fp8() -> list[Signature]:
+    axes = {"dtype": (FP8,), "hdim_q": (64, 128), "hdim_v": (64, 128), "mode": MODES, "mask": ("none", "causal")}
+    return _same_hdims(_grid("fmha_fwd", **axes, lse=(False, True)) + _grid("fmha_fwd_splitkv", **axes))
+
+
 def _all() -> list[Signature]:
     axes = {"dtype": DTYPES, "hdim_q": (32, 64, 128, 256), "hdim_v": (32, 64, 128, 256), "mode": MODES,
             "mask": MASKS, "sink": (False, True), "softcap": (False, True)}
@@ -294,7 +312,8 @@ RECEIPTS: dict[str, tuple[str, Any]] = {
                  "without dropout", _training),
     "inference": ("split-KV and KV cache (contiguous and paged, with and without rotary), "
                   "no mask or causal", _inference),
-    "fp8": ("fp8 forward: not in the library yet (issue 14)", None),
+    "fp8": ("fp8 (e4m3) forward and split-KV on the archs with fp8 matrix instructions, bf16 or f16 out, "
+            "hdim 64/128, batch and group, no mask or causal", _fp8),
     "all": ("every family, dtype, padded head dim (32-256), mask and feature (bias, ALiBi and dropout included)",
             _all),
 }
@@ -309,7 +328,12 @@ def receipt_variants(receipt: str, archs: list[str]) -> list[Variant]:
         raise ValueError(f"receipt {receipt}: {what}")
     for arch in archs:
         validate(arch, Signature("fmha_fwd"))
-    return [Variant(arch, sig) for arch in archs for sig in make()]
+    sigs = make()
+    if receipt == "fp8":  # only the archs that have it (an empty result says which do)
+        archs = [a for a in archs if get_arch(a).fp8_flavour]
+        if not archs:
+            raise ValueError("receipt fp8: none of these archs has fp8 matrix instructions (gfx942, gfx950, gfx1201)")
+    return [Variant(arch, sig) for arch in archs for sig in sigs]
 
 
 def arch_specs(arch: str) -> dict[str, Any]:
