@@ -35,6 +35,7 @@ import numpy as np
 
 from tiledsl.backends.rocm.emulator import lockstep_ops
 from tiledsl.backends.rocm.emulator.executor import BUILDERS, END, BoundKernel, Wave, _abi_setup
+from tiledsl.backends.rocm.emulator.lockstep_ops import PER_WAVE
 from tiledsl.backends.rocm.emulator.memory import Heap, Regions, UnsupportedInstruction
 
 LANES = 8192  # lanes per chunk: past a few thousand elements a numpy call's cost grows with size
@@ -80,6 +81,8 @@ def _classify(inst) -> tuple[str, tuple[str, ...]]:
         return "ds", ()
     if n.startswith(("v_mfma", "v_wmma")):
         return "matrix", ()
+    if inst.fam.lower() == "global" and n.startswith(("global_load", "global_store")):
+        return "global", ()
     if inst.dpp is not None:
         return "wave", ()
     if n.startswith(("v_cmp_", "v_cmpx_")) and inst.fam in ("VOPC", "VOP3"):
@@ -91,6 +94,10 @@ def _classify(inst) -> tuple[str, tuple[str, ...]]:
     names = inst.xy if inst.fam == "VOPD" else (n,)
     if any(nm.startswith(_PER_WAVE) for nm in names):
         return "wave", ()
+    if n in CARRY and inst.fam in ("VOP2", "VOP3"):
+        return "carry", ("src0", "src1")
+    if n.startswith("v_mad_") and n in VOP3B and inst.fam == "VOP3":
+        return "mad64", ("src0", "src1", "src2")
     if n in VOP3B or n in CARRY:  # these write an SGPR (VCC) besides their VGPR
         return "wave", ()
     spec = OPS.get(n)
@@ -139,6 +146,10 @@ def _build(cls, inst, ctx, wctx):
         return lockstep_ops.compare(inst, ctx, wctx)
     if cls == "cndmask":
         return lockstep_ops.cndmask(inst, ctx, wctx)
+    if cls == "carry":
+        return lockstep_ops.carry(inst, ctx, wctx)
+    if cls == "mad64":
+        return lockstep_ops.mad64(inst, ctx, wctx)
     b = BUILDERS.get(inst.name)
     try:
         return b(inst, ctx) if b is not None else None
@@ -163,6 +174,8 @@ def bind_batch(bk: BoundKernel, N: int) -> tuple[list, list, list, list]:
             kind = K_NOP
         elif cls in ("ds", "matrix"):
             h = lockstep_ops.batched(inst, ctx, bk.handlers[i])
+        elif cls == "global":
+            h = lockstep_ops.global_access(inst, ctx, bk.ctx)
         elif cls != "wave":
             src = _scalar_sources(inst, keys)
             if src is not None:
@@ -199,7 +212,7 @@ class BatchWave:
 
     __slots__ = ("s", "v", "vf", "vi", "h", "hf", "mask", "lanes", "full", "exec", "W", "fullmask", "ctx",
                  "mode", "lane_ids", "count", "dppvalid", "scc", "V3", "km", "ldsall", "ldsbase", "ldswin", "lds_size",
-                 "waves", "kl")
+                 "waves", "kl", "heap", "mem", "lane_wave")
 
     def __init__(self, V: np.ndarray, ctx) -> None:
         nv = V.shape[0]
@@ -269,6 +282,8 @@ def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch
     waves: list[LockWave] = []
     bw = BatchWave(V, bctx)
     bw.waves = waves
+    bw.heap, bw.mem = heap, mem
+    bw.lane_wave = np.repeat(np.arange(N, dtype=np.int64), W)  # each chunk lane's wave
     tid = np.arange(per_wg * W)
     tx, ty, tz = tid % block[0], (tid // block[0]) % block[1], tid // (block[0] * block[1])
     packed = (tx | (ty << 10) | (tz << 20)).astype(np.uint32)
@@ -371,11 +386,13 @@ def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch
                         bw.mask = em.reshape(-1)
                         bw.lanes = bw.lane_ids if full else np.flatnonzero(bw.mask)
                     bw.s = first.s
-                    pc = h(bw)
-                    steps += 1
-                    if pc >= gmin:
-                        break
-                    continue
+                    npc = h(bw)
+                    if npc != PER_WAVE:
+                        pc = npc
+                        steps += 1
+                        if pc >= gmin:
+                            break
+                        continue
             elif kind == K_NOP:
                 pc = hs[pc](first)
                 steps += 1

@@ -17,7 +17,8 @@ import numpy as np
 
 from tiledsl.backends.rocm.emulator.memory import EmulatorError, window
 
-_MAX = np.maximum.reduce
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
+PER_WAVE = -3  # returned by a batched handler that leaves this execution to the per-wave handlers
 
 
 class NotBatched(EmulatorError):
@@ -37,24 +38,40 @@ def batched(inst, ctx, ordinary):
 # -- MFMA / WMMA --------------------------------------------------------------------------
 def _block_index(rows, cols, r0, W2):
     """Flat index of (row, col) elements in the registers from r0 laid out row after row (W2
-    columns per row), as `_regs` gathers them."""
+    columns per row), as `_elements` lays them out."""
     return (rows - r0) * W2 + cols
 
 
-def _regs(V3, r0, n, km, all_in):
-    """Registers r0..r0+n of the member waves as [wave, reg * lanes] (one copy)."""
+def _elements(V3, r0, n, km, all_in, dtype):
+    """Registers r0..r0+n of the member waves as [element, wave] (`dtype` elements, row after row):
+    taking whole rows of this layout is a fraction of the cost of a fancy index per wave."""
     blk = V3[r0:r0 + n] if all_in else V3[r0:r0 + n][:, km]
-    return np.ascontiguousarray(blk.transpose(1, 0, 2)).reshape(blk.shape[1], -1)
+    blk = blk.view(dtype)
+    return np.ascontiguousarray(blk.transpose(0, 2, 1)).reshape(-1, blk.shape[1])
 
 
-def _operand(V3, r0, n, idx, typ, km, all_in):
+def _operand(V3, r0, n, idx, shape, typ, km, all_in):
     """Operand elements [wave, i, k] of the member waves as float64 (as `_operand_gather` per wave)."""
-    x = _regs(V3, r0, n, km, all_in)
+    x = np.take(_elements(V3, r0, n, km, all_in, np.uint16 if typ in ("f16", "bf16") else np.float32), idx, axis=0)
     if typ == "f16":
-        return x.view(np.float16)[:, idx].astype(np.float64)
-    if typ == "bf16":
-        return (x.view(np.uint16)[:, idx].astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
-    return x.view(np.float32)[:, idx].astype(np.float64)
+        x = x.view(np.float16)
+    elif typ == "bf16":
+        x = (x.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return x.reshape(*shape, -1).transpose(2, 0, 1).astype(np.float64, order="C")
+
+
+def _row_order(de, dl, W):
+    """The permutation of D's rows that puts D = A @ B.T, flattened, in register order (register
+    after register, lanes within), or None. It exists when each D element's flat register position
+    is its row's start plus its column -- true of every MFMA/WMMA layout modelled -- so permuting A's
+    rows once at bind time replaces a gather and a scatter of D and C per execution."""
+    flat = (de - de.min()) * W + dl
+    M, N = flat.shape
+    starts = flat[:, 0]
+    if not (flat - starts[:, None] == np.arange(N)).all():
+        return None
+    perm = np.argsort(starts)
+    return perm if (starts[perm] == np.arange(M) * N).all() else None
 
 
 def _matrix(ordinary, nxt):
@@ -67,44 +84,43 @@ def _matrix(ordinary, nxt):
     neg = plan["neg"]
     replicated, nrep, sa, sb = plan["replicated"]
     W = plan["W"]
+    perm = _row_order(de, dl, W)
+    if perm is None:
+        return None
+    ai, ak = ai[perm], ak[perm]
     # Operands as blocks of whole registers: rows r0..r0+n (16-bit elements: 2W columns a row).
     wa, wb = (2 * W if ta in ("f16", "bf16") else W), (2 * W if tb in ("f16", "bf16") else W)
     na, nb = int(ai.max()) + 1, int(bi.max()) + 1
-    ia, ib = _block_index(ai, ak, 0, wa), _block_index(bi, bk, 0, wb)
+    ia, ib = _block_index(ai, ak, 0, wa).reshape(-1), _block_index(bi, bk, 0, wb).reshape(-1)
     d0, nd = int(de.min()), int(de.max()) - int(de.min()) + 1
-    flat_d = _block_index(de, dl, d0, W).reshape(-1)
-    if nd * W != flat_d.size or np.unique(flat_d).size != flat_d.size:
-        return None  # D does not cover its registers exactly once: leave it per wave
-    inv = np.empty_like(flat_d)
-    inv[flat_d] = np.arange(flat_d.size)  # D element order -> register order
-    ic = flat_d.reshape(de.shape)  # C's elements sit in its registers as D's in D's (ce - c0 == de - d0)
-    c0 = int(ce.min()) if ce is not None else 0
+    c0 = int(ce.min()) if ce is not None else 0  # C's elements sit in its registers as D's in D's
 
     def h(w):
         V3, km = w.V3, w.km
         all_in = km.size == V3.shape[1]
         if replicated:  # gfx11: lanes 16-31 must repeat 0-15 (bit-equal here; anything else per wave)
             for r in (sa, sb):
-                regs = V3[r:r + nrep][:, km]
+                regs = V3[r:r + nrep] if all_in else V3[r:r + nrep][:, km]
                 if not np.array_equal(regs[:, :, :16], regs[:, :, 16:]):
                     raise NotBatched("WMMA operand halves differ in bits")
-        A = _operand(V3, ra, na, ia, ta, km, all_in)
-        B = _operand(V3, rb, nb, ib, tb, km, all_in)
+        A = _operand(V3, ra, na, ia, ai.shape, ta, km, all_in)
+        B = _operand(V3, rb, nb, ib, bi.shape, tb, km, all_in)
         if neg & 1:
             A = -A
         if neg & 2:
             B = -B
-        # One product per wave, each the same float64 A @ B.T the ordinary handler computes.
-        D = np.matmul(A, B.transpose(0, 2, 1))
+        # One product per wave, each the same float64 A @ B.T the ordinary handler computes (its
+        # rows permuted), then C added and the sum rounded to f32 once, as there.
+        D = np.matmul(A, B.transpose(0, 2, 1)).reshape(-1, nd, W)  # [wave, register, lane]
+        Vf = V3.view(np.float32)
         if ce is not None:
-            D += _regs(V3, c0, nd, km, all_in).view(np.float32)[:, ic]
+            D += (Vf[c0:c0 + nd] if all_in else Vf[c0:c0 + nd, km]).transpose(1, 0, 2)
         else:
             D += cval
-        out = D.reshape(D.shape[0], -1)[:, inv].astype(np.float32).reshape(D.shape[0], nd, W).transpose(1, 0, 2)
         if all_in:
-            V3.view(np.float32)[d0:d0 + nd] = out
+            Vf[d0:d0 + nd] = D.transpose(1, 0, 2)
         else:
-            V3.view(np.float32)[d0:d0 + nd, km] = out
+            Vf[d0:d0 + nd, km] = D.transpose(1, 0, 2)
         return nxt
     return h
 
@@ -260,4 +276,143 @@ def cndmask(inst, ctx, wctx):
         else:
             np.copyto(w.v[d], r, where=w.mask, casting="unsafe")
         return nxt
+    return h
+
+
+# -- global memory --------------------------------------------------------------------------
+def global_access(inst, ctx, wctx):
+    """global_load/store for all member waves as one gather or scatter through the heap's byte
+    window, when every active lane's address carries a pointer argument's tag and lies inside
+    that argument's region -- the check `Regions.check` makes lane by lane. Anything else (an
+    untagged address, a lane outside its region: a fault) runs per wave, the ordinary handlers
+    making their checks and reporting their faults."""
+    from tiledsl.backends.rocm.emulator.memory import ADDR_MASK, TAG_SHIFT
+    from tiledsl.backends.rocm.emulator.vmem import _parse_vmem, putter
+
+    parsed = _parse_vmem(inst.name)
+    if parsed is None or inst.fam.lower() != "global":
+        return None
+    op, nbytes, signed, d16, hi = parsed
+    f, nxt, W = inst.f, ctx.nxt, wctx.wave_size
+    acc = 256 if f.get("acc") else 0
+    d, s, va, k0 = f["vdst"] + acc, f["data"] + acc, f["addr"], f["offset"]
+    saddr = f["saddr"]
+    use_saddr = saddr != f["null"] and not (wctx.gen == "gfx9" and saddr == 0x7F)
+    if use_saddr and saddr >= 128:
+        return None
+    put = putter(d, nbytes, signed, d16, hi) if op == "load" else None
+    data = _data(s, nbytes, d16, hi) if op == "store" else None
+
+    def h(w):
+        lanes = w.lanes
+        if lanes.size == 0:
+            return nxt
+        sel = slice(None) if w.full else lanes
+        if use_saddr:  # a 32-bit unsigned VGPR offset from each wave's 64-bit SGPR base
+            waves = w.waves
+            base = np.zeros(w.V3.shape[1], dtype=np.int64)
+            base[w.km] = [waves[k].s[saddr] | waves[k].s[saddr + 1] << 32 for k in w.kl]
+            addr = np.repeat(base, W)[sel] + w.v[va][sel].astype(np.int64)
+        else:
+            addr = (w.v[va].astype(np.int64) | (w.v[va + 1].astype(np.int64) << 32))[sel]
+        if k0:
+            addr += k0
+        tags = addr >> TAG_SHIFT
+        tmin, tmax = int(_MIN(tags)), int(_MAX(tags))
+        mem = w.mem
+        if tmin < 1 or tmax >= len(mem._bounds):
+            return PER_WAVE  # untagged or unknown tags: the ordinary per-lane checks
+        real = addr & ADDR_MASK
+        if tmin == tmax:
+            r = mem.regions[tmin - 1]
+            if int(_MIN(real)) < r.addr or int(_MAX(real)) + nbytes > r.addr + r.size:
+                return PER_WAVE
+        else:
+            lo, hi_ = mem._lo.astype(np.int64)[tags], mem._hi.astype(np.int64)[tags]
+            if ((real < lo) | (real + nbytes > hi_)).any():
+                return PER_WAVE
+        heap = w.heap
+        off = real - heap.base
+        win = heap.windows.get(nbytes)
+        if win is None:
+            win = window(heap.data, nbytes, heap.windows)
+        if op == "load":
+            # Traffic counts as the ordinary path keeps them: distinct addresses per wave.
+            heap.loaded_bytes += off.size * nbytes
+            wave = w.lane_wave if w.full else w.lane_wave[lanes]
+            heap.unique_loaded_bytes += np.unique(off + (wave << TAG_SHIFT)).size * nbytes
+            put(w, sel, win[off])
+        else:
+            win[off] = data(w, sel)
+        return nxt
+    return h
+
+
+# -- carries and 64-bit multiply-adds ------------------------------------------------------
+def carry(inst, ctx, wctx):
+    """v_add_co/v_sub_co (with or without carry-in) for all member waves: one int64 sum over the
+    chunk's lanes, each wave's carry bits to its SGPR (pair)/VCC (as valu._b_carry per wave)."""
+    from tiledsl.backends.rocm.emulator.operands import M32, scalar_writer, vdst, vsrc
+    from tiledsl.backends.rocm.emulator.valu_ops import CARRY
+
+    if inst.name not in CARRY or inst.dpp is not None or inst.sdwa is not None:
+        return None
+    kind, cin = CARRY[inst.name]
+    f, nxt, W, NW = inst.f, ctx.nxt, wctx.wave_size, ctx.wave_size
+    if inst.fam == "VOP3" and f.get("clamp", 0):
+        return None
+    menc = (f["src2"] if inst.fam == "VOP3" else 106) if cin else None
+    if menc is not None and menc >= 128:
+        return None
+    a, b = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+    wr = vdst(f["vdst"], "u32", ctx)
+    if inst.fam == "VOP3":
+        no_co = f["sdst"] == wctx.null_sgpr
+        cwr = scalar_writer(f["sdst"], wctx, W == 64)
+    else:
+        no_co = False
+
+        def cwr(w, v):
+            w.set_vcc(v)
+    op = np.add if kind == "add" else np.subtract
+
+    def h(w):
+        x, y = a(w), b(w)
+        if kind == "subrev":
+            x, y = y, x
+        r = op(x, y, dtype=np.int64)
+        if cin:
+            r = op(r, _wave_mask(w, menc, W), dtype=np.int64)
+        if r.shape != (NW,):
+            r = np.broadcast_to(r, (NW,))
+        co = r > M32 if kind == "add" else r < 0
+        wr(w, r)  # the u32 writer keeps the low 32 bits
+        if not no_co:
+            if not w.full:
+                co = co & w.mask
+            waves = w.waves
+            for k, bits in zip(w.kl, _lane_bits(co, w, W), strict=True):
+                cwr(waves[k], bits)
+        return nxt
+    return h
+
+
+def mad64(inst, ctx, wctx):
+    """v_mad_u64_u32 and friends: the ordinary builder over the chunk's lanes, then each member
+    wave's carry-out SGPR written as the ordinary handler writes it (0)."""
+    from tiledsl.backends.rocm.emulator.executor import BUILDERS
+    from tiledsl.backends.rocm.emulator.operands import scalar_writer
+
+    b = BUILDERS.get(inst.name)
+    if b is None or inst.dpp is not None or inst.sdwa is not None:
+        return None
+    h0 = b(inst, ctx)
+    swr = scalar_writer(inst.f["sdst"], wctx, wctx.wave_size == 64)
+
+    def h(w):
+        npc = h0(w)
+        waves = w.waves
+        for k in w.kl:
+            swr(waves[k], 0)
+        return npc
     return h
