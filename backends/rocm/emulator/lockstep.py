@@ -83,6 +83,8 @@ def _classify(inst) -> tuple[str, tuple[str, ...]]:
         return "matrix", ()
     if inst.fam.lower() == "global" and n.startswith(("global_load", "global_store")):
         return "global", ()
+    if inst.fam == "SCRATCH" and n.startswith(("scratch_load", "scratch_store")):
+        return "scratch", ()
     if inst.dpp is not None:
         return "wave", ()
     if n.startswith(("v_cmp_", "v_cmpx_")) and inst.fam in ("VOPC", "VOP3"):
@@ -176,6 +178,8 @@ def bind_batch(bk: BoundKernel, N: int) -> tuple[list, list, list, list]:
             h = lockstep_ops.batched(inst, ctx, bk.handlers[i])
         elif cls == "global":
             h = lockstep_ops.global_access(inst, ctx, bk.ctx)
+        elif cls == "scratch":
+            h = lockstep_ops.scratch_access(inst, ctx, bk.ctx)
         elif cls != "wave":
             src = _scalar_sources(inst, keys)
             if src is not None:
@@ -212,7 +216,7 @@ class BatchWave:
 
     __slots__ = ("s", "v", "vf", "vi", "h", "hf", "mask", "lanes", "full", "exec", "W", "fullmask", "ctx",
                  "mode", "lane_ids", "count", "dppvalid", "scc", "V3", "km", "ldsall", "ldsbase", "ldswin", "lds_size",
-                 "waves", "kl", "heap", "mem", "lane_wave")
+                 "waves", "kl", "heap", "mem", "lane_wave", "scratch")
 
     def __init__(self, V: np.ndarray, ctx) -> None:
         nv = V.shape[0]
@@ -289,6 +293,9 @@ def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch
     packed = (tx | (ty << 10) | (tz << 20)).astype(np.uint32)
     lds_size = img.lds_bytes + dynamic_lds
     priv = img.kd.private_segment_size
+    # The chunk's private memory: wave k's lanes are rows k*W.. (each wave's scratch is its slice).
+    scratch = np.zeros((N * W, priv + 16), dtype=np.uint8) if priv else None
+    bw.scratch = scratch
     wg_of: list[int] = []
     # One array for the LDS of every workgroup of the chunk (batched LDS accesses index it with
     # each lane's workgroup base); each workgroup's LDS is its slice.
@@ -307,7 +314,7 @@ def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch
             w.v[0] = packed[i * W:(i + 1) * W]
             w.set_exec((1 << min(W, nthreads - i * W)) - 1)
             if priv:
-                w.scratch = np.zeros((W, priv + 16), dtype=np.uint8)
+                w.scratch = scratch[k * W:(k + 1) * W]
             waves.append(w)
             wg_of.append(g)
     n = len(waves)

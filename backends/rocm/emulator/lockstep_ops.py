@@ -340,7 +340,8 @@ def global_access(inst, ctx, wctx):
             # Traffic counts as the ordinary path keeps them: distinct addresses per wave.
             heap.loaded_bytes += off.size * nbytes
             wave = w.lane_wave if w.full else w.lane_wave[lanes]
-            heap.unique_loaded_bytes += np.unique(off + (wave << TAG_SHIFT)).size * nbytes
+            key = np.sort(off + (wave << TAG_SHIFT))  # sorting beats np.unique's hashing here
+            heap.unique_loaded_bytes += (1 + int(np.count_nonzero(key[1:] != key[:-1]))) * nbytes
             put(w, sel, win[off])
         else:
             win[off] = data(w, sel)
@@ -415,4 +416,52 @@ def mad64(inst, ctx, wctx):
         for k in w.kl:
             swr(waves[k], 0)
         return npc
+    return h
+
+
+# -- scratch (private memory) ----------------------------------------------------------------
+def scratch_access(inst, ctx, wctx):
+    """scratch_load/store for all member waves: each lane's private offset checked against the
+    private segment as `vmem._private_access` checks it (any lane outside: per wave, where the
+    ordinary handler reports the fault), then one gather or scatter over the chunk's scratch,
+    which holds every wave's lanes one after another."""
+    from tiledsl.backends.rocm.emulator.vmem import _deliver, _gather_data, _parse_vmem
+
+    parsed = _parse_vmem(inst.name)
+    if parsed is None or inst.fam != "SCRATCH":
+        return None
+    op, nbytes, signed, d16, hi = parsed
+    f, nxt, W = inst.f, ctx.nxt, wctx.wave_size
+    acc = 256 if f.get("acc") else 0
+    d, s, va, off = f["vdst"] + acc, f["data"] + acc, f["addr"], f["offset"]
+    saddr = f["saddr"]
+    has_saddr = saddr != f["null"] and not (wctx.gen == "gfx9" and saddr == 0x7F)
+    use_v = bool(f["sve"]) if wctx.image.arch.scratch_sve else not has_saddr
+    if has_saddr and saddr >= 128:
+        return None
+    cols = np.arange(nbytes)
+
+    def h(w):
+        lanes = w.lanes
+        if lanes.size == 0:
+            return nxt
+        scratch = w.scratch
+        if scratch is None:
+            return PER_WAVE
+        o = np.full(lanes.size, off, dtype=np.int64)
+        if has_saddr:
+            waves = w.waves
+            base = np.zeros(w.V3.shape[1], dtype=np.int64)
+            base[w.km] = [waves[k].s[saddr] for k in w.kl]
+            o += np.repeat(base, W)[lanes]
+        if use_v:
+            o += w.v[va, lanes]
+        if int(_MIN(o)) < 0 or int(_MAX(o)) + nbytes > scratch.shape[1]:
+            return PER_WAVE
+        idx = o[:, None] + cols
+        if op == "load":
+            _deliver(w, d, scratch[lanes[:, None], idx], lanes, nbytes, signed, d16, hi)
+        else:
+            scratch[lanes[:, None], idx] = _gather_data(w, s, lanes, nbytes, d16, hi)
+        return nxt
     return h
