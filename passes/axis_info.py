@@ -43,7 +43,7 @@ class AxisAnalysis:
     def _compute(self, v: ir.Value) -> AxisInfo:
         op = defining_op(v)
         if op is None:
-            return AxisInfo()  # block arguments (loop variables, kernel arguments)
+            return self._block_argument(v)
         n = tile_shape(v.type)[-1] if is_tile(v) and tile_shape(v.type) else 1
         name = op.name
         c = constant_int(v)
@@ -84,6 +84,19 @@ class AxisAnalysis:
             infos = [self.info(x) for x in op.operands]
             return AxisInfo(1, min(i.const for i in infos), 1)
         return AxisInfo()
+
+    def _block_argument(self, v: ir.Value) -> AxisInfo:
+        """A loop's induction variable is lb + k * step: divisible by what divides both. Other
+        block arguments (kernel arguments, loop-carried values) are unknown."""
+        arg = ir.BlockArgument(v)
+        parent = arg.owner.owner
+        parent = getattr(parent, "operation", parent)
+        if parent is None or parent.name != "scf.for" or arg.arg_number != 0:
+            return AxisInfo()
+        step = constant_int(parent.operands[2])
+        if step is None:
+            return AxisInfo()
+        return AxisInfo(div=min(self.info(parent.operands[0]).div, _pow2(step)))
 
     def _uniform_compare(self, op: ir.Operation) -> int:
         """Groups over which `x < d` (or `x >= d`, `d > x`, `d <= x`) is uniform: x consecutive

@@ -516,6 +516,16 @@ def philox4x32(key: tuple[Any, Any], counter: tuple[Any, Any, Any, Any]) -> tupl
     return tuple(np.broadcast_arrays(*(w.astype(np.uint32) for w in (c0, c1, c2, c3))))
 
 
+def philox_bits(key: tuple[Any, Any], j: Any, c1: Any, c2: Any, c3: Any) -> np.ndarray:
+    """Word (j mod 4) of Philox-4x32-10 for (key, counter (j >> 2, c1, c2, c3)), uint32 (any
+    shapes that broadcast): one Philox call serves 4 consecutive j. The kernel language's
+    `philox_bits(key0, key1, j, c1, c2, c3)` computes the same bits."""
+    j = np.asarray(j, np.int64) & 0xFFFFFFFF
+    words = philox4x32(key, (j >> 2, c1, c2, c3))
+    quad = np.broadcast_to(j & 3, words[0].shape)
+    return np.choose(quad, words).astype(np.uint32)
+
+
 def dropout_threshold(p: float) -> int:
     """The 24-bit threshold of dropout probability p: an element is dropped when its random
     24-bit value is below it, so it is kept with probability 1 - threshold / 2^24."""
@@ -527,10 +537,11 @@ def dropout_threshold(p: float) -> int:
 def dropout_keep_mask(seed: int, offset: int, batch: int, nhead: int, seqlen_q: int, seqlen_k: int,
                       p: float) -> np.ndarray:
     """The dropout keep mask, bool [batch, nhead, seqlen_q, seqlen_k] (group mode: batch is the
-    sequence index and the rows and columns are the sequence's own). Element (b, h, i, j) draws
-    Philox-4x32-10 with key (seed & 0xFFFFFFFF, seed >> 32) and counter (j, i, b * nhead + h,
-    offset), takes the top 24 bits of word 0, and is kept when they are at least
-    dropout_threshold(p). The kernels regenerate exactly these bits (never a stored mask)."""
+    sequence index and the rows and columns are the sequence's own). Element (b, h, i, j) takes
+    `philox_bits((seed & 0xFFFFFFFF, seed >> 32), j, i, b * nhead + h, offset)` -- word j mod 4 of
+    Philox-4x32-10 with counter (j >> 2, i, b * nhead + h, offset), so one call serves 4
+    consecutive keys -- and is kept when its top 24 bits are at least dropout_threshold(p). The
+    kernels regenerate exactly these bits (never a stored mask)."""
     return np.stack([sequence_keep_mask(seed, offset, b, nhead, seqlen_q, seqlen_k, p) for b in range(batch)]) \
         if batch else np.zeros((0, nhead, seqlen_q, seqlen_k), np.bool_)
 
@@ -546,5 +557,5 @@ def sequence_keep_mask(seed: int, offset: int, b: int, nhead: int, seqlen_q: int
     j = np.arange(seqlen_k)[None, None, :]
     i = np.arange(seqlen_q)[None, :, None]
     bh = (b * nhead + np.arange(nhead))[:, None, None]
-    word = philox4x32((seed & 0xFFFFFFFF, seed >> 32), (j, i, bh, offset))[0]
+    word = philox_bits((seed & 0xFFFFFFFF, seed >> 32), j, i, bh, offset)
     return (word >> np.uint32(8)).astype(np.int64) >= threshold

@@ -21,6 +21,7 @@ from tiledsl.ir.dialect import element_type, i32_attr, new_context, tensor_type,
 from tiledsl.lang import ast as A
 from tiledsl.options import CompileOptions
 from tiledsl.passes.common import uniform_constant_int
+from tiledsl.passes.philox import philox_rounds
 
 
 @dataclass
@@ -484,19 +485,14 @@ class _Emitter:
         return tile_op("umulhi", [a, b], [a.type]).result
 
     def call_philox(self, e: A.Call) -> ir.Value:
-        """Philox-4x32-10 (Salmon et al., SC'11): 10 rounds of two 32x32->64 multiplies and xors
-        with a key bumped by the Weyl constants. The 4 output words are one function of (key,
-        counter); `word` picks one (calls that differ only in it share the work after LLVM's GVN).
-        tiledsl.reference.philox4x32 is the same function in numpy."""
+        """Philox-4x32-10 (passes/philox.philox_rounds); `word` picks one of the 4 output words
+        (calls that differ only in it share the work after LLVM's GVN). tiledsl.reference.
+        philox4x32 is the same function in numpy."""
         args = self.args(e, ["key0", "key1", "c0", "c1", "c2", "c3", "word"])
         k0, k1, c0, c1, c2, c3 = (self.expr(args[n])  # type: ignore[arg-type]
                                   for n in ("key0", "key1", "c0", "c1", "c2", "c3"))
-        word = args["word"].value  # type: ignore[union-attr]
 
-        def const(x: int) -> ir.Value:
-            return self.constant(x - (1 << 32) if x >= 1 << 31 else x, "i32")
-
-        def op(make: Callable[[ir.Value, ir.Value], ir.Value], a: ir.Value, b: ir.Value) -> ir.Value:
+        def combine(make: Callable[[ir.Value, ir.Value], ir.Value], a: ir.Value, b: ir.Value) -> ir.Value:
             # Scalar operands stay scalar until they meet a tile: a uniform key schedule splatted
             # up front would become one register per element after LLVM's scalarization.
             if isinstance(a.type, ir.RankedTensorType) or isinstance(b.type, ir.RankedTensorType):
@@ -506,23 +502,17 @@ class _Emitter:
         def umulhi(a: ir.Value, b: ir.Value) -> ir.Value:
             return tile_op("umulhi", [a, b], [a.type]).result
 
-        def mul(a: ir.Value, b: ir.Value) -> ir.Value:
-            return arith.MulIOp(a, b).result
+        def const(x: int) -> ir.Value:
+            return self.constant(x - (1 << 32) if x >= 1 << 31 else x, "i32")
 
-        def xor(a: ir.Value, b: ir.Value) -> ir.Value:
-            return arith.XOrIOp(a, b).result
+        words = philox_rounds((k0, k1), (c0, c1, c2, c3), const=const, umulhi=umulhi, combine=combine)
+        return self.to_type(words[args["word"].value], e.type)  # type: ignore[union-attr]
 
-        def add(a: ir.Value, b: ir.Value) -> ir.Value:
-            return arith.AddIOp(a, b).result
-
-        m0, m1, w0, w1 = const(0xD2511F53), const(0xCD9E8D57), const(0x9E3779B9), const(0xBB67AE85)
-        for r in range(10):
-            hi0, hi1 = op(umulhi, m0, c0), op(umulhi, m1, c2)
-            lo0, lo1 = op(mul, m0, c0), op(mul, m1, c2)
-            c0, c1, c2, c3 = op(xor, op(xor, hi1, c1), k0), lo1, op(xor, op(xor, hi0, c3), k1), lo0
-            if r < 9:
-                k0, k1 = op(add, k0, w0), op(add, k1, w1)
-        return self.to_type((c0, c1, c2, c3)[word], e.type)
+    def call_philox_bits(self, e: A.Call) -> ir.Value:
+        """One op (tile.philox_bits), lowered by passes/philox.py: it shares one Philox call
+        between the 4 consecutive j a lane holds."""
+        vals = [self.to_type(self.expr(x), e.type) for x in e.args]
+        return tile_op("philox_bits", vals, [vals[2].type]).result
 
     def call_cast(self, e: A.Call) -> ir.Value:
         x = self.expr(e.args[0])

@@ -113,18 +113,24 @@ BIASED: dict[str, dict[str, dict[tuple[int, bool], FmhaConfig]]] = {
 
 
 # Rows for dropout variants (docs/dropout.md), per (padded hdim, masked), over every bias kind:
-# Philox-4x32-10 per score element (10 rounds of two 32x32->64 multiplies) holds its state in
-# registers beside the scores, so the tiles are smaller. Chosen like the rows above on the plain
-# contiguous variant (no VGPR or SGPR spills, then the fewest instructions per MFMA/WMMA;
+# the keep bits (philox_bits: one Philox-4x32-10 call per 4 keys a lane holds, 10 rounds of two
+# 32x32->64 multiplies) hold their state in registers beside the scores, so the tiles are smaller
+# where the plain ones would spill. Chosen like the rows above on the plain contiguous variant (no
+# VGPR or SGPR spills, then the fewest instructions per MFMA/WMMA; hdim 32 takes hdim 64's row;
 # benchmarks/fmha_bias.py prints the figures). hdim 256 keeps the rows above and compiles with
 # spills allowed.
-_CDNA_DROP = {(h, m): _c(64, 32, 4, 2) for h in (32, 64, 128) for m in (False, True)}
+def _dropped(d64: FmhaConfig, d64_masked: FmhaConfig, d128: FmhaConfig,
+             d128_masked: FmhaConfig) -> dict[tuple[int, bool], FmhaConfig]:
+    return {(32, False): d64, (64, False): d64, (32, True): d64_masked, (64, True): d64_masked,
+            (128, False): d128, (128, True): d128_masked}
+
+
 DROPPED: dict[str, dict[tuple[int, bool], FmhaConfig]] = {
-    "gfx90a": _CDNA_DROP, "gfx942": _CDNA_DROP, "gfx950": _CDNA_DROP,
-    "gfx1100": {(32, False): _c(64, 64, 8, 1), (32, True): _c(64, 32, 4, 1), (64, False): _c(64, 64, 8, 1),
-                (64, True): _c(64, 32, 4, 1), (128, False): _c(64, 64, 8, 1), (128, True): _c(64, 64, 8, 1)},
-    "gfx1201": {(32, False): _c(128, 32, 8, 1), (32, True): _c(64, 64, 8, 1), (64, False): _c(128, 32, 8, 1),
-                (64, True): _c(64, 64, 8, 1), (128, False): _c(64, 64, 8, 1), (128, True): _c(64, 64, 8, 1)},
+    "gfx90a": _dropped(_c(128, 64, 4, 2), _c(64, 32, 4, 2), _c(128, 64, 4, 2), _c(64, 32, 4, 2)),
+    "gfx942": _dropped(_c(128, 128, 4, 2), _c(64, 32, 4, 2), _c(128, 64, 4, 2), _c(64, 32, 4, 2)),
+    "gfx950": _dropped(_c(128, 64, 4, 2), _c(64, 32, 4, 2), _c(128, 128, 4, 2), _c(128, 128, 4, 2)),
+    "gfx1100": _dropped(_c(128, 64, 8, 1), _c(128, 32, 8, 1), _c(64, 64, 8, 1), _c(64, 64, 8, 1)),
+    "gfx1201": _dropped(_c(128, 64, 8, 1), _c(128, 32, 8, 1), _c(64, 64, 8, 1), _c(64, 64, 8, 1)),
 }
 
 
