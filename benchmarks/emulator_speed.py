@@ -1,51 +1,93 @@
-"""Emulator speed: wave-instructions per second per arch on the GEMM and softmax examples.
+"""Emulator speed: wave-instructions per second per arch, the ordinary path (one wave at a time)
+beside lockstep (the waves of many workgroups at once, backends/rocm/emulator/lockstep.py).
 
-Each example is compiled by our pipeline (f16), run once through the launcher to warm up, then
-timed (best of 5 launches); the emulator counts the wave-instructions it executed. One core, one process.
-Target: >= 200,000 wave-instructions/s.
-Usage: python benchmarks/emulator_speed.py [arch ...]
+Cases: the GEMM and softmax examples (f16, compiled by our pipeline, best of 3 launches), the
+attention forward (1 x 512 x 8 x 128, causal, through tiledsl.ops.fmha_fwd) and the backward plan
+(same shape, deterministic; its three stages summed), and with --long the forward at seqlen 4096
+(lockstep only: the ordinary path takes minutes per arch). Each case runs once to warm up
+(compile, decode, bind) and is then timed; the emulator counts the wave-instructions it executed.
+One core, one process. Figures depend on the machine's load: compare columns of one run.
+Usage: python benchmarks/emulator_speed.py [--long] [arch ...]
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from tiledsl import ops
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.driver import compile_source
 from tiledsl.launcher import launch
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-REPEATS = 5
+REPEATS = 3
 sys.path.insert(0, str(EXAMPLES))
 from cases import CASES  # noqa: E402
 
+Case = Callable[[EmulatorDevice], None]
 
-def measure(name: str, arch: str) -> tuple[int, float]:
+
+def example(name: str, arch: str) -> tuple[Case, int]:
     path = EXAMPLES / f"{name}.tile"
     kernel = compile_source(path.read_text(), str(path), arch, {"DT": "f16"})
-    dev = EmulatorDevice(arch)
     args, kwargs, _ = CASES[name]("f16", np.random.default_rng(0))
-    launch(kernel, *args, device=dev, **kwargs)  # warm-up: decoding and handler binding
-    best = float("inf")
-    for _ in range(REPEATS):  # best of several: a single ~50 ms launch is at the mercy of the machine
+    return (lambda dev: launch(kernel, *args, device=dev, **kwargs)), REPEATS
+
+
+def attention(seqlen: int, backward: bool = False) -> Callable[[str], tuple[Case, int]]:
+    def make(arch: str) -> tuple[Case, int]:
+        rng = np.random.default_rng(0)
+        q, k, v, do = (rng.standard_normal((1, seqlen, 8, 128)).astype(np.float16) for _ in range(4))
+        if not backward:
+            return (lambda dev: ops.fmha_fwd(q, k, v, causal=True, device=dev)), 1
+        out, lse = ops.fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(arch))
+        return (lambda dev: ops.fmha_bwd(do, q, k, v, out, lse, causal=True, deterministic=True, device=dev)), 1
+    return make
+
+
+def measure(case: Case, repeats: int, dev: EmulatorDevice) -> tuple[int, float, str]:
+    """(wave-instructions, seconds, paths) of the case's launches, best of `repeats` after a warm-up."""
+    case(dev)
+    best, count, paths = float("inf"), 0, ""
+    for _ in range(repeats):
+        dev.launches.clear()
         t0 = time.perf_counter()
-        launch(kernel, *args, device=dev, **kwargs)
-        best = min(best, dev.last_stats["seconds"] or time.perf_counter() - t0)
-    return dev.last_stats["wave_instructions"], best
+        case(dev)
+        wall = time.perf_counter() - t0
+        secs = sum(ln["seconds"] for ln in dev.launches) or wall
+        if secs < best:
+            best, count = secs, sum(ln["wave_instructions"] for ln in dev.launches)
+            paths = ",".join(sorted({ln["path"].split(":")[0] for ln in dev.launches}))
+    return count, best, paths
 
 
 def main() -> None:
-    archs = sys.argv[1:] or list(ARCH_NAMES)
-    print(f"{'kernel':8} {'arch':8} {'wave':>4} {'wave-instructions':>18} {'seconds':>8} {'wave-instr/s':>13}")
-    for name in sorted(CASES):
+    argv = sys.argv[1:]
+    long = "--long" in argv
+    archs = [a for a in argv if a != "--long"] or list(ARCH_NAMES)
+    cases: list[tuple[str, Callable[[str], tuple[Case, int]], bool]] = [
+        (name, (lambda a, n=name: example(n, a)), True) for name in sorted(CASES)]
+    cases += [("fwd 512", attention(512), True), ("bwd 512", attention(512, backward=True), True)]
+    if long:
+        cases.append(("fwd 4096", attention(4096), False))
+    print(f"{'case':9} {'arch':8} {'wave':>4} {'wave-instr':>11} {'ordinary s':>10} {'wave-instr/s':>12} "
+          f"{'lockstep s':>10} {'wave-instr/s':>12} {'speedup':>7}  lockstep path")
+    for label, make, with_ordinary in cases:
         for a in archs:
-            n, dt = measure(name, a)
-            print(f"{name:8} {a:8} {get_arch(a).wave_size:>4} {n:>18,} {dt:>8.3f} {n / dt:>13,.0f}")
+            case, repeats = make(a)
+            n, new, paths = measure(case, repeats, EmulatorDevice(a))
+            old_s = old_rate = speed = "-"
+            if with_ordinary:
+                _, old, _ = measure(case, repeats, EmulatorDevice(a, lockstep=False))
+                old_s, old_rate, speed = f"{old:.3f}", f"{n / old:,.0f}", f"{old / new:.1f}x"
+            print(f"{label:9} {a:8} {get_arch(a).wave_size:>4} {n:>11,} {old_s:>10} {old_rate:>12} "
+                  f"{new:>10.3f} {n / new:>12,.0f} {speed:>7}  {paths}", flush=True)
 
 
 if __name__ == "__main__":

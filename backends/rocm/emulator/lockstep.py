@@ -2,7 +2,7 @@
 
 A numpy call costs about a microsecond whatever its size up to a few thousand elements, so one
 instruction executed for 128 waves at once costs little more than for one. The waves of a
-*chunk* (consecutive workgroups in launch order) keep their VGPRs in one array `V[reg, wave,
+*chunk* (workgroups consecutive with x slowest, see `run_launch`) keep their VGPRs in one array `V[reg, wave,
 lane]`: a register row `V[r]` of the whole chunk is one contiguous vector of N*W lanes, and each
 wave's own registers are the strided view `V[:, k, :]`.
 
@@ -254,13 +254,19 @@ class Fallback(Exception):
 def run_launch(bk: BoundKernel, heap: Heap, order: list, grid, block, kernarg_addr: int, dispatch_addr: int,
                dynamic_lds: int, mem: Regions) -> list[int]:
     """Run the workgroups `order` (launch order) in lockstep chunks; the wave-instructions of
-    each workgroup. Raises Fallback (heap left as it was mid-run) on any error."""
+    each workgroup (in chunk order). Raises Fallback (heap left as it was mid-run) on any error.
+
+    Chunks take workgroups x slowest: grids put the tile index in x and batch/head in y/z, and the
+    workgroups of one tile column share their control flow (a causal forward's query block sets
+    its loop count), so a chunk's waves stay together; in launch order a chunk would hold a row of
+    query blocks whose loops end one after another, half its lanes idle on average."""
     img = bk.image
     W = img.wave_size
     nthreads = block[0] * block[1] * block[2]
     per_wg = (nthreads + W - 1) // W
     wgs_per_chunk = max(1, min(len(order), (LANES // W) // per_wg))
     N = wgs_per_chunk * per_wg
+    order = sorted(order, key=lambda wg: (wg[0], wg[2], wg[1]))
     counts: list[int] = []
     try:
         tables = bind_batch(bk, N)
