@@ -9,6 +9,13 @@ against our 5), which a static instructions-per-MFMA figure rewards. Triton is c
 (benchmarks/triton_fa_bwd.py: tt.divisibility 16 on pointers, strides and sizes) and the best of
 its configs is kept (fewest executed instructions per pair, no spills); its results are checked
 against the reference before they are counted.
+
+aiter's Triton backward (benchmarks/aiter_fa.py, optional: `pip install
+amd-aiter==0.1.7.post2.dev18 --no-deps`) is a third row: the one-kernel dK/dV/dQ path its
+`flash_attn_func` takes, compiled from its own dispatcher and per-arch config (gfx942 and gfx950
+only; the other archs' rows say so), fed with O and LSE from aiter's own forward on the emulator,
+checked like Triton's; its dynamic figure counts the main kernel (its preprocess, like our
+dot_do_o, is not counted).
 Usage: python benchmarks/fmha_bwd.py [--arch A ...] [--hdim 64 128] [--no-emulate]
 """
 
@@ -138,7 +145,25 @@ def _forward(q, k, v, causal):
     return fmha_fwd_reference(q, k, v, causal=causal, return_lse=True)
 
 
+def aiter(arch: str, hdim: int, causal: bool, emulate: bool) -> dict:
+    import aiter_fa
+
+    q, k, v, do = problem(hdim)
+
+    def check(*got: np.ndarray) -> str | None:
+        ref = fmha_bwd_reference(do, q, k, v, causal=causal)
+        for name, g, r in zip(("dq", "dk", "dv"), got, ref, strict=True):
+            err = np.abs(g.astype(np.float64) - r).max()
+            if err > 4e-3 * max(np.abs(r).max(), 1.0):
+                return f"{name} differs from the reference by {err:.3g}"
+        return None
+
+    return aiter_fa.bwd_row(get_arch(arch), q, k, v, do, causal, emulate, pairs(causal), check)
+
+
 def fmt(who: str, r: dict | None) -> str:
+    if r is not None and "skip" in r:
+        return f"{who:7} {r['skip']}"
     if r is None or "error" in r:
         return format_row(who, r)
     dyn = f"{r['dyn']:9.1f}" if r["dyn"] is not None else f"{'-':>9}"
@@ -162,6 +187,7 @@ def main() -> int:
                     label = f"{arch:8} d{hdim:<3} {'causal' if causal else 'full':6}"
                     print(f"{label}  {fmt('tiledsl', ours(arch, hdim, causal, not args.no_emulate))}")
                     print(f"{'':21} {fmt('triton', theirs(arch, hdim, causal, not args.no_emulate))}", flush=True)
+                    print(f"{'':21} {fmt('aiter', aiter(arch, hdim, causal, not args.no_emulate))}", flush=True)
     return 0
 
 

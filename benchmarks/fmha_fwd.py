@@ -18,6 +18,12 @@ instructions per MFMA/WMMA where it could not run), then the higher occupancy. A
 to compile is listed; one the emulator cannot run keeps its static figures and names the
 instruction it lacks; an output that differs from the reference is flagged in its row (the count
 stands: neither kernel's control flow depends on the data).
+
+Peers beyond Triton's tutorial kernel (benchmark-only, each optional: its row says how to install
+it when it is missing): aiter's Triton MHA forward (benchmarks/aiter_fa.py, `pip install
+amd-aiter==0.1.7.post2.dev18 --no-deps`), compiled from aiter's own dispatcher and per-arch config
+(aiter ships configs for gfx942 and gfx950 only; the other archs' rows say so), run on the
+emulator and checked like the others.
 Usage: python benchmarks/fmha_fwd.py [--arch A ...] [--hdim 64 128] [--dtype f16 bf16] [--no-emulate] [-j N]
 """
 
@@ -151,9 +157,18 @@ def theirs(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool,
     return (ran[0] if ran else rows[0] if rows else None), rows
 
 
+def peers(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict[str, dict]:
+    """The other peers' rows by name (see the module docstring)."""
+    import aiter_fa
+
+    qkv = problem(dtype, hdim)
+    return {"aiter": aiter_fa.fwd_row(get_arch(arch), qkv, causal, emulate, pairs(causal),
+                                      lambda out: check(out, qkv, causal, dtype))}
+
+
 def cell(arch: str, hdim: int, causal: bool, dtypes: list[str], emulate: bool) -> list[tuple]:
-    """One arch, head dim and mask: (dtype, ours, best Triton row, Triton rows tried) per dtype;
-    dtypes after the first re-run the first one's three best Triton configs."""
+    """One arch, head dim and mask: (dtype, ours, best Triton row, Triton rows tried, other peers)
+    per dtype; dtypes after the first re-run the first one's three best Triton configs."""
     out, best_configs = [], None
     for dtype in dtypes:
         try:
@@ -163,7 +178,7 @@ def cell(arch: str, hdim: int, causal: bool, dtypes: list[str], emulate: bool) -
         best, rows = theirs(arch, dtype, hdim, causal, emulate, best_configs)
         if best_configs is None:
             best_configs = [r["config"] for r in sorted((r for r in rows if "error" not in r), key=_key)[:3]] or None
-        out.append((dtype, mine, best, rows))
+        out.append((dtype, mine, best, rows, peers(arch, dtype, hdim, causal, emulate)))
     return out
 
 
@@ -174,6 +189,8 @@ def _init_worker(tmp: str) -> None:
 
 
 def fmt(who: str, r: dict | None) -> str:
+    if r is not None and "skip" in r:
+        return f"{who:7} {r['skip']}"
     if r is None or "error" in r:
         return format_row(who, r)
     dyn = f"{r['dyn']:9.1f}" if r["dyn"] is not None else f"{'-':>9}"
@@ -205,21 +222,27 @@ def main() -> int:
         print(f"{'':26} {HEADER} {'SGPR':>5} {'dyn/1kpr':>9}  tiles")
         futures = [pool.submit(cell, *c, args.dtype, not args.no_emulate) for c in cells]
         for (arch, hdim, causal), future in zip(cells, futures, strict=True):
-            for dtype, mine, best, rows in future.result():
+            for dtype, mine, best, rows, others in future.result():
                 label = f"{arch:8} d{hdim:<3} {dtype:4} {'causal' if causal else 'full':6}"
                 print(f"{label}   {fmt('tiledsl', mine)}")
                 print(f"{'':26} {fmt('triton', best)}")
                 if rows:
                     print(summary(rows), flush=True)
-                results.append((label, mine, best))
-    print("\ndyn/1kpr, ours against Triton's best (ratio < 1: ours executes fewer instructions)")
-    for label, mine, best in results:
+                for who, r in others.items():
+                    print(f"{'':26} {fmt(who, r)}", flush=True)
+                results.append((label, mine, {"triton": best, **others}))
+    names = list(results[0][2]) if results else ["triton"]
+    print("\ndyn/1kpr, ours beside each peer; ratio = ours / peer (< 1: ours executes fewer instructions)")
+    print(f"{'':26} {'tiledsl':>9}" + "".join(f" {n:>9} {'ratio':>6}" for n in names))
+    for label, mine, theirs_ in results:
         a = mine.get("dyn")
-        b = best.get("dyn") if best and "error" not in best else None
-        ratio = f"{a / b:6.2f}" if a is not None and b is not None else f"{'-':>6}"
-        sa = f"{a:9.1f}" if a is not None else f"{'-':>9}"
-        sb = f"{b:9.1f}" if b is not None else f"{'-':>9}"
-        print(f"{label} {sa} {sb} {ratio}")
+        line = f"{label} {a:9.1f}" if a is not None else f"{label} {'-':>9}"
+        for n in names:
+            r = theirs_.get(n)
+            b = r.get("dyn") if r and "error" not in r and "skip" not in r else None
+            line += f" {b:9.1f}" if b is not None else f" {'-':>9}"
+            line += f" {a / b:6.2f}" if a is not None and b is not None else f" {'-':>6}"
+        print(line)
     return 0
 
 
