@@ -2,28 +2,31 @@
 
 A numpy call costs about a microsecond whatever its size up to a few thousand elements, so one
 instruction executed for 128 waves at once costs little more than for one. The waves of a
-*chunk* (workgroups consecutive with x slowest, see `run_launch`) keep their VGPRs in one array `V[reg, wave,
-lane]`: a register row `V[r]` of the whole chunk is one contiguous vector of N*W lanes, and each
-wave's own registers are the strided view `V[:, k, :]`.
+*chunk* (consecutive workgroups, x slowest: see `run_launch`) keep their VGPRs in one array
+`V[reg, wave, lane]`: a register row `V[r]` of the whole chunk is one contiguous vector of N*W
+lanes, and each wave's own registers are the strided view `V[:, k, :]`.
 
 Scheduling (SIMT style): the waves at the same program counter form a group; the group with the
 lowest pc runs next, so a group that left a loop early waits at the exit for the others and the
 two merge again. Per instruction, a group either
-- runs a *batched* handler once over the chunk's rows (lane-local VALU instructions whose scalar
-  operands hold the same value in every member wave; bound with a wave size of N*W, the lanes of
-  non-member waves masked off like EXEC-disabled lanes), or
-- runs the ordinary handler once per member wave, in launch order (scalar, memory, cross-lane and
-  matrix instructions, and VALU ones whose SGPR operands differ); their results split the group
-  where the waves' next program counters differ.
+- runs a *batched* handler once over the chunk's rows, the lanes of non-member waves masked off
+  like EXEC-disabled lanes: lane-local VALU instructions (bound by the ordinary builders with a
+  wave size of N*W; SGPR operands read from shadow rows holding each wave's value), compares,
+  carries, selects, MFMA/WMMA, LDS, global and scratch accesses (lockstep_ops.py), or
+- runs the ordinary handler once per member wave, in launch order (scalar and cross-lane
+  instructions, and whatever a batched handler declines with PER_WAVE); the waves' next program
+  counters split the group where they differ.
 Barriers hold a workgroup's waves until all its running waves reach one; LDS stays per workgroup.
 
-What stays exact: the instructions and their handlers are the ordinary ones, every memory check
-included. Only the interleaving of waves changes, which changes nothing for a kernel without
-races -- except the order of atomics, so kernels with atomics (and with s_memtime, which reads
-the instruction count) take the ordinary path. Faults: the first fault of an ordinary run is
-defined by its order, so any error here restores the heap as it was before the launch and reruns
-the launch the ordinary way, which then reports exactly its own first fault (and leaves memory as
-it would have). The shuffled schedule always takes the ordinary path (its orders are its point).
+What stays exact: per wave the ordinary handlers run, every check included; batched handlers do the
+same arithmetic and make the same checks, and send to the per-wave path whatever they cannot vouch
+for (tests/test_emulator_lockstep.py compares bits). Only the interleaving of waves changes, which
+changes nothing for a kernel without races -- except the order of atomics, so kernels with atomics
+(and with s_memtime, which reads the instruction count) take the ordinary path. Faults: the first
+fault of an ordinary run is defined by its order, so any error here restores the heap as it was
+before the launch and reruns the launch the ordinary way, which then reports exactly its own first
+fault (and leaves memory as it would have). The shuffled schedule always takes the ordinary path
+(its orders are its point).
 """
 
 from __future__ import annotations
@@ -212,7 +215,8 @@ class LockWave(Wave):
 
 class BatchWave:
     """What a batched handler sees: the chunk's register rows, and as EXEC the member waves' lanes.
-    Scalar state is the first member's (batched instructions read only SGPRs equal in every member)."""
+    `s` is the first member's SGPRs (plain batched handlers read only SGPRs equal in every member;
+    the others read each wave's through `waves`/`kl` or the shadow rows)."""
 
     __slots__ = ("s", "v", "vf", "vi", "h", "hf", "mask", "lanes", "full", "exec", "W", "fullmask", "ctx",
                  "mode", "lane_ids", "count", "dppvalid", "scc", "V3", "km", "ldsall", "ldsbase", "ldswin", "lds_size",
