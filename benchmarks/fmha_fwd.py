@@ -23,7 +23,10 @@ Peers beyond Triton's tutorial kernel (benchmark-only, each optional: its row sa
 it when it is missing): aiter's Triton MHA forward (benchmarks/aiter_fa.py, `pip install
 amd-aiter==0.1.7.post2.dev18 --no-deps`), compiled from aiter's own dispatcher and per-arch config
 (aiter ships configs for gfx942 and gfx950 only; the other archs' rows say so), run on the
-emulator and checked like the others.
+emulator and checked like the others; FlyDSL's flash-attention forward (benchmarks/flydsl_fa.py,
+`pip install flydsl==0.5.0 --no-deps` plus FLYDSL_KERNELS=<a FlyDSL checkout>, since its wheel
+ships no kernels), built by FlyDSL's own tile rule, on gfx942 (its gfx950 path for this shape is
+another kernel, not wired; it has none for the other archs).
 Usage: python benchmarks/fmha_fwd.py [--arch A ...] [--hdim 64 128] [--dtype f16 bf16] [--no-emulate] [-j N]
 """
 
@@ -160,10 +163,14 @@ def theirs(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool,
 def peers(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict[str, dict]:
     """The other peers' rows by name (see the module docstring)."""
     import aiter_fa
+    import flydsl_fa
 
     qkv = problem(dtype, hdim)
-    return {"aiter": aiter_fa.fwd_row(get_arch(arch), qkv, causal, emulate, pairs(causal),
-                                      lambda out: check(out, qkv, causal, dtype))}
+    a = get_arch(arch)
+    return {"aiter": aiter_fa.fwd_row(a, qkv, causal, emulate, pairs(causal),
+                                      lambda out: check(out, qkv, causal, dtype)),
+            "flydsl": flydsl_fa.fwd_row(a, dtype, qkv, causal, emulate, pairs(causal),
+                                        lambda out: check(out, qkv, causal, dtype))}
 
 
 def cell(arch: str, hdim: int, causal: bool, dtypes: list[str], emulate: bool) -> list[tuple]:
