@@ -24,7 +24,8 @@ def qkv(b=1, sq=20, sk=24, hq=2, hk=1, d=64, dv=None, dtype=np.float16, seed=0):
 
 
 BAD = [
-    (lambda q, k, v: dict(q=q.astype(np.float32)), "q: expected dtype float16 or bfloat16, got float32"),
+    (lambda q, k, v: dict(q=q.astype(np.float32)),
+     r"q: expected dtype float16, bfloat16 or float8_e4m3 \(fp8\), got float32"),
     (lambda q, k, v: dict(k=k.astype(ml_dtypes.bfloat16)),
      r"k: expected dtype float16 \(the dtype of q\), got bfloat16"),
     (lambda q, k, v: dict(q=q[0]), r"q: expected 4 dims \[B, S, H, D\], got shape"),

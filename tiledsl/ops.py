@@ -216,8 +216,9 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
                              f"got {type(x).__name__}")
     dt = "f8e4m3" if fp8 and is_fp8(q.dtype) else _dtype_name(q)
     if dt is None:
-        raise ValueError(f"q: expected dtype float16 or bfloat16{' or float8_e4m3 (fp8)' if fp8 else ''}, got "
-                         f"{q.dtype}" + (" (fp8 is forward only: fmha_fwd)" if is_fp8(q.dtype) else ""))
+        wanted = "float16, bfloat16 or float8_e4m3 (fp8)" if fp8 else "float16 or bfloat16"
+        raise ValueError(f"q: expected dtype {wanted}, got {q.dtype}"
+                         + (" (fp8 is forward only: fmha_fwd)" if is_fp8(q.dtype) else ""))
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:
             raise ValueError(f"{name}: expected dtype {q.dtype} (the dtype of q), got {x.dtype}")
