@@ -128,6 +128,11 @@ _CDNA_FP8 = {
 }
 
 
+# CDNA4's double-K 8-bit MFMAs (the f8f6f4 family: the operand formats are fields of the
+# instruction, fp8 and bf8 here); listed before the CDNA3 forms, which serve dots with less K.
+_CDNA4_F8F6F4 = {dt: ("v_mfma_f32_32x32x64_f8f6f4", "v_mfma_f32_16x16x128_f8f6f4") for dt in ("f8e4m3", "f8e5m2")}
+
+
 _CDNA = {"isa_generation": "gfx9", "wave_size": 64, "vgprs_per_lane": 512, "agprs_per_lane": 256, "sgprs": 102,
          "simds_per_cu": 4, "max_waves_per_simd": 8, "vgpr_file_per_simd": 512, "llvm_features": ""}
 _RDNA = {"wave_size": 32, "lds_bytes": 64 * 1024, "vgprs_per_lane": 256, "agprs_per_lane": 0, "sgprs": 106,
@@ -154,7 +159,7 @@ ARCHS: dict[str, Arch] = {
         matrix_ops=_cdna_ops(16, 32, {
             "f16": ("v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_f16"),
             "bf16": ("v_mfma_f32_32x32x16_bf16", "v_mfma_f32_16x16x32_bf16"),
-        }) + _cdna_ops(16, 32, _CDNA_FP8)),
+        }) + _cdna_ops(64, 128, _CDNA4_F8F6F4) + _cdna_ops(16, 32, _CDNA_FP8)),
     "gfx1100": Arch(
         name="gfx1100", family="RDNA3", isa_generation="gfx11", elf_mach=0x41, fp8_flavour=None,
         peak_tflops_f16=123.0, product="RX 7900 XTX", compute_units=96, **_RDNA,
