@@ -21,7 +21,7 @@ from tiledsl.passes import layouts as L
 from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
 
 FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
-ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp", "tile.umulhi", "tile.philox_bits")
+ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp", "tile.umulhi", "tile.philox_byte")
 
 
 def dot_config(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tuple[MatrixOp, int, int]:

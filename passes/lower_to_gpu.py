@@ -29,7 +29,7 @@ from tiledsl.passes.common import (
     uniform_constant_int,
 )
 from tiledsl.passes.lower_fp8 import conversion_rule, from_memory, memory_type, to_memory
-from tiledsl.passes.philox import rule_philox_bits
+from tiledsl.passes.philox import rule_philox_byte
 
 LDS_SYMBOL = "__tile_lds"
 
@@ -680,7 +680,7 @@ RULES = {
     "tile.dot": rule_dot, "tile.reduce": rule_reduce,
     "tile.local_store": rule_local_store, "tile.local_load": rule_local_load, "tile.barrier": rule_barrier,
     "math.exp2": rule_exp2, "math.log2": rule_log2, "math.sqrt": rule_sqrt, "math.absf": rule_absf,
-    "math.absi": rule_abs_i, "tile.rcp": rule_rcp, "tile.umulhi": rule_umulhi, "tile.philox_bits": rule_philox_bits,
+    "math.absi": rule_abs_i, "tile.rcp": rule_rcp, "tile.umulhi": rule_umulhi, "tile.philox_byte": rule_philox_byte,
     "scf.for": rule_for, "scf.if": rule_if, "scf.yield": rule_yield, "func.return": rule_return,
 }
 for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi", "muli", "floordivsi",

@@ -1,13 +1,14 @@
-"""Philox-4x32-10 in IR: its rounds (the emitter's `philox` and the lowering of `philox_bits` build
-them), and the lowering rule of tile.philox_bits.
+"""Philox-4x32-10 in IR: its rounds (the emitter's `philox` and the lowering of `philox_byte` build
+them), and the lowering rule of tile.philox_byte.
 
-`philox_bits(key0, key1, j, c1, c2, c3)` is word (j mod 4) of Philox for counter (j >> 2, c1, c2,
-c3) (tiledsl.reference.philox_bits), so 4 consecutive j share one call. The rule computes one call
-per group of 4 elements that a lane holds in its registers when it can prove they form one group:
-j is `s + coordinate` along one axis of the tile with s a multiple of 4 (an arange plus a scalar the
-axis analysis knows to be a multiple of 4), the other operands do not vary along that axis, and the
-layout gives each lane whole aligned groups of 4 along it. Otherwise each element makes its own
-call and picks its word: the same bits, four times the work.
+`philox_byte(key0, key1, j, i, c2, c3)` is byte (j mod 4) of word (i mod 4) of Philox for counter
+(j >> 2, i >> 2, c2, c3) (tiledsl.reference.philox_byte): a 4 x 4 block of (j, i) shares one call.
+The rule computes one call per group of elements a lane holds that it can prove to share one:
+along an axis where j (or i) is `s + coordinate` with s a multiple of 4 (an arange plus a scalar
+the axis analysis knows to be a multiple of 4), the other operands do not vary, and the layout
+gives each lane whole aligned groups of 4, registers 4 apart in that coordinate's low bits share
+the call; each then picks its word and byte by its own coordinate, known when compiling. Elsewhere
+each element makes its own call and picks at run time: the same bits, more work.
 """
 
 from __future__ import annotations
@@ -68,14 +69,18 @@ def _umulhi(a: ir.Value, b: ir.Value) -> ir.Value:
     return arith.MulUIExtendedOp(a, b).high
 
 
-def _words(k0: ir.Value, k1: ir.Value, j: ir.Value, c1: ir.Value, c2: ir.Value,
+def _words(k0: ir.Value, k1: ir.Value, j: ir.Value, i: ir.Value, c2: ir.Value,
            c3: ir.Value) -> tuple[ir.Value, ...]:
-    return philox_rounds((k0, k1), (arith.ShRUIOp(j, _i32(2)).result, c1, c2, c3), const=_i32, umulhi=_umulhi)
+    two = _i32(2)
+    return philox_rounds((k0, k1), (arith.ShRUIOp(j, two).result, arith.ShRUIOp(i, two).result, c2, c3),
+                         const=_i32, umulhi=_umulhi)
 
 
-def _pick(words: tuple[ir.Value, ...], j: ir.Value) -> ir.Value:
-    """words[j & 3] for a run-time j."""
-    q = arith.AndIOp(j, _i32(3)).result
+def _word(words: tuple[ir.Value, ...], i: ir.Value | int) -> ir.Value:
+    """words[i & 3]: indexed when compiling for a known i, else selected at run time."""
+    if isinstance(i, int):
+        return words[i & 3]
+    q = arith.AndIOp(i, _i32(3)).result
 
     def eq(k: int) -> ir.Value:
         return arith.CmpIOp(arith.CmpIPredicate.eq, q, _i32(k)).result
@@ -85,30 +90,37 @@ def _pick(words: tuple[ir.Value, ...], j: ir.Value) -> ir.Value:
                           arith.SelectOp(eq(2), words[2], words[3]).result).result
 
 
-def rule_philox_bits(lw: Any, op: ir.Operation) -> None:
-    vals = [lw.v(x) for x in op.operands]  # key0, key1, j, c1, c2, c3
+def _byte(word: ir.Value, j: ir.Value | int) -> ir.Value:
+    """Byte (j & 3) of word, as an i32 in 0..255."""
+    if isinstance(j, int):
+        shift = _i32(8 * (j & 3))
+    else:
+        shift = arith.ShLIOp(arith.AndIOp(j, _i32(3)).result, _i32(3)).result
+    return arith.AndIOp(arith.ShRUIOp(word, shift).result, _i32(255)).result
+
+
+def rule_philox_byte(lw: Any, op: ir.Operation) -> None:
+    vals = [lw.v(x) for x in op.operands]  # key0, key1, j, i, c2, c3
     rt = lw.lowered_type(op.result.type)
     if not isinstance(rt, ir.VectorType):
-        lw.vmap[op.result] = _pick(_words(*vals), vals[2])
+        lw.vmap[op.result] = _byte(_word(_words(*vals), vals[3]), vals[2])
         return
     scalars = [lw.splats.get(x) for x in vals]
 
-    def elem(i: int, r: int) -> ir.Value:
-        return scalars[i] if scalars[i] is not None else vector.ExtractOp(vals[i], [], [r]).result
+    def elem(k: int, r: int) -> ir.Value:
+        return scalars[k] if scalars[k] is not None else vector.ExtractOp(vals[k], [], [r]).result
 
     n = ir.VectorType(rt).shape[0]
     out: list[ir.Value | None] = [None] * n
-    groups = _groups(lw, op)
-    if groups is None:
-        for r in range(n):
-            args = [elem(i, r) for i in range(6)]
-            out[r] = _pick(_words(*args), args[2])
-    else:
-        for members in groups:
-            first = members[0][0]
-            words = _words(*(elem(i, first) for i in range(6)))
-            for r, q in members:
-                out[r] = words[q]
+    for members in _groups(lw, op):
+        first = members[0][0]
+        words = _words(*(elem(k, first) for k in range(6)))
+        # A member whose i (or j) is not fixed when compiling has the group's i (or j): the
+        # group only spans axes along which it is constant. So pick at run time once per group.
+        word_any = _word(words, elem(3, first)) if any(m[2] is None for m in members) else None
+        for r, j_low, i_low in members:
+            word = words[i_low] if i_low is not None else word_any
+            out[r] = _byte(word, j_low if j_low is not None else elem(2, first))
     lw.vmap[op.result] = lw.pack(out, ir.VectorType(rt).element_type)
 
 
@@ -118,9 +130,9 @@ def _strip(v: ir.Value, names: tuple[str, ...]) -> ir.Value:
     return v
 
 
-def _aligned_axis(lw: Any, j: ir.Value, rank: int) -> int | None:
-    """The axis along which j = s + coordinate with s a multiple of 4, or None."""
-    v = _strip(j, ("tile.convert_layout", "tile.broadcast"))
+def _aligned_axis(lw: Any, x: ir.Value, rank: int) -> int | None:
+    """The axis along which x = s + coordinate with s a multiple of 4, or None."""
+    v = _strip(x, ("tile.convert_layout", "tile.broadcast"))
     axis = 0
     if rank == 2:
         op = defining_op(v)
@@ -162,20 +174,35 @@ def _constant_along(v: ir.Value, axis: int) -> bool:
     return op.name == "tile.broadcast" and tile_shape(op.operands[0].type)[axis] == 1
 
 
-def _groups(lw: Any, op: ir.Operation) -> list[list[tuple[int, int]]] | None:
-    """Registers grouped by the Philox call they share, each with its word, or None."""
+Member = tuple[int, int | None, int | None]  # register, j & 3 and i & 3 when known when compiling
+
+
+def _groups(lw: Any, op: ir.Operation) -> list[list[Member]]:
+    """The registers of the result grouped by the Philox call they can share (a group of one
+    where nothing is provable), each with j & 3 and i & 3 where the layout fixes them."""
     shape = tile_shape(op.result.type)
-    axis = _aligned_axis(lw, op.operands[2], len(shape))
-    if axis is None or shape[axis] % 4:
-        return None
-    if not all(_constant_along(op.operands[i], axis) for i in (0, 1, 3, 4, 5)):
-        return None
     lin = lw.lin(op.result)
-    if any(int(b[axis]) % 4 for b in (*lin.lane_bases, *lin.wave_bases)):
-        return None
-    groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    rank = len(shape)
+    aligned = {role: _aligned_axis(lw, op.operands[k], rank) for role, k in (("j", 2), ("i", 3))}
+
+    def whole_groups(d: int) -> bool:  # each lane holds aligned groups of 4 along d
+        return shape[d] % 4 == 0 and not any(int(b[d]) % 4 for b in (*lin.lane_bases, *lin.wave_bases))
+
+    def groupable(d: int) -> bool:
+        if not whole_groups(d):
+            return False
+        for role, k in (("j", 2), ("i", 3)):
+            if aligned[role] != d and not _constant_along(op.operands[k], d):
+                return False
+        return all(_constant_along(op.operands[k], d) for k in (0, 1, 4, 5))
+
+    grouped = [groupable(d) for d in range(rank)]
+    low = {role: d if d is not None and whole_groups(d) else None for role, d in aligned.items()}
+    groups: dict[tuple[int, ...], list[Member]] = {}
     for r in range(lin.regs.shape[0]):
         offs = [int(x) for x in lin.regs[r]]
-        key = tuple(o // 4 if d == axis else o for d, o in enumerate(offs))
-        groups.setdefault(key, []).append((r, offs[axis] % 4))
+        key = tuple(o // 4 if grouped[d] else o for d, o in enumerate(offs)) if any(grouped) else (r,)
+        j_low = offs[low["j"]] % 4 if low["j"] is not None else None
+        i_low = offs[low["i"]] % 4 if low["i"] is not None else None
+        groups.setdefault(key, []).append((r, j_low, i_low))
     return list(groups.values())

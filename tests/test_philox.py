@@ -15,7 +15,7 @@ from tiledsl.errors import SourceError
 from tiledsl.lang.checker import bind
 from tiledsl.lang.parser import parse
 from tiledsl.launcher import launch
-from tiledsl.reference import philox4x32, philox_bits
+from tiledsl.reference import philox4x32, philox_byte
 
 pytestmark = pytest.mark.emulator
 SOURCE = Path(__file__).resolve().parent / "kernels" / "philox.tile"
@@ -48,24 +48,33 @@ def test_philox_bits_match_the_reference(arch: str) -> None:
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
-def test_philox_bits_builtin_matches_the_reference(arch: str) -> None:
-    """philox_bits in its three forms (tests/kernels/philox_bits.tile) bit for bit, and the shared
+def test_philox_byte_builtin_matches_the_reference(arch: str) -> None:
+    """philox_byte in its three forms (tests/kernels/philox_byte.tile) bit for bit, and the shared
     call really is shared where the layout allows it: fewer multiplies than one call per element."""
-    src = SOURCE.parent / "philox_bits.tile"
+    src = SOURCE.parent / "philox_byte.tile"
     k = compile_source(src.read_text(), str(src), arch)
     r, kk = 70, 96
     rk, kr, odd = np.zeros((r, kk), np.int32), np.zeros((kk, r), np.int32), np.zeros((r, kk), np.int32)
     launch(k, rk, kr, odd, -5, 2**31 - 1, 11, 3, device=EmulatorDevice(arch))
     key = (-5 & 0xFFFFFFFF, 2**31 - 1)
     j, i = np.arange(kk)[None, :], np.arange(r)[:, None]
-    np.testing.assert_array_equal(rk.view(np.uint32), philox_bits(key, j, i, 11, 3))
-    np.testing.assert_array_equal(kr.view(np.uint32), philox_bits(key, j, i, 11, 3).T)
-    np.testing.assert_array_equal(odd.view(np.uint32), philox_bits(key, j + 1, i, 11, 3))
+    np.testing.assert_array_equal(rk, philox_byte(key, j, i, 11, 3))
+    np.testing.assert_array_equal(kr, philox_byte(key, j, i, 11, 3).T)
+    np.testing.assert_array_equal(odd, philox_byte(key, j + 1, i + 1, 11, 3))
+    assert rk.max() == 255 and rk.min() == 0  # bytes
     # 3 forms x 8 elements per lane (wave64) or 16 (wave32) x 20 multiplies if unshared; the two
-    # aligned forms share (one call per 4) where a lane holds 4 consecutive keys.
+    # aligned forms share one call where a lane holds 4 consecutive keys (or rows).
     per_lane = 64 * 32 // (4 * get_arch(arch).wave_size)
-    unshared = 3 * per_lane * 20
-    assert k.asm.count("v_mul_hi_u32") < unshared, k.asm.count("v_mul_hi_u32")
+    assert k.asm.count("v_mul_hi_u32") < 3 * per_lane * 20, k.asm.count("v_mul_hi_u32")
+
+
+def test_philox_byte_reference_is_the_documented_function() -> None:
+    key = (123, 456)
+    words = philox4x32(key, (5, 7, 9, 11))
+    for jj in range(20, 24):
+        for ii in range(28, 32):
+            want = (int(words[ii & 3]) >> (8 * (jj & 3))) & 0xFF
+            assert int(philox_byte(key, jj, ii, 9, 11)) == want
 
 
 @pytest.mark.parametrize("call,message", [
@@ -87,8 +96,9 @@ def test_dropout_keep_mask_is_the_documented_function() -> None:
     keep = dropout_keep_mask(seed=2**40 + 17, offset=3, batch=2, nhead=3, seqlen_q=33, seqlen_k=70, p=0.3)
     assert keep.shape == (2, 3, 33, 70) and keep.dtype == np.bool_
     assert abs(keep.mean() - 0.7) < 0.02  # 13,860 draws
-    word = philox4x32(((2**40 + 17) & 0xFFFFFFFF, (2**40 + 17) >> 32), (69, 32, 1 * 3 + 2, 3))[0]
-    assert keep[1, 2, 32, 69] == ((int(word) >> 8) >= dropout_threshold(0.3))
+    word = philox4x32(((2**40 + 17) & 0xFFFFFFFF, (2**40 + 17) >> 32), (69 >> 2, 32 >> 2, 1 * 3 + 2, 3))[32 & 3]
+    assert keep[1, 2, 32, 69] == (((int(word) >> (8 * (69 & 3))) & 0xFF) >= dropout_threshold(0.3))
+    assert dropout_threshold(0.3) == 76  # p counts in 1/256 steps
     assert dropout_keep_mask(1, 0, 1, 1, 4, 4, 0.0).all()
     for kwargs, message in (({"p": 1.0}, "dropout_p"), ({"seed": -1}, "seed"), ({"offset": 2**31}, "offset")):
         args = {"seed": 1, "offset": 0, "batch": 1, "nhead": 1, "seqlen_q": 2, "seqlen_k": 2, "p": 0.5, **kwargs}

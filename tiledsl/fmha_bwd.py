@@ -67,11 +67,12 @@ BWD_DBIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {arch: {128: _b(16, 128, 8)
                                                        for arch in ("gfx90a", "gfx942", "gfx950")}
 
 
-# With dropout (Philox per element beside the tiles, docs/dropout.md), CDNA's 8-wave rows at hdim
-# 128 spill vector registers; 16 queries per step spill nothing. RDNA keeps its rows: gfx1100 at
-# hdim 64 with a mask spills 8 VGPRs and gfx1201 at hdim 128 about 12, with every tile that
-# compiles there (dropout variants compile with spills allowed).
-BWD_DROPOUT_CONFIGS: dict[str, dict[int, BwdConfig]] = {arch: {128: _b(16, 128, 8)}
+# With dropout (docs/dropout.md: one Philox call per 4 consecutive query rows a lane holds), CDNA
+# at hdim 64 takes 8 waves: the keep bytes' state beside 4 waves' tiles spills 33-60 scalar
+# registers into VGPR lanes, 8 waves spill at most 18 and run two waves per SIMD. Elsewhere the
+# rows above serve (CDNA hdim 128 spills 13-25 SGPRs, no VGPRs); RDNA at hdim 128 spills as without
+# dropout on gfx1100, and dropout variants compile with spills allowed.
+BWD_DROPOUT_CONFIGS: dict[str, dict[int, BwdConfig]] = {arch: {64: _b(32, 128, 8)}
                                                          for arch in ("gfx90a", "gfx942", "gfx950")}
 
 

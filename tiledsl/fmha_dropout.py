@@ -11,7 +11,7 @@ import numpy as np
 
 from tiledsl.device_array import DeviceArray
 from tiledsl.plan import Ref
-from tiledsl.reference import dropout_threshold
+from tiledsl.reference import DROPOUT_LEVELS, dropout_keep_scale, dropout_threshold
 
 SEED_LIMIT = 2**64
 OFFSET_LIMIT = 2**31
@@ -36,7 +36,8 @@ class DropoutCall:
             return x - 2**32 if x >= 2**31 else x
 
         return {"seed_lo": i32(self.seed & 0xFFFFFFFF), "seed_hi": i32(self.seed >> 32), "rng_offset": self.offset,
-                "drop_threshold": dropout_threshold(self.p), "drop_scale": float(np.float32(1.0 / (1.0 - self.p)))}
+                "drop_threshold": dropout_threshold(self.p),
+                "drop_scale": float(np.float32(dropout_keep_scale(self.p)))}
 
 
 NO_DROPOUT = DropoutCall()
@@ -56,6 +57,9 @@ def check_dropout(dropout_p: Any, seed: Any, offset: Any, return_dropout_mask: A
     p = float(dropout_p)
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout_p: expected a float in [0, 1), got {dropout_p!r}")
+    if 0.0 < p < 1.0 / DROPOUT_LEVELS:
+        raise ValueError(f"dropout_p: {dropout_p!r} is below 1/{DROPOUT_LEVELS}, the step of the keep test (one random "
+                         "byte per element, as flash-attention and CK): nothing would be dropped; pass 0 for none")
     for name, x, limit in (("seed", seed, SEED_LIMIT), ("offset", offset, OFFSET_LIMIT)):
         if isinstance(x, bool) or not isinstance(x, int | np.integer) or not 0 <= int(x) < limit:
             raise ValueError(f"{name}: expected an int in [0, 2**{limit.bit_length() - 1}), got {x!r}")

@@ -256,9 +256,9 @@ def fmha_fwd_reference(
       * alibi_slopes: [Hq] or [batch, Hq] (batch = sequences); the bias of query i, key j of a
         sequence is -slope * |i + seqlen_k - seqlen_q - j| (flash-attention's ALiBi, aligned to
         the bottom-right corner whatever the mask). At most one of bias and alibi_slopes.
-      * dropout_p > 0: out_i = sum_j P_ij keep_ij v_j / (1 - dropout_p), P the softmax (its
-        denominator and the LSE count every element), keep = dropout_keep_mask(seed, offset, ...)
-        with the sequence index as batch index.
+      * dropout_p > 0: out_i = sum_j P_ij keep_ij v_j * dropout_keep_scale(dropout_p), P the
+        softmax (its denominator and the LSE count every element), keep = dropout_keep_mask(seed,
+        offset, ...) with the sequence index as batch index; p counts in 1/256 steps.
 
     Returns out (float64, the layout of q, head dim Dv), then with return_lse the natural-log
     LSE [B, Hq, Sq] (group mode: [Hq, total_q], flash-attention's varlen layout), then with
@@ -308,7 +308,7 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: 
     denom = e.sum(axis=2)
     if sink is not None:
         denom = denom + np.exp(sink[:, None] - m_safe)
-    kept = e if keep is None else np.where(keep, e, 0.0) / (1.0 - dropout_p)
+    kept = e if keep is None else np.where(keep, e, 0.0) * dropout_keep_scale(dropout_p)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.where(denom[..., None] > 0, (kept @ v) / denom[..., None], 0.0)
         lse = np.where(denom > 0, np.log(denom) + m_safe, -np.inf)
@@ -347,8 +347,8 @@ def fmha_bwd_reference(
     LSE_row) * D_row. The bias is added to the capped logits, so dbias is dS before the soft-cap
     factor, summed over the dims the bias was broadcast along (0 where masked). Rows with no
     allowed key (and no sink) have P = 0 and contribute nothing. ALiBi slopes get no gradient.
-    With dropout (Z = keep / (1 - p), the forward's mask): dv = (P Z)^T do, dS = P * ((do v^T) Z
-    - D); D = rowsum(do * out) still holds, out being the dropped forward's output.
+    With dropout (Z = keep * dropout_keep_scale(p), the forward's mask): dv = (P Z)^T do, dS = P *
+    ((do v^T) Z - D); D = rowsum(do * out) still holds, out being the dropped forward's output.
     """
     if return_dbias and bias is None:
         raise ValueError("return_dbias: needs a bias tensor")
@@ -365,7 +365,7 @@ def fmha_bwd_reference(
         bias_seq = p.bias_of(n, q0, lq, lk)
         keep = sequence_keep_mask(seed, offset, n, hq, lq, lk, dropout_p) if dropout_p > 0 else None
         out, lse = _attend(qs, ks, vs, scale, softcap, sink64, allowed, bias_seq, keep, dropout_p)
-        z = 1.0 if keep is None else keep / (1.0 - dropout_p)
+        z = 1.0 if keep is None else keep * dropout_keep_scale(dropout_p)
         raw = np.einsum("hid,hjd->hij", qs, ks) * scale
         s = softcap * np.tanh(raw / softcap) if softcap > 0 else raw
         if bias_seq is not None:
@@ -516,31 +516,41 @@ def philox4x32(key: tuple[Any, Any], counter: tuple[Any, Any, Any, Any]) -> tupl
     return tuple(np.broadcast_arrays(*(w.astype(np.uint32) for w in (c0, c1, c2, c3))))
 
 
-def philox_bits(key: tuple[Any, Any], j: Any, c1: Any, c2: Any, c3: Any) -> np.ndarray:
-    """Word (j mod 4) of Philox-4x32-10 for (key, counter (j >> 2, c1, c2, c3)), uint32 (any
-    shapes that broadcast): one Philox call serves 4 consecutive j. The kernel language's
-    `philox_bits(key0, key1, j, c1, c2, c3)` computes the same bits."""
+def philox_byte(key: tuple[Any, Any], j: Any, i: Any, c2: Any, c3: Any) -> np.ndarray:
+    """Byte (j mod 4) of word (i mod 4) of Philox-4x32-10 for (key, counter (j >> 2, i >> 2, c2,
+    c3)), as uint32 values 0..255 (any shapes that broadcast): one Philox call serves a 4 x 4 block
+    of (j, i). The kernel language's `philox_byte(key0, key1, j, i, c2, c3)` computes the same."""
     j = np.asarray(j, np.int64) & 0xFFFFFFFF
-    words = philox4x32(key, (j >> 2, c1, c2, c3))
-    quad = np.broadcast_to(j & 3, words[0].shape)
-    return np.choose(quad, words).astype(np.uint32)
+    i = np.asarray(i, np.int64) & 0xFFFFFFFF
+    words = philox4x32(key, (j >> 2, i >> 2, c2, c3))
+    word = np.choose(np.broadcast_to(i & 3, words[0].shape), words).astype(np.uint64)
+    return ((word >> (8 * (j & 3)).astype(np.uint64)) & np.uint64(0xFF)).astype(np.uint32)
+
+
+DROPOUT_LEVELS = 256  # the keep test compares one random byte (8 bits, as flash-attention and CK)
 
 
 def dropout_threshold(p: float) -> int:
-    """The 24-bit threshold of dropout probability p: an element is dropped when its random
-    24-bit value is below it, so it is kept with probability 1 - threshold / 2^24."""
+    """The 8-bit threshold of dropout probability p: an element is dropped when its random byte
+    is below it, so p is rounded down to a multiple of 1/256 (dropout_keep_scale rescales by
+    what is kept)."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout_p: expected 0 <= p < 1, got {p!r}")
-    return int(p * (1 << 24))
+    return int(p * DROPOUT_LEVELS)
+
+
+def dropout_keep_scale(p: float) -> float:
+    """1 / (probability of keeping an element): the rescale of the kept ones."""
+    return DROPOUT_LEVELS / (DROPOUT_LEVELS - dropout_threshold(p))
 
 
 def dropout_keep_mask(seed: int, offset: int, batch: int, nhead: int, seqlen_q: int, seqlen_k: int,
                       p: float) -> np.ndarray:
     """The dropout keep mask, bool [batch, nhead, seqlen_q, seqlen_k] (group mode: batch is the
     sequence index and the rows and columns are the sequence's own). Element (b, h, i, j) takes
-    `philox_bits((seed & 0xFFFFFFFF, seed >> 32), j, i, b * nhead + h, offset)` -- word j mod 4 of
-    Philox-4x32-10 with counter (j >> 2, i, b * nhead + h, offset), so one call serves 4
-    consecutive keys -- and is kept when its top 24 bits are at least dropout_threshold(p). The
+    `philox_byte((seed & 0xFFFFFFFF, seed >> 32), j, i, b * nhead + h, offset)` -- byte j mod 4 of
+    word i mod 4 of Philox-4x32-10 with counter (j >> 2, i >> 2, b * nhead + h, offset), one call
+    per 4 x 4 block of (key, row) -- and is kept when it is at least dropout_threshold(p). The
     kernels regenerate exactly these bits (never a stored mask)."""
     return np.stack([sequence_keep_mask(seed, offset, b, nhead, seqlen_q, seqlen_k, p) for b in range(batch)]) \
         if batch else np.zeros((0, nhead, seqlen_q, seqlen_k), np.bool_)
@@ -557,5 +567,4 @@ def sequence_keep_mask(seed: int, offset: int, b: int, nhead: int, seqlen_q: int
     j = np.arange(seqlen_k)[None, None, :]
     i = np.arange(seqlen_q)[None, :, None]
     bh = (b * nhead + np.arange(nhead))[:, None, None]
-    word = philox_bits((seed & 0xFFFFFFFF, seed >> 32), j, i, bh, offset)
-    return (word >> np.uint32(8)).astype(np.int64) >= threshold
+    return philox_byte((seed & 0xFFFFFFFF, seed >> 32), j, i, bh, offset).astype(np.int64) >= threshold

@@ -1,4 +1,4 @@
-"""passes/philox.py and the axis facts it relies on: which philox_bits calls share one Philox call
+"""passes/philox.py and the axis facts it relies on: which philox_byte calls share one Philox call
 per 4 consecutive j (counted in the lowered gpu-dialect IR, before LLVM), and the divisibility the
 axis analysis gives a loop's induction variable. The bits themselves are checked on the emulator
 (tests/test_philox.py)."""
@@ -18,14 +18,15 @@ KERNEL = """kernel k(out: tensor[i32](R, K), s0: i32, s1: i32, start: i32) grid(
     let keys = arange(0, 32);
     for n0 in range({lb}, K, {step}) {{
         let js = {j};
-        store(out[rows[:, None], js[None, :]], philox_bits(s0, s1, {use}, rows[:, None], 7, 0));
+        store(out[rows[:, None], js[None, :]], philox_byte(s0, s1, {use}, {row}, 7, 0));
     }}
 }}
 """
 
 
 def lowered(arch: str, **fill: str) -> str:
-    source = KERNEL.format(**{"lb": "0", "step": "32", "j": "n0 + keys", "use": "js[None, :]", **fill})
+    source = KERNEL.format(**{"lb": "0", "step": "32", "j": "n0 + keys", "use": "js[None, :]",
+                              "row": "rows[:, None] + 1", **fill})
     ctx = StageContext(get_arch(arch), CompileOptions.make(arch, {}), "k.tile", {}, prefix="test", source=source)
     return run_stages(ctx, source, START_EXTENSIONS["tile"], "tile", stop=STAGE_NAMES.index("gpu.mlir") + 1)
 
@@ -39,8 +40,24 @@ def philox_calls(ir_text: str) -> int:
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_aligned_keys_share_one_call_per_group(arch: str) -> None:
+    """Rows not aligned (row + 1): a call per 4 keys. Rows aligned too: at most that."""
     elements = 64 * 32 // (4 * get_arch(arch).wave_size)  # per lane
     assert philox_calls(lowered(arch)) == elements // 4
+    assert philox_calls(lowered(arch, row="rows[:, None]")) <= elements // 4
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_aligned_rows_share_one_call_per_group(arch: str) -> None:
+    """Keys not aligned, rows aligned, in a [keys, rows] tile as the backward draws them: shared
+    wherever a lane holds 4 consecutive rows (the blocked layout here gives whole groups)."""
+    elements = 64 * 32 // (4 * get_arch(arch).wave_size)
+    transposed = KERNEL.replace("out[rows[:, None], js[None, :]]", "out[js[:, None], rows[None, :]]") \
+        .replace("tensor[i32](R, K)", "tensor[i32](K, R)")
+    source = transposed.format(lb="0", step="32", j="n0 + keys", use="js[:, None] + 1", row="rows[None, :]")
+    ctx = StageContext(get_arch(arch), CompileOptions.make(arch, {}), "k.tile", {}, prefix="test", source=source)
+    calls = philox_calls(run_stages(ctx, source, START_EXTENSIONS["tile"], "tile",
+                                    stop=STAGE_NAMES.index("gpu.mlir") + 1))
+    assert calls == elements // 4
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])

@@ -37,8 +37,8 @@ TILE_OPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "barrier": ((), ()),                             # workgroup barrier around LDS reuse
     "rcp": ((("value", "value"),), ("value",)),      # elementwise hardware reciprocal (1 ulp)
     "umulhi": ((("a", "value"), ("b", "value")), ("value",)),  # high 32 bits of the unsigned i32 product
-    # word (j mod 4) of Philox-4x32-10 for key (key0, key1), counter (j >> 2, c1, c2, c3)
-    "philox_bits": (tuple((n, "value") for n in ("key0", "key1", "j", "c1", "c2", "c3")), ("value",)),
+    # byte (j mod 4) of word (i mod 4) of Philox-4x32-10 for key (key0, key1), counter (j >> 2, i >> 2, c2, c3)
+    "philox_byte": (tuple((n, "value") for n in ("key0", "key1", "j", "i", "c2", "c3")), ("value",)),
 }
 
 _SCALARS = ("i1", "i32", "f32", "f16", "bf16", *sorted(f.mlir for f in FORMATS.values()))

@@ -508,11 +508,11 @@ class _Emitter:
         words = philox_rounds((k0, k1), (c0, c1, c2, c3), const=const, umulhi=umulhi, combine=combine)
         return self.to_type(words[args["word"].value], e.type)  # type: ignore[union-attr]
 
-    def call_philox_bits(self, e: A.Call) -> ir.Value:
-        """One op (tile.philox_bits), lowered by passes/philox.py: it shares one Philox call
-        between the 4 consecutive j a lane holds."""
+    def call_philox_byte(self, e: A.Call) -> ir.Value:
+        """One op (tile.philox_byte), lowered by passes/philox.py: it shares one Philox call
+        between the elements of a 4 x 4 block of (j, i) that a lane holds."""
         vals = [self.to_type(self.expr(x), e.type) for x in e.args]
-        return tile_op("philox_bits", vals, [vals[2].type]).result
+        return tile_op("philox_byte", vals, [vals[2].type]).result
 
     def call_cast(self, e: A.Call) -> ir.Value:
         x = self.expr(e.args[0])

@@ -113,7 +113,7 @@ BIASED: dict[str, dict[str, dict[tuple[int, bool], FmhaConfig]]] = {
 
 
 # Rows for dropout variants (docs/dropout.md), per (padded hdim, masked), over every bias kind:
-# the keep bits (philox_bits: one Philox-4x32-10 call per 4 keys a lane holds, 10 rounds of two
+# the keep bytes (philox_byte: one Philox-4x32-10 call per 4 keys a lane holds, 10 rounds of two
 # 32x32->64 multiplies) hold their state in registers beside the scores, so the tiles are smaller
 # where the plain ones would spill. Chosen like the rows above on the plain contiguous variant (no
 # VGPR or SGPR spills, then the fewest instructions per MFMA/WMMA; hdim 32 takes hdim 64's row;

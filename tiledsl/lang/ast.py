@@ -179,7 +179,7 @@ BUILTINS: dict[str, str] = {
     "rsqrt": "rsqrt(x)",
     "umulhi": "umulhi(a, b)",
     "philox": "philox(key0, key1, c0, c1, c2, c3, word)",
-    "philox_bits": "philox_bits(key0, key1, j, c1, c2, c3)",
+    "philox_byte": "philox_byte(key0, key1, j, i, c2, c3)",
     "abs": "abs(x)",
     "cast": "cast(x, dtype)",
     "where": "where(cond, a, b)",

@@ -66,7 +66,7 @@ _PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {
     "cast": (("x", True), ("dtype", True)),
     "umulhi": (("a", True), ("b", True)),
     "philox": tuple((n, True) for n in ("key0", "key1", "c0", "c1", "c2", "c3", "word")),
-    "philox_bits": tuple((n, True) for n in ("key0", "key1", "j", "c1", "c2", "c3")),
+    "philox_byte": tuple((n, True) for n in ("key0", "key1", "j", "i", "c2", "c3")),
     "where": (("cond", True), ("a", True), ("b", True)),
 }
 assert set(_PARAMS) == set(BUILTINS)
@@ -677,8 +677,8 @@ class Typer:
             self.fail(f"philox: word selects one of the 4 output words, 0..3, got {word}", a["word"].loc)
         return self._i32_operands(e, a, ("key0", "key1", "c0", "c1", "c2", "c3"), env)
 
-    def _call_philox_bits(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
-        return self._i32_operands(e, a, ("key0", "key1", "j", "c1", "c2", "c3"), env)
+    def _call_philox_byte(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
+        return self._i32_operands(e, a, ("key0", "key1", "j", "i", "c2", "c3"), env)
 
     def _call_cdiv(self, e: Call, a: dict, env: Env) -> ScalarType:
         dtype, types = self.unify([a["a"], a["b"]], env, "cdiv")
