@@ -41,7 +41,7 @@ from tiledsl.ops import fmha_bwd, fmha_fwd
 from tiledsl.reference import fmha_bwd_reference, fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_rows import HEADER, format_row, triton_stats  # noqa: E402
+from peer_rows import HEADER, format_result, triton_stats  # noqa: E402
 
 SEQ = 256
 LOG2E = 1.4426950408889634
@@ -162,13 +162,7 @@ def aiter(arch: str, hdim: int, causal: bool, emulate: bool) -> dict:
 
 
 def fmt(who: str, r: dict | None) -> str:
-    if r is not None and "skip" in r:
-        return f"{who:7} {r['skip']}"
-    if r is None or "error" in r:
-        return format_row(who, r)
-    dyn = f"{r['dyn']:9.1f}" if r["dyn"] is not None else f"{'-':>9}"
-    note = f"  ({r['note']})" if "note" in r else ""
-    return format_row(who, r, f"{dyn}  {r['tiles']}{note}")
+    return format_result(who, r)
 
 
 def main() -> int:

@@ -55,7 +55,7 @@ from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_fwd_reference, fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_rows import HEADER, format_row, triton_stats  # noqa: E402
+from peer_rows import HEADER, format_result, triton_stats  # noqa: E402
 
 B, S, H = 1, 512, 2
 TOLERANCE = {"f16": 5e-3, "bf16": 4e-2}  # max |out - reference| (outputs are O(1))
@@ -196,13 +196,7 @@ def _init_worker(tmp: str) -> None:
 
 
 def fmt(who: str, r: dict | None) -> str:
-    if r is not None and "skip" in r:
-        return f"{who:7} {r['skip']}"
-    if r is None or "error" in r:
-        return format_row(who, r)
-    dyn = f"{r['dyn']:9.1f}" if r["dyn"] is not None else f"{'-':>9}"
-    note = f"  ({r['note']})" if "note" in r else ""
-    return format_row(who, r, f"{r['sgpr']:5d} {dyn}  {r['tiles']}{note}")
+    return format_result(who, r, f"{r['sgpr']:5d} " if r is not None and "sgpr" in r else "")
 
 
 def summary(rows: list[dict]) -> str:

@@ -37,3 +37,15 @@ def format_row(who: str, r: dict | None, tail: str = "") -> str:
     per = r["instr"] / r["mma"] if r["mma"] else float("nan")
     return (f"{who:7} {r['compile']:7.2f} {r['instr']:6d} {r['mma']:5d} {per:8.1f} {r['vgpr']:5d} {r['agpr']:5d} "
             f"{r['lds']:6d} {r['spills']:6d} {r['occ']:4d} {tail}")
+
+
+def format_result(who: str, r: dict | None, lead: str = "") -> str:
+    """A row of one kernel's results (or its skip reason or error): `lead` comes before the
+    executed count, then the tiles and any note."""
+    if r is not None and "skip" in r:
+        return f"{who:7} {r['skip']}"
+    if r is None or "error" in r:
+        return format_row(who, r)
+    dyn = f"{r['dyn']:9.1f}" if r["dyn"] is not None else f"{'-':>9}"
+    note = f"  ({r['note']})" if "note" in r else ""
+    return format_row(who, r, f"{lead}{dyn}  {r['tiles']}{note}")
