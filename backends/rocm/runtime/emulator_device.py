@@ -178,6 +178,42 @@ def _try_lockstep(bk: BoundKernel, heap: Heap, order: list, g, b, karg: int, pac
         return f"fallback: {exc}"
 
 
+def write_launch(bk: BoundKernel, meta: dict, heap: Heap, g: tuple[int, int, int], b: tuple[int, int, int],
+                 kernargs: bytes, dynamic_lds: int, alloc: Callable[[int, str], int], free: Callable[[int], None],
+                 tensors: Sequence[TensorArg] | None = None) -> tuple[int, int, Regions]:
+    """Check a launch and put what its waves read into memory from `alloc`: the kernarg segment
+    (hidden arguments filled in, pointer arguments tagged with their regions, see `tag_pointers`)
+    and a dispatch packet. Returns (kernarg address, packet address, the launch's regions); the
+    caller frees both addresses."""
+    name = bk.image.name
+    arch = bk.image.arch
+    lds_total = bk.image.lds_bytes + dynamic_lds
+    if lds_total > arch.lds_bytes:
+        raise DeviceError(f"kernel '{name}' needs {lds_total} bytes of LDS; {arch.name} has {arch.lds_bytes}")
+    reqd = meta.get(".reqd_workgroup_size")
+    if reqd and tuple(reqd) != b:
+        raise DeviceError(f"kernel '{name}' was compiled for block {tuple(reqd)}, launched with {b}")
+    args, regions = tag_pointers(meta, complete_kernargs(meta, kernargs, g, b, dynamic_lds), heap, tensors)
+    # The kernarg segment is 16-byte aligned and LLVM widens scalar loads within those 16-byte
+    # granules (s_load_dwordx4 at offset 24 of a 36-byte segment): pad the allocation to match.
+    karg = alloc(max(-(-len(args) // 16) * 16, 16), f"kernargs of {name}")
+    try:
+        heap.write(karg, args)
+        packet = alloc(64, "dispatch packet")
+    except BaseException:
+        free(karg)
+        raise
+    try:
+        heap.write(packet, struct.pack("<HHHHHHIIIIIQQQQ", 0, len([d for d in g if d > 1]) or 1,
+                                       b[0], b[1], b[2], 0, g[0] * b[0], g[1] * b[1], g[2] * b[2],
+                                       bk.image.kd.private_segment_size, lds_total, 0, karg, 0, 0))
+    except BaseException:
+        free(karg)
+        free(packet)
+        raise
+    return karg, packet, Regions(heap, regions)
+
+
 def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: bytes, dynamic_lds: int,
              alloc: Callable[[int, str], int], free: Callable[[int], None],
              rng: np.random.Generator | None = None, tensors: Sequence[TensorArg] | None = None,
@@ -192,31 +228,13 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
     order (x fastest) that have not run yet then run in that order, and the first of them to fault
     is reported instead: the same fault an in-order run reports (for kernels whose workgroups do
     not depend on each other's order)."""
-    name = bk.image.name
-    arch = bk.image.arch
     g, b = launch_dims(grid, block)
-    lds_total = bk.image.lds_bytes + dynamic_lds
-    if lds_total > arch.lds_bytes:
-        raise DeviceError(f"kernel '{name}' needs {lds_total} bytes of LDS; {arch.name} has {arch.lds_bytes}")
-    reqd = meta.get(".reqd_workgroup_size")
-    if reqd and tuple(reqd) != b:
-        raise DeviceError(f"kernel '{name}' was compiled for block {tuple(reqd)}, launched with {b}")
-    args, regions = tag_pointers(meta, complete_kernargs(meta, kernargs, g, b, dynamic_lds), heap, tensors)
-    mem = Regions(heap, regions)
-    # The kernarg segment is 16-byte aligned and LLVM widens scalar loads within those 16-byte
-    # granules (s_load_dwordx4 at offset 24 of a 36-byte segment): pad the allocation to match.
-    karg = alloc(max(-(-len(args) // 16) * 16, 16), f"kernargs of {name}")
-    packet = None
+    karg, packet, mem = write_launch(bk, meta, heap, g, b, kernargs, dynamic_lds, alloc, free, tensors)
     t0 = time.perf_counter()
     count = 0
     longest = 0  # the most wave-instructions one workgroup ran
     loaded, unique = heap.loaded_bytes, heap.unique_loaded_bytes
     try:
-        heap.write(karg, args)
-        packet = alloc(64, "dispatch packet")
-        heap.write(packet, struct.pack("<HHHHHHIIIIIQQQQ", 0, len([d for d in g if d > 1]) or 1,
-                                       b[0], b[1], b[2], 0, g[0] * b[0], g[1] * b[1], g[2] * b[2],
-                                       bk.image.kd.private_segment_size, lds_total, 0, karg, 0, 0))
         # inf - inf and friends are ordinary IEEE results on the GPU: no numpy warnings.
         with np.errstate(all="ignore"):
             order = [(x, y, z) for z in range(g[2]) for y in range(g[1]) for x in range(g[0])]
@@ -243,8 +261,7 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
                 longest = max(longest, n)
     finally:
         free(karg)
-        if packet is not None:
-            free(packet)
+        free(packet)
     dt = time.perf_counter() - t0
     return {"wave_instructions": count, "seconds": dt, "path": path,
             "wave_instructions_per_s": count / dt if dt > 0 else 0.0,
