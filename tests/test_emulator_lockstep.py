@@ -5,11 +5,13 @@ faults, on every arch; and the launches really ran in lockstep (no silent fallba
 from __future__ import annotations
 
 import functools
+import struct
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _fmha_util import assert_grads_close
 
 from tiledsl import ops
 from tiledsl.backends.rocm.arch import ARCH_NAMES
@@ -18,6 +20,9 @@ from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.device_array import DeviceArray
 from tiledsl.driver import compile_source
 from tiledsl.launcher import launch
+from tiledsl.ops import fmha_bwd_plan
+from tiledsl.plan import WORKSPACE_POOL
+from tiledsl.reference import fmha_bwd_reference
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -29,16 +34,17 @@ SAME_STATS = ("wave_instructions", "workgroups", "max_workgroup_instructions", "
               "global_load_unique_bytes")
 
 
-def both_ways(arch: str, run) -> tuple[object, object]:
+def both_ways(arch: str, run, same_stats: tuple[str, ...] = SAME_STATS) -> tuple[object, object]:
     """`run(device)` on an ordinary and a lockstep device: both results, after checking the
-    launches' statistics agree and the lockstep device ran every multi-wave launch in lockstep."""
+    launches' statistics `same_stats` agree and the lockstep device ran every multi-wave launch in
+    lockstep."""
     old, new = EmulatorDevice(arch, lockstep=False), EmulatorDevice(arch)
     a, b = run(old), run(new)
     assert len(old.launches) == len(new.launches)
     for lo, ln in zip(old.launches, new.launches, strict=True):
         assert lo["path"] == "ordinary"
         assert ln["path"] in ("lockstep", "ordinary"), ln["path"]  # "fallback: ..." would be a lockstep gap
-        assert {s: lo[s] for s in SAME_STATS} == {s: ln[s] for s in SAME_STATS}, ln["kernel"]
+        assert {s: lo[s] for s in same_stats} == {s: ln[s] for s in same_stats}, ln["kernel"]
     assert any(ln["path"] == "lockstep" for ln in new.launches)
     return a, b
 
@@ -132,3 +138,193 @@ def test_shuffled_schedule_keeps_the_ordinary_path() -> None:
     launch(example("gemm", "gfx942"), *args, device=dev, **kwargs)
     assert dev.launches[-1]["path"] == "ordinary"
     assert check() < 1e-2
+
+
+# -- atomics ---------------------------------------------------------------------------------
+# Workgroups (x, y) of 128 threads: every thread adds x[gid] (f32) into acc[gid & 3], adds v[gid]
+# (i32) into cnt[0] keeping the value before (ret[gid]) and takes the max into cnt[1].
+ATOMICS = r"""
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.y()
+define amdgpu_kernel void @atomics(ptr addrspace(1) %x, ptr addrspace(1) %v, ptr addrspace(1) %acc,
+                                   ptr addrspace(1) %cnt, ptr addrspace(1) %ret) {
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %wx = call i32 @llvm.amdgcn.workgroup.id.x()
+  %wy = call i32 @llvm.amdgcn.workgroup.id.y()
+  %wy3 = mul i32 %wy, 3
+  %wg = add i32 %wy3, %wx
+  %base = mul i32 %wg, 128
+  %gid = add i32 %base, %t
+  %slot = and i32 %gid, 3
+  %px = getelementptr float, ptr addrspace(1) %x, i32 %gid
+  %xv = load float, ptr addrspace(1) %px, align 4
+  %pa = getelementptr float, ptr addrspace(1) %acc, i32 %slot
+  %o1 = atomicrmw fadd ptr addrspace(1) %pa, float %xv syncscope("agent") monotonic, align 4, MARKS
+  %pv = getelementptr i32, ptr addrspace(1) %v, i32 %gid
+  %vv = load i32, ptr addrspace(1) %pv, align 4
+  %old = atomicrmw add ptr addrspace(1) %cnt, i32 %vv monotonic
+  %pr = getelementptr i32, ptr addrspace(1) %ret, i32 %gid
+  store i32 %old, ptr addrspace(1) %pr, align 4
+  %pm = getelementptr i32, ptr addrspace(1) %cnt, i32 1
+  %o2 = atomicrmw max ptr addrspace(1) %pm, i32 %vv monotonic
+  ret void
+}
+!0 = !{}
+""".replace("MARKS", "!amdgpu.no.fine.grained.memory !0, !amdgpu.ignore.denormal.mode !0")  # as tile.atomic_add
+
+GRID = (3, 2)
+
+
+def _sequential(order: list[tuple[int, int]], x: np.ndarray, v: np.ndarray):
+    """acc, cnt and ret after the threads' atomics one by one in `order` of workgroups (threads of
+    a workgroup in order): f32 adds rounded one at a time, i32 adds wrapping."""
+    acc, total, ret = np.zeros(4, np.float32), 0, np.zeros(v.size, np.int64)
+    for wx, wy in order:
+        for gid in range((wy * GRID[0] + wx) * 128, (wy * GRID[0] + wx + 1) * 128):
+            acc[gid & 3] = np.float32(acc[gid & 3] + x[gid])
+            ret[gid] = total
+            total += int(v[gid])
+    return acc, ret.astype(np.int32)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_atomics_run_in_lockstep_order(arch: str) -> None:
+    """Atomics run in lockstep, in its order: the waves of a group in chunk order (workgroups x
+    slowest), lanes in order. Float sums and returned values follow that order exactly (here it
+    differs from the ordinary path's launch order, x fastest); the order-independent results (the
+    i32 sum and max) are the ordinary path's bit for bit. Where LLVM makes the max a
+    compare-and-swap loop (gfx90a), its trip count depends on the interleaving, and so does the
+    number of wave-instructions."""
+    from _emu_util import compile_llvm
+
+    _, hsaco = compile_llvm(ATOMICS, arch)
+    rng = np.random.default_rng(4)
+    n = GRID[0] * GRID[1] * 128
+    x = rng.standard_normal(n).astype(np.float32)
+    v = rng.integers(-1000, 1000, n).astype(np.int32)
+
+    def run(dev):
+        kern = dev.get_kernel(dev.load_module(hsaco), "atomics")
+        bufs = [dev.to_device(x), dev.to_device(v), dev.to_device(np.zeros(4, np.float32)),
+                dev.to_device(np.array([0, -2**31], np.int32)), dev.alloc(4 * n)]
+        dev.launch(kern, GRID, 128, struct.pack("<5Q", *(b.addr for b in bufs)))
+        return (dev.from_device(bufs[2], np.float32, 4), dev.from_device(bufs[3], np.int32, 2),
+                dev.from_device(bufs[4], np.int32, n))
+
+    counts = ("wave_instructions", "max_workgroup_instructions")
+    (acc_o, cnt_o, ret_o), (acc_l, cnt_l, ret_l) = both_ways(arch, run, tuple(s for s in SAME_STATS
+                                                                             if s not in counts))
+    launch_order = [(wx, wy) for wy in range(GRID[1]) for wx in range(GRID[0])]
+    chunk_order = sorted(launch_order)  # x slowest
+    for (acc, ret), order in (((acc_o, ret_o), launch_order), ((acc_l, ret_l), chunk_order)):
+        want_acc, want_ret = _sequential(order, x, v)
+        assert_bits_equal(acc, want_acc)
+        assert_bits_equal(ret, want_ret)
+    assert_bits_equal(cnt_o, cnt_l)
+    assert cnt_l.tolist() == [int(v.sum()), int(v.max())]
+
+
+LDS_ATOMICS = r"""
+@cnt = internal addrspace(3) global i32 undef, align 4
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+declare void @llvm.amdgcn.s.barrier()
+define amdgpu_kernel void @lds_atomics(ptr addrspace(1) %v, ptr addrspace(1) %ret, ptr addrspace(1) %tot) {
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %wg = call i32 @llvm.amdgcn.workgroup.id.x()
+  %base = mul i32 %wg, 256
+  %gid = add i32 %base, %t
+  %first = icmp eq i32 %t, 0
+  br i1 %first, label %init, label %go
+init:
+  store i32 0, ptr addrspace(3) @cnt, align 4
+  br label %go
+go:
+  call void @llvm.amdgcn.s.barrier()
+  %pv = getelementptr i32, ptr addrspace(1) %v, i32 %gid
+  %vv = load i32, ptr addrspace(1) %pv, align 4
+  %old = atomicrmw add ptr addrspace(3) @cnt, i32 %vv monotonic
+  %pr = getelementptr i32, ptr addrspace(1) %ret, i32 %gid
+  store i32 %old, ptr addrspace(1) %pr, align 4
+  call void @llvm.amdgcn.s.barrier()
+  br i1 %first, label %fin, label %done
+fin:
+  %s = load i32, ptr addrspace(3) @cnt, align 4
+  %pt = getelementptr i32, ptr addrspace(1) %tot, i32 %wg
+  store i32 %s, ptr addrspace(1) %pt, align 4
+  br label %done
+done:
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_lds_atomics_in_lockstep(arch: str) -> None:
+    """LDS atomics (per wave in lockstep): a workgroup's waves reach the atomic together and run
+    it in wave order, the ordinary path's order too, so returned values and sums are identical."""
+    from _emu_util import compile_llvm
+
+    _, hsaco = compile_llvm(LDS_ATOMICS, arch)
+    groups = 5
+    v = np.random.default_rng(6).integers(-1000, 1000, 256 * groups).astype(np.int32)
+
+    def run(dev):
+        kern = dev.get_kernel(dev.load_module(hsaco), "lds_atomics")
+        bufs = [dev.to_device(v), dev.alloc(4 * v.size), dev.alloc(4 * groups)]
+        dev.launch(kern, groups, 256, struct.pack("<3Q", *(b.addr for b in bufs)))
+        return dev.from_device(bufs[1], np.int32, v.size), dev.from_device(bufs[2], np.int32, groups)
+
+    (ret_o, tot_o), (ret_l, tot_l) = both_ways(arch, run)
+    assert_bits_equal(ret_o, ret_l)
+    assert_bits_equal(tot_o, tot_l)
+    per = v.reshape(groups, 256).astype(np.int64)
+    assert tot_l.tolist() == per.sum(axis=1).tolist()
+    assert ret_l.tolist() == (np.cumsum(per, axis=1) - per).reshape(-1).tolist()
+
+
+def _dq_acc(dev, do, q, k, v, out, lse, deterministic: bool) -> np.ndarray:
+    """The f32 dq_acc [B, HQ, nsplits, SQ, D] the backward left in its workspace on `dev`."""
+    plan = fmha_bwd_plan(do, q, k, v, out, lse, causal=True, deterministic=deterministic, device=dev)
+    region = plan.workspace.region("dq_acc")
+    buf = WORKSPACE_POOL.get(dev, plan.workspace_size)
+    acc = np.frombuffer(dev.copy_out(buf, 4 * region.words, 4 * region.offset), np.float32)
+    b, s, h, d = q.shape
+    return acc[:b * h * plan.info["nsplits"] * s * d].reshape(b, h, -1, s, d)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_attention_backward_with_float_atomics(arch: str) -> None:
+    """The backward's default mode adds dQ with float atomics; lockstep runs it (no fallback).
+    dK and dV (no atomics) are the ordinary path's bits; each dq_acc element, both ways, is the
+    sum of the deterministic mode's per-key-block terms within the rounding of recursive f32
+    summation in some order, |acc - sum| <= (n - 1) u / (1 - (n - 1) u) * sum |terms| (u = 2^-24,
+    n terms); and the gradients match the float64 reference."""
+    rng = np.random.default_rng(2)
+    # 512 keys: 4 key blocks on gfx942, 8 on gfx1201 -- sums of 2 terms would not depend on the order.
+    q, k, v, do = (rng.standard_normal((1, 512, 2, 64)).astype(np.float16) for _ in range(4))
+    out, lse = ops.fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(arch))
+    accs, devs = [], []
+
+    def run(dev):
+        got = ops.fmha_bwd(do, q, k, v, out, lse, causal=True, device=dev)
+        accs.append(_dq_acc(dev, do, q, k, v, out, lse, deterministic=False))
+        devs.append(dev)
+        return got
+
+    (dq_o, dk_o, dv_o), (dq_l, dk_l, dv_l) = both_ways(arch, run)
+    main = [ln for ln in devs[1].launches if "dq_dk_dv" in ln["kernel"]]
+    assert main and all(ln["path"] == "lockstep" for ln in main)
+    assert_bits_equal(dk_o, dk_l)
+    assert_bits_equal(dv_o, dv_l)
+    det = EmulatorDevice(arch)
+    ops.fmha_bwd(do, q, k, v, out, lse, causal=True, deterministic=True, device=det)
+    terms = _dq_acc(det, do, q, k, v, out, lse, deterministic=True).astype(np.float64)
+    n = terms.shape[2]
+    gamma = (n - 1) * 2.0**-24 / (1 - (n - 1) * 2.0**-24)
+    exact, bound = terms.sum(axis=2), gamma * np.abs(terms).sum(axis=2)
+    for acc in accs:
+        assert (np.abs(acc[:, :, 0].astype(np.float64) - exact) <= bound).all()
+    ref = fmha_bwd_reference(do, q, k, v, causal=True)
+    assert_grads_close((dq_l, dk_l, dv_l), ref, np.float16)

@@ -13,30 +13,51 @@ two merge again. Per instruction, a group either
   like EXEC-disabled lanes: lane-local VALU instructions (bound by the ordinary builders with a
   wave size of N*W; SGPR operands read from shadow rows holding each wave's value), compares,
   carries, selects, MFMA/WMMA, LDS, global and scratch accesses (lockstep_ops.py), or
-- runs the ordinary handler once per member wave, in launch order (scalar and cross-lane
+- runs the ordinary handler once per member wave, in chunk order (scalar and cross-lane
   instructions, and whatever a batched handler declines with PER_WAVE); the waves' next program
   counters split the group where they differ.
 Barriers hold a workgroup's waves until all its running waves reach one; LDS stays per workgroup.
 
 What stays exact: per wave the ordinary handlers run, every check included; batched handlers do the
 same arithmetic and make the same checks, and send to the per-wave path whatever they cannot vouch
-for (tests/test_emulator_lockstep.py compares bits). Only the interleaving of waves changes, which
-changes nothing for a kernel without races -- except the order of atomics, so kernels with atomics
-(and with s_memtime, which reads the instruction count) take the ordinary path. Faults: the first
-fault of an ordinary run is defined by its order, so any error here restores the heap as it was
-before the launch and reruns the launch the ordinary way, which then reports exactly its own first
-fault (and leaves memory as it would have). The shuffled schedule always takes the ordinary path
-(its orders are its point).
+for (tests/test_emulator_lockstep.py compares bits). Faults: the first fault of an ordinary run is
+defined by its order, so any error here restores the heap as it was before the launch and reruns
+the launch the ordinary way, which then reports exactly its own first fault (and leaves memory as
+it would have). The shuffled schedule always takes the ordinary path (its orders are its point),
+and so do kernels reading the instruction counter (s_memtime and friends).
+
+The guarantee, precisely. A lockstep run is one interleaving of the waves' instruction streams,
+each wave-instruction one indivisible step over its lanes in lane order (a batched execution for
+several waves equals their per-wave executions one after another in chunk order) -- a different
+interleaving from the ordinary path's (workgroups in launch order, x fastest; a workgroup's waves
+one after another between barriers). Lockstep's order: chunks one after another, each holding
+consecutive workgroups of the launch sorted x slowest (then z, y); inside a chunk the groups in the
+order the scheduler picks them (lowest pc first), a group's member waves in chunk order (workgroup,
+then wave index), each wave's lanes in order. Therefore:
+- memory, registers and statistics are the ordinary path's bit for bit when the kernel's results
+  do not depend on the interleaving: no races between workgroups or waves (outside barriers), and
+  atomics whose combined effect does not depend on their order (integer add/sub/and/or/xor/min/
+  max on the final memory, with no use of returned values);
+- atomics (global, flat, buffer, LDS) run in lockstep's order: global ones batched
+  (lockstep_atomics.py, the same order), the others per wave. An f32 atomic add rounds once per
+  add as on the ordinary path, but a sum's terms arrive in lockstep's order, so each sum is the
+  ordinary path's up to rounding: both are within (n-1)u/(1-(n-1)u) * sum|term| of the exact sum
+  of the n terms (u = 2^-24), and equal whenever the partial sums are exact; returning atomics
+  return the values before them in lockstep's order;
+- loops whose trip count depends on the interleaving (compare-and-swap retries) may run a
+  different number of wave-instructions;
+- a kernel that waits for another workgroup's atomics (a spin lock) is outside both paths: the
+  ordinary path ends only if the workgroup waited for comes earlier in launch order, lockstep only
+  if it is in an earlier chunk (inside one chunk the waiting group can keep the lowest pc forever).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import numpy as np
 
-from tiledsl.backends.rocm.emulator import lockstep_ops
+from tiledsl.backends.rocm.emulator import lockstep_atomics, lockstep_ops
 from tiledsl.backends.rocm.emulator.executor import BUILDERS, END, BoundKernel, Wave, _abi_setup
 from tiledsl.backends.rocm.emulator.lockstep_ops import PER_WAVE
 from tiledsl.backends.rocm.emulator.memory import Heap, Regions, UnsupportedInstruction
@@ -50,29 +71,29 @@ _VALU = ("VOP1", "VOP2", "VOP3", "VOP3P", "VOPD")
 _PER_WAVE = ("v_cmp", "v_mfma", "v_wmma", "v_swmmac", "v_smfmac", "v_readlane", "v_readfirstlane",
              "v_writelane", "v_mbcnt", "v_permlane", "v_movrel", "v_div_fmas", "v_div_scale", "v_interp",
              "v_s_", "v_cndmask", "v_dual_cndmask", "v_pipeflush")
-_DS_PLAIN = re.compile(r"ds_(read|write|load|store|swizzle|permute|bpermute|nop)")
-_ORDER_SENSITIVE = ("s_memtime", "s_memrealtime", "s_getreg_b32_const", "s_atomic", "s_buffer_atomic")
+_ORDER_SENSITIVE = ("s_memtime", "s_memrealtime", "s_getreg_b32_const")
 
 K_WAVE, K_BATCH, K_NOP = 0, 1, 2
 PROFILE: dict | None = None  # set to a dict to count per-wave steps by mnemonic (benchmarks)
 
 
 def eligible(bk: BoundKernel) -> bool:
-    """Whether lockstep gives the ordinary results: no atomics (their order is the schedule's) and
-    no reads of the instruction counter."""
-    for inst in bk.image.insts:
-        n = inst.name
-        if "atomic" in n or n.startswith(_ORDER_SENSITIVE):
-            return False
-        if inst.fam == "DS" and not _DS_PLAIN.match(n):
-            return False
-    return True
+    """Whether lockstep may run `bk`: not when it reads the instruction counter (s_memtime and
+    friends return the wave's instruction count so far, which lockstep's schedule would change)."""
+    return not any(inst.name.startswith(_ORDER_SENSITIVE) for inst in bk.image.insts)
+
+
+def global_atomics(bk: BoundKernel) -> bool:
+    """Whether `bk` has atomics on memory other workgroups see (global, flat, buffer, scalar):
+    their read-modify-writes would race between worker processes, so its chunks run in one.
+    (LDS atomics stay inside a workgroup, and a workgroup inside a chunk.)"""
+    return any("atomic" in inst.name and inst.fam != "DS" for inst in bk.image.insts)
 
 
 def _classify(inst) -> tuple[str, tuple[str, ...]]:
     """How lockstep runs one instruction: "nop" (once for all), "valu" / "cmp" / "cndmask" (batched,
-    with its scalar source fields), "ds" / "matrix" (batched by lockstep_ops when the form is
-    covered) or "wave" (per wave)."""
+    with its scalar source fields), "ds" / "matrix" / "global" / "scratch" (batched by lockstep_ops
+    when the form is covered), "atomic" (global atomics, lockstep_atomics) or "wave" (per wave)."""
     from tiledsl.backends.rocm.emulator.salu import _NOPS
     from tiledsl.backends.rocm.emulator.valu import VOP3B
     from tiledsl.backends.rocm.emulator.valu_ops import CARRY, OPS
@@ -86,6 +107,8 @@ def _classify(inst) -> tuple[str, tuple[str, ...]]:
         return "matrix", ()
     if inst.fam.lower() == "global" and n.startswith(("global_load", "global_store")):
         return "global", ()
+    if inst.fam.lower() == "global" and n.startswith("global_atomic"):
+        return "atomic", ()
     if inst.fam == "SCRATCH" and n.startswith(("scratch_load", "scratch_store")):
         return "scratch", ()
     if inst.dpp is not None:
@@ -181,6 +204,8 @@ def bind_batch(bk: BoundKernel, N: int) -> tuple[list, list, list, list]:
             h = lockstep_ops.batched(inst, ctx, bk.handlers[i])
         elif cls == "global":
             h = lockstep_ops.global_access(inst, ctx, bk.ctx)
+        elif cls == "atomic":
+            h = lockstep_atomics.global_atomic(inst, ctx, bk.ctx)
         elif cls == "scratch":
             h = lockstep_ops.scratch_access(inst, ctx, bk.ctx)
         elif cls != "wave":

@@ -279,6 +279,39 @@ def cndmask(inst, ctx, wctx):
     return h
 
 
+def tagged_addresses(w, sel, use_saddr: bool, saddr: int, va: int, k0: int, nbytes: int) -> np.ndarray | None:
+    """The untagged addresses (int64) of the lanes `sel` of a global access of `nbytes` per lane,
+    when every one carries a pointer argument's tag and lies inside that argument's region (the
+    check `Regions.check` makes lane by lane); None otherwise (the caller runs it per wave)."""
+    from tiledsl.backends.rocm.emulator.memory import ADDR_MASK, TAG_SHIFT
+
+    W = w.V3.shape[2]
+    if use_saddr:  # a 32-bit unsigned VGPR offset from each wave's 64-bit SGPR base
+        waves = w.waves
+        base = np.zeros(w.V3.shape[1], dtype=np.int64)
+        base[w.km] = [waves[k].s[saddr] | waves[k].s[saddr + 1] << 32 for k in w.kl]
+        addr = np.repeat(base, W)[sel] + w.v[va][sel].astype(np.int64)
+    else:
+        addr = (w.v[va].astype(np.int64) | (w.v[va + 1].astype(np.int64) << 32))[sel]
+    if k0:
+        addr += k0
+    tags = addr >> TAG_SHIFT
+    tmin, tmax = int(_MIN(tags)), int(_MAX(tags))
+    mem = w.mem
+    if tmin < 1 or tmax >= len(mem._bounds):
+        return None
+    real = addr & ADDR_MASK
+    if tmin == tmax:
+        r = mem.regions[tmin - 1]
+        if int(_MIN(real)) < r.addr or int(_MAX(real)) + nbytes > r.addr + r.size:
+            return None
+    else:
+        lo, hi_ = mem._lo.astype(np.int64)[tags], mem._hi.astype(np.int64)[tags]
+        if ((real < lo) | (real + nbytes > hi_)).any():
+            return None
+    return real
+
+
 # -- global memory --------------------------------------------------------------------------
 def global_access(inst, ctx, wctx):
     """global_load/store for all member waves as one gather or scatter through the heap's byte
@@ -286,14 +319,14 @@ def global_access(inst, ctx, wctx):
     that argument's region -- the check `Regions.check` makes lane by lane. Anything else (an
     untagged address, a lane outside its region: a fault) runs per wave, the ordinary handlers
     making their checks and reporting their faults."""
-    from tiledsl.backends.rocm.emulator.memory import ADDR_MASK, TAG_SHIFT
+    from tiledsl.backends.rocm.emulator.memory import TAG_SHIFT
     from tiledsl.backends.rocm.emulator.vmem import _parse_vmem, putter
 
     parsed = _parse_vmem(inst.name)
     if parsed is None or inst.fam.lower() != "global":
         return None
     op, nbytes, signed, d16, hi = parsed
-    f, nxt, W = inst.f, ctx.nxt, wctx.wave_size
+    f, nxt = inst.f, ctx.nxt
     acc = 256 if f.get("acc") else 0
     d, s, va, k0 = f["vdst"] + acc, f["data"] + acc, f["addr"], f["offset"]
     saddr = f["saddr"]
@@ -308,29 +341,9 @@ def global_access(inst, ctx, wctx):
         if lanes.size == 0:
             return nxt
         sel = slice(None) if w.full else lanes
-        if use_saddr:  # a 32-bit unsigned VGPR offset from each wave's 64-bit SGPR base
-            waves = w.waves
-            base = np.zeros(w.V3.shape[1], dtype=np.int64)
-            base[w.km] = [waves[k].s[saddr] | waves[k].s[saddr + 1] << 32 for k in w.kl]
-            addr = np.repeat(base, W)[sel] + w.v[va][sel].astype(np.int64)
-        else:
-            addr = (w.v[va].astype(np.int64) | (w.v[va + 1].astype(np.int64) << 32))[sel]
-        if k0:
-            addr += k0
-        tags = addr >> TAG_SHIFT
-        tmin, tmax = int(_MIN(tags)), int(_MAX(tags))
-        mem = w.mem
-        if tmin < 1 or tmax >= len(mem._bounds):
-            return PER_WAVE  # untagged or unknown tags: the ordinary per-lane checks
-        real = addr & ADDR_MASK
-        if tmin == tmax:
-            r = mem.regions[tmin - 1]
-            if int(_MIN(real)) < r.addr or int(_MAX(real)) + nbytes > r.addr + r.size:
-                return PER_WAVE
-        else:
-            lo, hi_ = mem._lo.astype(np.int64)[tags], mem._hi.astype(np.int64)[tags]
-            if ((real < lo) | (real + nbytes > hi_)).any():
-                return PER_WAVE
+        real = tagged_addresses(w, sel, use_saddr, saddr, va, k0, nbytes)
+        if real is None:
+            return PER_WAVE  # untagged, unknown tags or outside a region: the ordinary per-lane checks
         heap = w.heap
         off = real - heap.base
         win = heap.windows.get(nbytes)
