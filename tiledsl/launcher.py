@@ -262,8 +262,10 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
         device.launch(fn, prep.grid, prep.block, kernargs, dynamic_lds=0,
                       tensors=tensor_args(manifest, prep.tensors, addresses))
         device.synchronize()
+        # Only what the kernel may write goes back (manifests without the field: everything).
+        written = {spec["name"] for spec in manifest["tensors"] if spec.get("written", True)}
         for t in prep.tensors:
-            if t.name in buffers and t.span and t.array.flags.writeable:
+            if t.name in buffers and t.name in written and t.span and t.array.flags.writeable:
                 data = device.copy_out(buffers[t.name], t.span)
                 ctypes.memmove(t.array.ctypes.data, data, t.span)
         failing = False

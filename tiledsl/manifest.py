@@ -8,6 +8,7 @@ the ABI in `tiledsl.ir.abi` and LLVM's kernarg layout in agreement.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tiledsl import __version__
@@ -16,7 +17,7 @@ from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import CompileError, TileError
 from tiledsl.grid import render_condition, render_grid
 from tiledsl.ir.abi import kernarg_layout, kernarg_size
-from tiledsl.lang.ast import BoundKernel, ScalarType, TensorType
+from tiledsl.lang.ast import BoundKernel, Call, Index, Kernel, Name, ScalarType, TensorType
 
 MANIFEST_FORMAT = 1
 
@@ -66,6 +67,26 @@ def merged_dim_units(bound: BoundKernel, options_units: dict[str, int] | None) -
     return units
 
 
+def written_tensors(kernel: Kernel) -> set[str]:
+    """The tensor arguments the kernel may write: those a store or atomic_add indexes (the
+    launcher copies only these back into numpy arguments). Iterative: bodies may nest deeply."""
+    out: set[str] = set()
+    stack: list[Any] = [kernel.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list | tuple):
+            stack.extend(node)
+            continue
+        if isinstance(node, Call) and node.func in ("store", "atomic_add"):
+            access = node.args[0] if node.args else next((k.value for k in node.kwargs if k.name == "access"), None)
+            if isinstance(access, Index) and isinstance(access.base, Name):
+                out.add(access.base.id)
+        if dataclasses.is_dataclass(node) and not isinstance(node, type):
+            stack.extend(v for f in dataclasses.fields(node)
+                         if isinstance(v := getattr(node, f.name), list | tuple) or dataclasses.is_dataclass(v))
+    return out
+
+
 def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
                    defines: dict[str, str] | None = None, unit_last_stride: bool = True,
                    stride_units: dict[str, int] | None = None,
@@ -78,10 +99,11 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
         raise CompileError("manifest", str(exc)) from None
     layout = kernarg_layout(bound, unit_last_stride)
     tensors, scalars = [], []
+    written = written_tensors(kernel)
     for arg in kernel.args:
         if isinstance(arg.type, TensorType):
             tensors.append({"name": arg.name, "dtype": arg.type.dtype, "dims": list(arg.type.dims),
-                            "unit_last_stride": unit_last_stride,
+                            "written": arg.name in written, "unit_last_stride": unit_last_stride,
                             "stride_unit": (stride_units or {}).get(arg.name, 1)})
         elif isinstance(arg.type, ScalarType):
             scalars.append({"name": arg.name, "dtype": arg.type.dtype})

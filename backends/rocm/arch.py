@@ -35,6 +35,34 @@ class MatrixOp:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Timing:
+    """The emulator's timing model parameters (backends/rocm/emulator/timing.py; docs/profile.md
+    gives each one's source). Cycles are at `clock_ghz`. The matrix pipe's cycles per instruction
+    are not listed: they follow from the row's published peak (see timing.matrix_cycles), which is
+    the calibration a pure MFMA/WMMA loop must reproduce."""
+
+    clock_ghz: float  # peak engine clock of the product
+    hbm_tb_s: float  # memory bandwidth of the product (all of its dies)
+    issue_interval: int  # cycles between one SIMD's issue opportunities (CDNA: 4 SIMDs take turns)
+    valu_cycles: int  # cycles one VALU instruction holds the SIMD's vector ALU (wave64 on 16 lanes: 4)
+    trans_cycles: int  # the same for a transcendental (exp, log, rcp, sqrt, sin, cos)
+    valu_latency: int  # result latency a dependent VALU waits for (RDNA's s_delay_alu VALU_DEP_n)
+    trans_latency: int  # the same after a transcendental (TRANS32_DEP_n)
+    matrix_shares_valu: bool  # WMMA runs on the vector ALU (RDNA); MFMA has its own pipe (CDNA)
+    lds_bytes_per_clk: int  # LDS bandwidth of one CU (banks x 4 bytes)
+    lds_latency: int  # LDS instruction issue to data returned, without conflicts
+    vmem_bytes_per_clk: int  # vector memory (L1/L0) bandwidth of one CU
+    vmem_line_bytes: int  # cache line: an access costs the distinct lines its lanes touch
+    vmem_latency: int  # vector load issue to data returned, an L2 hit
+    smem_latency: int  # scalar load issue to data returned, a scalar cache hit
+    branch_taken_cycles: int  # a taken branch refetches: the wave issues nothing for this long
+    barrier_cycles: int  # last wave arriving at s_barrier to the workgroup's release
+    workgroup_launch_cycles: int  # a free slot on a CU to the new workgroup's first instruction
+    dies: int = 1  # peak_tflops_f16 and hbm_tb_s cover `dies` x compute_units (MI250X: 2 GCDs)
+    fp8_rate: float = 2.0  # 8-bit matrix ops per 16-bit one (CDNA3/4, RDNA4)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Arch:
     name: str
     family: str  # "CDNA2", "CDNA3", "CDNA4", "RDNA3", "RDNA4"
@@ -53,6 +81,7 @@ class Arch:
     product: str
     llvm_features: str
     matrix_ops: tuple[MatrixOp, ...] = field(default=())
+    timing: Timing | None = None  # the timing model's parameters (None: the arch is not modeled)
     compute_units: int = 0  # of the product named above (one GCD of an MI250X): the split-KV heuristic
     # global_atomic_add_f32 ignores the denormal mode and flushes f32 denormals (MI200: LLVM's
     # "global FP atomics have a hardcoded FP mode"); later archs honour the mode.
@@ -133,6 +162,15 @@ _CDNA_FP8 = {
 _CDNA4_F8F6F4 = {dt: ("v_mfma_f32_32x32x64_f8f6f4", "v_mfma_f32_16x16x128_f8f6f4") for dt in ("f8e4m3", "f8e5m2")}
 
 
+# Timing parameters (docs/profile.md lists the source of each; latencies are estimates, see there).
+_CDNA_TIMING = {"issue_interval": 4, "valu_cycles": 4, "trans_cycles": 16, "valu_latency": 0, "trans_latency": 0,
+                "matrix_shares_valu": False, "lds_latency": 64, "vmem_bytes_per_clk": 64, "vmem_latency": 500,
+                "smem_latency": 60, "branch_taken_cycles": 16, "barrier_cycles": 16, "workgroup_launch_cycles": 200}
+_RDNA_TIMING = {"issue_interval": 1, "valu_cycles": 1, "trans_cycles": 4, "valu_latency": 5, "trans_latency": 10,
+                "matrix_shares_valu": True, "lds_bytes_per_clk": 128, "lds_latency": 40, "vmem_bytes_per_clk": 64,
+                "vmem_line_bytes": 128, "vmem_latency": 300, "smem_latency": 40, "branch_taken_cycles": 8,
+                "barrier_cycles": 8, "workgroup_launch_cycles": 200}
+
 _CDNA = {"isa_generation": "gfx9", "wave_size": 64, "vgprs_per_lane": 512, "agprs_per_lane": 256, "sgprs": 102,
          "simds_per_cu": 4, "max_waves_per_simd": 8, "vgpr_file_per_simd": 512, "llvm_features": ""}
 _RDNA = {"wave_size": 32, "lds_bytes": 64 * 1024, "vgprs_per_lane": 256, "agprs_per_lane": 0, "sgprs": 106,
@@ -141,35 +179,41 @@ _RDNA = {"wave_size": 32, "lds_bytes": 64 * 1024, "vgprs_per_lane": 256, "agprs_
 ARCHS: dict[str, Arch] = {
     "gfx90a": Arch(
         name="gfx90a", family="CDNA2", elf_mach=0x3F, lds_bytes=64 * 1024, fp8_flavour=None, peak_tflops_f16=383.0,
-        product="MI200 (MI250X)", compute_units=110, atomic_fadd_flushes_denormals=True, scratch_sve=False, **_CDNA,
+        product="MI200 (MI250X)", compute_units=110,
+        timing=Timing(clock_ghz=1.7, hbm_tb_s=3.2, dies=2, lds_bytes_per_clk=128, vmem_line_bytes=64, fp8_rate=0.0,
+                      **_CDNA_TIMING), atomic_fadd_flushes_denormals=True, scratch_sve=False, **_CDNA,
         matrix_ops=_cdna_ops(8, 16, {
             "f16": ("v_mfma_f32_32x32x8f16", "v_mfma_f32_16x16x16f16"),
             "bf16": ("v_mfma_f32_32x32x8bf16_1k", "v_mfma_f32_16x16x16bf16_1k"),
         })),
     "gfx942": Arch(
         name="gfx942", family="CDNA3", elf_mach=0x4C, lds_bytes=64 * 1024, fp8_flavour="fnuz", peak_tflops_f16=1307.0,
-        product="MI300X", compute_units=304, **_CDNA,
+        product="MI300X", compute_units=304,
+        timing=Timing(clock_ghz=2.1, hbm_tb_s=5.3, lds_bytes_per_clk=128, vmem_line_bytes=128, **_CDNA_TIMING), **_CDNA,
         matrix_ops=_cdna_ops(8, 16, {
             "f16": ("v_mfma_f32_32x32x8_f16", "v_mfma_f32_16x16x16_f16"),
             "bf16": ("v_mfma_f32_32x32x8_bf16", "v_mfma_f32_16x16x16_bf16"),
         }) + _cdna_ops(16, 32, _CDNA_FP8)),
     "gfx950": Arch(
         name="gfx950", family="CDNA4", elf_mach=0x4F, lds_bytes=160 * 1024, fp8_flavour="ocp", peak_tflops_f16=2500.0,
-        product="MI355X", compute_units=256, **_CDNA,
+        product="MI355X", compute_units=256,
+        timing=Timing(clock_ghz=2.4, hbm_tb_s=8.0, lds_bytes_per_clk=256, vmem_line_bytes=128, **_CDNA_TIMING), **_CDNA,
         matrix_ops=_cdna_ops(16, 32, {
             "f16": ("v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_f16"),
             "bf16": ("v_mfma_f32_32x32x16_bf16", "v_mfma_f32_16x16x32_bf16"),
         }) + _cdna_ops(64, 128, _CDNA4_F8F6F4) + _cdna_ops(16, 32, _CDNA_FP8)),
     "gfx1100": Arch(
         name="gfx1100", family="RDNA3", isa_generation="gfx11", elf_mach=0x41, fp8_flavour=None,
-        peak_tflops_f16=123.0, product="RX 7900 XTX", compute_units=96, **_RDNA,
+        peak_tflops_f16=123.0, product="RX 7900 XTX", compute_units=96,
+        timing=Timing(clock_ghz=2.5, hbm_tb_s=0.96, fp8_rate=0.0, **_RDNA_TIMING), **_RDNA,
         matrix_ops=(
             MatrixOp("wmma_gfx11", 16, 16, 16, "f16", 16, "v_wmma_f32_16x16x16_f16"),
             MatrixOp("wmma_gfx11", 16, 16, 16, "bf16", 16, "v_wmma_f32_16x16x16_bf16"),
         )),
     "gfx1201": Arch(
         name="gfx1201", family="RDNA4", isa_generation="gfx12", elf_mach=0x4E, fp8_flavour="ocp",
-        peak_tflops_f16=195.0, product="RX 9070 XT", compute_units=64, **_RDNA,
+        peak_tflops_f16=195.0, product="RX 9070 XT", compute_units=64,
+        timing=Timing(clock_ghz=2.97, hbm_tb_s=0.64, **_RDNA_TIMING), **_RDNA,
         matrix_ops=(
             MatrixOp("wmma_gfx12", 16, 16, 16, "f16", 8, "v_wmma_f32_16x16x16_f16"),
             MatrixOp("wmma_gfx12", 16, 16, 16, "bf16", 8, "v_wmma_f32_16x16x16_bf16"),

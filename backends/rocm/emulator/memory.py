@@ -89,6 +89,16 @@ class Heap:
         self._starts = sorted(self._allocs)
         self._last = (0, 0)
 
+    def clone(self) -> Heap:
+        """An independent copy of the memory in use and of the allocations (the timing model runs
+        sampled workgroups on one, leaving this heap as it was)."""
+        used = self.data.size if self.external else self.top
+        other = Heap(max(used, 16), base=self.base)
+        other.data[:used] = self.data[:used]
+        other.top = used
+        other._starts, other._allocs, other._free = list(self._starts), dict(self._allocs), list(self._free)
+        return other
+
     def alloc(self, size: int, name: str = "buffer") -> int:
         if self.external:
             raise EmulatorError("this heap lies over external memory; its owner allocates")

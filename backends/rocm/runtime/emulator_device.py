@@ -6,6 +6,7 @@ launch returns with its results in memory and any fault raised at the launch sit
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from tiledsl.backends.rocm.runtime.device import (
     complete_kernargs,
     launch_dims,
 )
+from tiledsl.backends.rocm.runtime.timing_model import LaunchTiming, TimingOptions, model_launch
 
 SCHEDULES = ("in_order", "shuffle")
 
@@ -40,20 +42,42 @@ class EmulatorDevice(Device):
     non-deterministic reduction, which in-order emulation would hide.
 
     lockstep (in-order schedule only): run the waves of many workgroups together (emulator/
-    lockstep.py), same results and same faults as one wave at a time; False keeps the latter."""
+    lockstep.py), same results and same faults as one wave at a time; False keeps the latter.
 
-    def __init__(self, arch: str | Arch, schedule: str = "in_order", seed: int = 0, lockstep: bool = True) -> None:
+    workers: processes a large lockstep launch may run in (emulator/lockstep_workers.py; same
+    results and faults as one process); 1 (the default) runs everything in this process, None
+    takes every core this process may use (at most 8). The default stays 1 because the test
+    suite already runs one process per core (pytest -n 2): forking more would only oversubscribe.
+
+    timing (True or a runtime.timing_model.TimingOptions): also model each launch's time on the
+    arch (docs/profile.md); every launch's statistics then carry a LaunchTiming under "timing".
+    With TimingOptions(execute=False) only the sampled workgroups run: a fast profile of a
+    full-size launch whose results are not computed (copy_out then refuses)."""
+
+    def __init__(self, arch: str | Arch, schedule: str = "in_order", seed: int = 0, lockstep: bool = True,
+                 timing: bool | TimingOptions = False, workers: int | None = 1) -> None:
         if schedule not in SCHEDULES:
             raise DeviceError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        if not isinstance(timing, (bool, TimingOptions)):
+            raise DeviceError(f"timing: expected a bool or a TimingOptions, got {timing!r}")
         self.arch = get_arch(arch) if isinstance(arch, str) else arch
         self.schedule = schedule
         self.rng = np.random.default_rng(seed) if schedule == "shuffle" else None
         self.lockstep = lockstep
+        if workers is None:
+            workers = min(len(os.sched_getaffinity(0)), 8)
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise DeviceError(f"workers: expected None or an int >= 1, got {workers!r}")
+        self.workers = workers
         self.name = f"emulated {self.arch.name} ({self.arch.product})" + (
             f", shuffled (seed {seed})" if self.rng is not None else "")
         self.heap = Heap()
         self.last_stats: dict = {}
         self.launches: list[dict] = []  # every launch's statistics and kernel name, in order
+        self.timing = TimingOptions() if timing is True else timing or None
+        if self.timing is not None and self.arch.timing is None:
+            raise DeviceError(f"timing: {self.arch.name} has no timing parameters")
+        self.unexecuted: str | None = None  # set when a timing-only launch left results uncomputed
 
     # -- memory ---------------------------------------------------------------------------
     def alloc(self, size: int, name: str = "buffer") -> Buffer:
@@ -78,6 +102,8 @@ class EmulatorDevice(Device):
         size = buf.size - offset if size is None else size
         if offset < 0 or offset + size > buf.size:
             raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+        if self.unexecuted:
+            raise DeviceError(f"cannot copy '{buf.name}' out: {self.unexecuted}")
         return self.heap.read(buf.addr + offset, size)
 
     # -- code -----------------------------------------------------------------------------
@@ -106,9 +132,34 @@ class EmulatorDevice(Device):
     # -- launch ---------------------------------------------------------------------------
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
                stream: Stream | None = None, tensors: Sequence[TensorArg] | None = None) -> None:
-        self.last_stats = dispatch(kernel.handle, kernel.meta, self.heap, grid, block, kernargs, dynamic_lds,
-                                   self.heap.alloc, self.heap.free, self.rng, tensors, self.lockstep)
+        timing = self._model(kernel, grid, block, kernargs, dynamic_lds, tensors) if self.timing else None
+        if timing is not None and not self.timing.execute:
+            self.unexecuted = (f"the device models time only (TimingOptions(execute=False)): launch of "
+                               f"'{kernel.name}' ran {timing.sampled_workgroups} of {timing.workgroups} workgroups")
+            self.last_stats = {"path": "timing only", "workgroups": timing.workgroups}
+        else:
+            self.last_stats = dispatch(kernel.handle, kernel.meta, self.heap, grid, block, kernargs, dynamic_lds,
+                                       self.heap.alloc, self.heap.free, self.rng, tensors, self.lockstep,
+                                       self.workers)
+        if timing is not None:
+            self.last_stats["timing"] = timing
         self.launches.append({"kernel": kernel.name, **self.last_stats})
+
+    def _model(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int,
+               tensors: Sequence[TensorArg] | None) -> LaunchTiming:
+        """The timing model of a launch, its sampled workgroups run on a copy of memory (or on the
+        memory itself when the launch will not execute)."""
+        heap = self.heap.clone() if self.timing.execute else self.heap
+        g, b = launch_dims(grid, block)
+        karg, packet, mem = write_launch(kernel.handle, kernel.meta, heap, g, b, kernargs, dynamic_lds, heap.alloc,
+                                         heap.free, tensors)
+        try:
+            with np.errstate(all="ignore"):
+                return model_launch(kernel.handle, kernel.meta, heap, g, b, dynamic_lds, karg, packet, mem,
+                                    self.timing)
+        finally:
+            heap.free(karg)
+            heap.free(packet)
 
     def synchronize(self, stream: Stream | None = None) -> None:
         return None
@@ -161,9 +212,10 @@ def _first_fault(run: Callable[[tuple[int, int, int]], int], workgroups: list) -
 
 
 def _try_lockstep(bk: BoundKernel, heap: Heap, order: list, g, b, karg: int, packet: int, dynamic_lds: int,
-                  mem: Regions) -> list[int] | str:
-    """The launch in lockstep: each workgroup's wave-instructions, or why it ran no further
-    ("ordinary": not eligible; "fallback: ...": it stopped, the heap restored for the ordinary run)."""
+                  mem: Regions, workers: int = 1) -> tuple[list[int], int] | str:
+    """The launch in lockstep: (each workgroup's wave-instructions, the processes that ran them),
+    or why it ran no further ("ordinary": not eligible; "fallback: ...": it stopped, the heap
+    restored for the ordinary run)."""
     W = bk.image.wave_size
     waves = len(order) * -(-(b[0] * b[1] * b[2]) // W)
     if heap.external or waves < lockstep.MIN_WAVES or not lockstep.eligible(bk):
@@ -171,7 +223,7 @@ def _try_lockstep(bk: BoundKernel, heap: Heap, order: list, g, b, karg: int, pac
     saved = heap.data[:heap.top].copy()
     loaded, unique = heap.loaded_bytes, heap.unique_loaded_bytes
     try:
-        return lockstep.run_launch(bk, heap, order, g, b, karg, packet, dynamic_lds, mem)
+        return lockstep.run_launch(bk, heap, order, g, b, karg, packet, dynamic_lds, mem, workers)
     except lockstep.Fallback as exc:
         heap.data[:saved.size] = saved
         heap.loaded_bytes, heap.unique_loaded_bytes = loaded, unique
@@ -217,7 +269,7 @@ def write_launch(bk: BoundKernel, meta: dict, heap: Heap, g: tuple[int, int, int
 def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: bytes, dynamic_lds: int,
              alloc: Callable[[int, str], int], free: Callable[[int], None],
              rng: np.random.Generator | None = None, tensors: Sequence[TensorArg] | None = None,
-             lockstep_ok: bool = False) -> dict:
+             lockstep_ok: bool = False, workers: int = 1) -> dict:
     """Run one launch of `bk` over `heap` the way the runtime would: check the launch, write the
     kernarg segment (hidden arguments filled in, pointer arguments tagged with their regions from
     `tensors` or their allocations, see `tag_pointers`) and a dispatch packet into memory from
@@ -227,12 +279,13 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
     A memory fault stops the launch. With `rng`, the workgroups before the faulting one in launch
     order (x fastest) that have not run yet then run in that order, and the first of them to fault
     is reported instead: the same fault an in-order run reports (for kernels whose workgroups do
-    not depend on each other's order)."""
+    not depend on each other's order). `workers`: see EmulatorDevice."""
     g, b = launch_dims(grid, block)
     karg, packet, mem = write_launch(bk, meta, heap, g, b, kernargs, dynamic_lds, alloc, free, tensors)
     t0 = time.perf_counter()
     count = 0
     longest = 0  # the most wave-instructions one workgroup ran
+    processes = 1  # that ran the launch (lockstep_workers.py)
     loaded, unique = heap.loaded_bytes, heap.unique_loaded_bytes
     try:
         # inf - inf and friends are ordinary IEEE results on the GPU: no numpy warnings.
@@ -240,9 +293,10 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
             order = [(x, y, z) for z in range(g[2]) for y in range(g[1]) for x in range(g[0])]
             path = "ordinary"
             if rng is None and lockstep_ok:
-                path = _try_lockstep(bk, heap, order, g, b, karg, packet, dynamic_lds, mem)
-                if isinstance(path, list):
-                    count, longest, order = sum(path), max(path, default=0), []
+                path = _try_lockstep(bk, heap, order, g, b, karg, packet, dynamic_lds, mem, workers)
+                if isinstance(path, tuple):
+                    (counts, processes), order = path, []
+                    count, longest = sum(counts), max(counts, default=0)
                     path = "lockstep"
             if rng is not None:
                 order = [order[i] for i in rng.permutation(len(order))]
@@ -267,4 +321,4 @@ def dispatch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, kernargs: byt
             "wave_instructions_per_s": count / dt if dt > 0 else 0.0,
             "workgroups": g[0] * g[1] * g[2], "max_workgroup_instructions": longest,
             "global_load_bytes": heap.loaded_bytes - loaded,
-            "global_load_unique_bytes": heap.unique_loaded_bytes - unique}
+            "global_load_unique_bytes": heap.unique_loaded_bytes - unique, "processes": processes}
