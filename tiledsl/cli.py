@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tiledsl import __version__
+from tiledsl import __version__, profile
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.errors import SourceError, TileError
 
@@ -127,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--arch", required=True, help=f"one of {', '.join(ARCH_NAMES)}")
     ex.add_argument("-o", "--output", help="the JSON file to write (default: standard output)")
 
+    profile.add_parser(sub)
+
     pl = sub.add_parser("plan", help="print the stages and workspace of a multi-stage library call")
     pl.add_argument("op", choices=["fmha_bwd"], help="the library operation (tiledsl.ops)")
     pl.add_argument("--arch", required=True, help=f"one of {', '.join(ARCH_NAMES)}")
@@ -164,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_prebuild(args)
         if args.command == "plan":
             return cmd_plan(args)
+        if args.command == "profile":
+            return profile.cmd_profile(args)
         if args.command == "list":
             return cmd_list(args)
         if args.command == "registry":

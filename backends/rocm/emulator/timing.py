@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tiledsl.backends.rocm.arch import Arch
-from tiledsl.backends.rocm.emulator.trace import WorkgroupTrace
+from tiledsl.backends.rocm.emulator.trace import FREE_MEMORY, WorkgroupTrace, memory_kind
 
 # Instruction kinds.
 SALU, VALU, TRANS, MATRIX, LDS, VLOAD, VSTORE, SMEM, BRANCH, WAIT, NOP, DELAY, BARRIER, END, SLEEP, FREE = range(16)
@@ -44,9 +44,8 @@ _TRANS = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)(_legacy|_iflag|_clamp)?_
 _MFMA = re.compile(r"^v_mfma_(f32|i32|f64)_(\d+)x(\d+)x(\d+)(?:_(\d+)b)?_?(\w*)$")
 _WMMA = re.compile(r"^v_wmma_(f32|f16|bf16|i32)_(\d+)x(\d+)x(\d+)_(\w+?)(?:_w32|_w64)?$")
 _FREE = ("s_clause", "s_setprio", "s_waitcnt_depctr", "s_wait_alu", "s_dcache_inv", "s_dcache_wb", "s_inst_prefetch",
-         "s_set_inst_prefetch_distance", "s_barrier_signal", "buffer_gl0_inv", "buffer_gl1_inv", "buffer_inv",
-         "buffer_wbl2", "buffer_wbinvl1", "buffer_wbinvl1_vol", "global_inv", "global_wb", "s_icache_inv",
-         "s_version", "s_sethalt", "s_ttracedata", "s_code_end")
+         "s_set_inst_prefetch_distance", "s_barrier_signal", "s_icache_inv", "s_version", "s_sethalt",
+         "s_ttracedata", "s_code_end") + FREE_MEMORY
 
 
 class TimingError(Exception):
@@ -161,9 +160,9 @@ def classify(arch: Arch, insts) -> Program:
             kind = BRANCH
         elif fam == "SMEM":
             kind, counters = SMEM, _memory_counters(inst, gen, True)
-        elif fam == "DS":
+        elif memory_kind(inst) == "lds":
             kind, counters = LDS, _memory_counters(inst, gen, True)
-        elif fam in ("GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF"):
+        elif memory_kind(inst) == "vmem":
             load = "load" in n or ("atomic" in n and ("rtn" in n or inst.f.get("glc") or inst.f.get("sc0")))
             kind, counters = (VLOAD if load else VSTORE), _memory_counters(inst, gen, bool(load))
         p.kind.append(kind)
@@ -201,7 +200,8 @@ class _Group:
     __slots__ = ("alive", "arrived")
 
     def __init__(self, n: int) -> None:
-        self.alive, self.arrived = n, []
+        self.alive = n
+        self.arrived: list[tuple[_Wave, int, float]] = []  # (wave, barrier pc, arrival time)
 
 
 @dataclass
@@ -368,21 +368,23 @@ def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_
                         w.reason = "branch"
                 elif k == BARRIER:
                     g = w.group
-                    g.arrived.append(w)
+                    g.arrived.append((w, pc, t))
                     w.i += 1
                     w.ready, w.reason = INF, "barrier"
                     if len(g.arrived) >= g.alive:
-                        _release(g, t + t_.barrier_cycles)
+                        _release(g, t + t_.barrier_cycles, pc_stall)
                     continue
                 elif k == END:
                     on_simd[s].remove(w)
                     g = w.group
                     g.alive -= 1
-                    end = max(end, t)
+                    # The wave is done when its pipes drain and its memory operations complete.
+                    done = max([t, *pipe_free[s]] + [dq[-1] for dq in w.cnt if dq])
+                    end = max(end, done)
                     if g.alive == 0 and pending:
-                        starts.append(t + t_.workgroup_launch_cycles)
+                        starts.append(done + t_.workgroup_launch_cycles)
                     elif g.arrived and len(g.arrived) >= g.alive:
-                        _release(g, t + t_.barrier_cycles)
+                        _release(g, t + t_.barrier_cycles, pc_stall)
                     continue
                 w.i += 1
                 w.ready = w.since = nxt
@@ -413,9 +415,11 @@ def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_
     return res
 
 
-def _release(g: _Group, at: float) -> None:
-    for x in g.arrived:
-        x.ready = x.since = at
+def _release(g: _Group, at: float, pc_stall: dict[int, float]) -> None:
+    """Let a workgroup's waves past its barrier at `at`, charging each wave's wait to the barrier."""
+    for w, pc, arrived in g.arrived:
+        w.ready = w.since = at
+        pc_stall[pc] = pc_stall.get(pc, 0.0) + at - arrived
     g.arrived = []
 
 

@@ -125,16 +125,33 @@ def _vmem_cost(inst, ctx, line: int):
     return cost
 
 
+FREE_MEMORY = ("buffer_gl0_inv", "buffer_gl1_inv", "buffer_inv", "buffer_wbl2", "buffer_wbinvl1", "buffer_wbinvl1_vol",
+               "global_inv", "global_wb")  # cache control: no data moves
+
+
+def memory_kind(inst) -> str | None:
+    """"lds" or "vmem" for the instructions the timing model prices by their addresses, else None."""
+    if inst.name in FREE_MEMORY:
+        return None
+    if inst.fam == "DS":
+        return "lds"
+    if inst.fam in ("GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF"):
+        return "vmem"
+    return None
+
+
 def cost_functions(bk: BoundKernel, lds_banks: int, line_bytes: int) -> list:
-    """Per instruction: a function (wave -> cost) for LDS and vector-memory instructions, else None."""
+    """Per instruction: a function (wave -> cost) for LDS and vector-memory instructions, else None.
+    Forms the address rules do not cover cost a pass per `lds_banks` lanes (LDS) or the lanes'
+    dwords in lines (memory)."""
     out = []
     for inst in bk.image.insts:
+        kind = memory_kind(inst)
         fn = None
-        if inst.fam == "DS":
-            fn = _lds_cost(inst, lds_banks)
-        elif inst.fam in ("GLOBAL", "FLAT", "SCRATCH", "MUBUF") and ("load" in inst.name or "store" in inst.name
-                                                                     or "atomic" in inst.name):
-            fn = _vmem_cost(inst, bk.ctx, line_bytes)
+        if kind == "lds":
+            fn = _lds_cost(inst, lds_banks) or (lambda w: -(-w.lanes.size // lds_banks))
+        elif kind == "vmem":
+            fn = _vmem_cost(inst, bk.ctx, line_bytes) or (lambda w: -(-(w.lanes.size * 4) // line_bytes))
         out.append(fn)
     return out
 

@@ -1,0 +1,202 @@
+"""The emulator's timing model (issue 17): calibration against each arch's published matrix peak,
+the pieces of the CU model on hand-made instruction streams, and the device and CLI around it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.backends.rocm.emulator import timing as tm
+from tiledsl.backends.rocm.emulator.trace import WaveTrace, WorkgroupTrace, cache_lines, lds_cycles
+from tiledsl.backends.rocm.runtime.device import DeviceError
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.backends.rocm.runtime.timing_model import TimingOptions, sample_cus
+from tiledsl.device_array import DeviceArray
+from tiledsl.driver import compile_source
+from tiledsl.launcher import launch
+
+pytestmark = pytest.mark.emulator
+KERNELS = Path(__file__).resolve().parent / "kernels"
+
+
+def _matrix_loop(arch: str, groups_per_cu: int, execute: bool = False):
+    src = KERNELS / "matrix_loop.tile"
+    k = compile_source(src.read_text(), str(src), arch, {})
+    a = get_arch(arch)
+    dev = EmulatorDevice(arch, timing=TimingOptions(execute=execute, sample_cus=1))
+    rng = np.random.default_rng(0)
+    x, y = (DeviceArray.from_numpy(dev, rng.standard_normal((64, 64)).astype(np.float16)) for _ in range(2))
+    out = DeviceArray.empty(dev, (a.compute_units * groups_per_cu, 64, 64), np.float32)
+    launch(k, x, y, out, 128, device=dev)  # long enough that the prologue and the store are noise
+    return dev, dev.last_stats["timing"]
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_a_full_matrix_loop_reaches_the_published_peak(arch: str) -> None:
+    """Calibration: CUs full of MFMA/WMMA loops run at the arch's published dense f16 peak (the
+    matrix cycles come from that peak; this checks the issue model loses no cycles on top)."""
+    _dev, t = _matrix_loop(arch, 8)
+    assert 0.97 <= t.peak_fraction <= 1.01, t.summary()
+    assert t.pipes["matrix"] > 0.97
+    assert t.bound == "compute units"
+
+
+@pytest.mark.parametrize(("arch", "name", "cycles"), [
+    ("gfx90a", "v_mfma_f32_32x32x8f16", 64),  # 16 passes (CDNA2 ISA)
+    ("gfx90a", "v_mfma_f32_16x16x16f16", 32),
+    ("gfx942", "v_mfma_f32_32x32x8_f16", 32),  # 8 passes (CDNA3 ISA)
+    ("gfx942", "v_mfma_f32_16x16x16_bf16", 16),
+    ("gfx942", "v_mfma_f32_32x32x16_fp8_fp8", 32),  # double rate for 8-bit inputs
+    ("gfx950", "v_mfma_f32_32x32x16_f16", 32),
+    ("gfx950", "v_mfma_f32_32x32x64_f8f6f4", 64),
+    ("gfx1100", "v_wmma_f32_16x16x16_f16", 32),
+    ("gfx1201", "v_wmma_f32_16x16x16_bf16", 16),
+    ("gfx1201", "v_wmma_f32_16x16x16_fp8_fp8", 8),
+])
+def test_matrix_cycles_follow_from_the_published_peak(arch: str, name: str, cycles: int) -> None:
+    assert tm.matrix_cycles(get_arch(arch), name)[0] == cycles
+
+
+def test_matrix_instructions_without_a_rate_are_refused() -> None:
+    with pytest.raises(tm.TimingError, match="v_mfma_f32_32x32x2f32"):
+        tm.matrix_cycles(get_arch("gfx942"), "v_mfma_f32_32x32x2f32")
+    with pytest.raises(tm.TimingError, match="no 8-bit matrix rate"):
+        tm.matrix_cycles(get_arch("gfx1100"), "v_wmma_i32_16x16x16_iu8")
+
+
+def test_lds_cycles_count_bank_conflicts() -> None:
+    lanes = np.arange(64)
+    assert lds_cycles(lanes * 4, 4, 32) == 2  # consecutive dwords: two conflict-free groups of 32 lanes
+    assert lds_cycles(np.zeros(64, np.int64), 4, 32) == 2  # one dword read by all: a broadcast
+    assert lds_cycles(lanes * 128, 4, 32) == 64  # stride 32 dwords: every lane in bank 0
+    assert lds_cycles(lanes * 8, 4, 32) == 4  # stride 2 dwords: two lanes per bank
+    assert lds_cycles(lanes * 16, 16, 32) == 8  # 128-bit lanes: 8 per group, conflict-free
+    assert lds_cycles(lanes * 4, 4, 64) == 1  # a 64-bank LDS (gfx950) serves a wave64 at once
+
+
+def test_cache_lines_count_distinct_lines() -> None:
+    a = np.arange(64, dtype=np.uint64) * 4
+    assert cache_lines(a, 4, 128) == 2
+    assert cache_lines(a * 32, 4, 128) == 64
+    assert cache_lines(np.array([126], np.uint64), 4, 128) == 2  # straddles a line
+
+
+def test_sampled_cus_are_the_most_loaded_ones() -> None:
+    assert sample_cus(10, 304, 4) == [0, 3, 6, 9]  # fewer workgroups than CUs: spread over them
+    assert sample_cus(304 + 20, 304, 3) == [0, 10, 19]  # CUs 0..19 get two workgroups
+    assert sample_cus(608, 304, 1) == [0]
+
+
+# -- the CU model on hand-made instruction streams --------------------------------------------
+
+def _program(kinds, busy=None, waits=None, counters=None, arg=None) -> tm.Program:
+    n = len(kinds)
+    return tm.Program(list(kinds), busy or [4 if k == tm.VALU else 0 for k in kinds], [0.0] * n,
+                      waits or [()] * n, counters or [(tm.VM,) if k == tm.VLOAD else () for k in kinds],
+                      arg or [0] * n, [tm.KIND_NAMES[k] for k in kinds])
+
+
+def _run(prog: tm.Program, waves: int, costs=(), arch: str = "gfx942", groups: int = 1) -> tm.CuResult:
+    traces = [WorkgroupTrace((g, 0, 0), [WaveTrace(i, list(range(len(prog.kind))), list(costs)) for i in range(waves)])
+              for g in range(groups)]
+    return tm.simulate_cu(get_arch(arch), prog, traces, groups_per_cu=groups)
+
+
+def test_a_wait_holds_the_wave_until_its_load_returns() -> None:
+    t = get_arch("gfx942").timing
+    prog = _program([tm.VLOAD, tm.WAIT, tm.VALU, tm.END], waits=[(), ((tm.VM, 0),), (), ()])
+    r = _run(prog, 1, costs=[2])
+    assert r.cycles >= t.vmem_latency + 2 * t.vmem_line_bytes / t.vmem_bytes_per_clk
+    assert r.slots["wait vmem"] > 0.9 * t.vmem_latency
+    no_wait = _program([tm.VLOAD, tm.VALU, tm.END])
+    assert not _run(no_wait, 1, costs=[2]).pc_stall.get(1)  # nothing waits for the load: the VALU goes on
+
+
+def test_other_waves_hide_a_waves_memory_latency() -> None:
+    """Two workgroups on the CU take much less than twice one: their waits overlap."""
+    prog = _program([tm.VLOAD, tm.WAIT] + [tm.VALU] * 50 + [tm.END], waits=[(), ((tm.VM, 0),)] + [()] * 51)
+    one = _run(prog, 4, costs=[1])
+    two = _run(prog, 4, costs=[1], groups=2)
+    assert two.cycles < 1.3 * one.cycles
+
+
+def test_matrix_pipe_serialises_mfmas_and_s_nop_costs_issue_slots() -> None:
+    t = get_arch("gfx942").timing
+    mfma = tm.matrix_cycles(get_arch("gfx942"), "v_mfma_f32_32x32x8_f16")[0]
+    prog = _program([tm.MATRIX] * 4 + [tm.END], busy=[mfma] * 4 + [0])
+    assert _run(prog, 1).cycles == 4 * mfma  # back to back, and the wave ends when the pipe drains
+    nops = _program([tm.NOP, tm.END], arg=[7, 0])
+    assert _run(nops, 1).cycles == 8 * t.issue_interval
+
+
+def test_a_barrier_waits_for_the_slowest_wave() -> None:
+    t = get_arch("gfx942").timing
+    prog = _program([tm.NOP, tm.BARRIER, tm.END], arg=[15, 0, 0])
+    traces = [WorkgroupTrace((0, 0, 0), [WaveTrace(0, [1, 2], []), WaveTrace(1, [0, 1, 2], [])])]
+    r = tm.simulate_cu(get_arch("gfx942"), prog, traces, groups_per_cu=1)
+    assert r.cycles >= 16 * t.issue_interval + t.barrier_cycles
+    assert r.pc_stall[1] >= 15 * t.issue_interval  # wave 0 waited at the barrier for wave 1's nops
+
+
+def test_s_delay_alu_waits_for_the_named_result() -> None:
+    t = get_arch("gfx1100").timing
+    prog = _program([tm.TRANS, tm.DELAY, tm.VALU, tm.END], busy=[t.trans_cycles, 0, 1, 0], arg=[0, 5, 0, 0])
+    r = _run(prog, 1, arch="gfx1100")  # instid0(TRANS32_DEP_1)
+    assert r.cycles >= t.trans_cycles + t.trans_latency
+    plain = _program([tm.TRANS, tm.VALU, tm.END], busy=[t.trans_cycles, 1, 0])
+    assert _run(plain, 1, arch="gfx1100").cycles < r.cycles
+
+
+# -- the device and the CLI ------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_a_timing_device_computes_the_same_results(arch: str) -> None:
+    from tiledsl.ops import fmha_fwd
+
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 96, 2, 64)).astype(np.float16) for _ in range(3))
+    plain = fmha_fwd(q, k, v, causal=True, device=EmulatorDevice(arch))
+    dev = EmulatorDevice(arch, timing=True)
+    timed = fmha_fwd(q, k, v, causal=True, device=dev)
+    assert np.array_equal(plain, timed)
+    t = dev.last_stats["timing"]
+    assert t.seconds > 0 and t.sampled_workgroups >= 1 and t.hot
+    assert dev.last_stats["path"] in ("lockstep", "ordinary")  # the launch itself ran in full
+
+
+def test_a_timing_only_device_refuses_to_hand_out_results() -> None:
+    dev, t = _matrix_loop("gfx942", 2)
+    assert t.sampled_workgroups == 2 and t.workgroups == 2 * get_arch("gfx942").compute_units
+    buf = dev.alloc(16)
+    with pytest.raises(DeviceError, match="models time only"):
+        dev.copy_out(buf)
+
+
+def test_timing_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="sample_cus"):
+        TimingOptions(sample_cus=0)
+    with pytest.raises(DeviceError, match="timing"):
+        EmulatorDevice("gfx942", timing="yes")  # type: ignore[arg-type]
+
+
+def test_manifests_name_the_tensors_a_kernel_writes() -> None:
+    src = KERNELS / "matrix_loop.tile"
+    k = compile_source(src.read_text(), str(src), "gfx942", {})
+    assert {t["name"]: t["written"] for t in k.manifest["tensors"]} == {"a": False, "b": False, "c": True}
+
+
+def test_profile_cli_prints_a_model_and_refuses_bad_arguments() -> None:
+    cmd = [sys.executable, "-m", "tiledsl", "profile", "fmha_fwd", "--arch", "gfx942", "--batch", "1",
+           "--heads", "2", "--seqlen", "256", "--hdim", "64", "--causal", "--sample-cus", "2"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "modeled" in r.stdout and "TFLOP/s" in r.stdout and "hottest instructions" in r.stdout
+    bad = subprocess.run(cmd[:5] + ["--arch", "gfx000"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown arch 'gfx000'" in bad.stderr
+    bad = subprocess.run(cmd + ["--seqlen", "x"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--seqlen" in bad.stderr

@@ -1,0 +1,130 @@
+"""`tiledsl profile`: a library call's modeled time on an arch, from the emulator's timing model.
+
+Runs `ops.fmha_fwd` or `ops.fmha_bwd` at the given shape on an `EmulatorDevice(arch,
+timing=TimingOptions(...))` and prints, per launched kernel, the modeled time, TFLOP/s and share of
+the arch's matrix peak, what bounds it, the pipes' use, where the SIMDs' cycles go and the
+hottest instructions; `--plot DIR` draws a roofline and one workgroup's timeline (matplotlib, the
+`plot` extra). By default only the sampled workgroups run (a full-size launch is modeled in
+seconds to a minute; results are not computed); `--execute` runs every workgroup too. The model
+ranks kernels and finds bottlenecks; it does not predict a GPU's clocks (docs/profile.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES, Arch, get_arch
+from tiledsl.errors import TileError
+
+OPS = ("fmha_fwd", "fmha_bwd")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("profile", help="model a library call's time on an arch (emulator timing model)")
+    p.add_argument("op", choices=OPS, help="the library operation (tiledsl.ops)")
+    p.add_argument("--arch", required=True, help=f"one of {', '.join(ARCH_NAMES)}")
+    p.add_argument("--dtype", default="f16", choices=["f16", "bf16"], help="input dtype (default f16)")
+    p.add_argument("--batch", type=int, default=4, help="batch size (default 4)")
+    p.add_argument("--heads", default="32", help="query heads, Hq/Hk for GQA such as 32/8 (default 32)")
+    p.add_argument("--seqlen", default="4096", help="sequence length, SQ/SK when they differ (default 4096)")
+    p.add_argument("--hdim", type=int, default=128, help="head dim (default 128)")
+    p.add_argument("--causal", action="store_true", help="bottom-right causal mask")
+    p.add_argument("--sample-cus", type=int, default=4, help="compute units simulated per launch (default 4)")
+    p.add_argument("--execute", action="store_true", help="also run every workgroup (slow at full size)")
+    p.add_argument("--plot", metavar="DIR", help="write roofline.png and timeline.png there (needs matplotlib)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+
+def _pair(text: str, what: str) -> tuple[int, int]:
+    try:
+        parts = [int(x) for x in str(text).split("/")]
+    except ValueError:
+        raise TileError(f"{what}: expected N or N/M, got '{text}'") from None
+    if len(parts) not in (1, 2) or min(parts) < 1:
+        raise TileError(f"{what}: expected positive N or N/M, got '{text}'")
+    return parts[0], parts[-1]
+
+
+def useful_flops(op: str, batch: int, hq: int, sq: int, sk: int, hdim: int, causal: bool) -> float:
+    """The attention's matrix FLOPs (2 products forward, 5 backward), over visible pairs only."""
+    pairs = sum(min(max(i + 1 + sk - sq, 0), sk) for i in range(sq)) if causal else sq * sk
+    return (2 if op == "fmha_fwd" else 5) * 2.0 * batch * hq * pairs * hdim
+
+
+def run_profile(op: str, arch: Arch, *, dtype: str = "f16", batch: int = 4, hq: int = 32, hk: int = 32,
+                sq: int = 4096, sk: int = 4096, hdim: int = 128, causal: bool = False, sample_cus: int = 4,
+                execute: bool = False, timeline: bool = False) -> dict[str, Any]:
+    """Model one call; returns {"launches": [LaunchTiming...], "seconds", "tflops", "peak_fraction"}."""
+    from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+    from tiledsl.backends.rocm.runtime.timing_model import TimingOptions
+    from tiledsl.device_array import DeviceArray
+    from tiledsl.ops import fmha_bwd, fmha_fwd
+
+    if op not in OPS:
+        raise ValueError(f"op: expected one of {', '.join(OPS)}, got {op!r}")
+    dev = EmulatorDevice(arch, timing=TimingOptions(sample_cus=sample_cus, execute=execute, timeline=timeline))
+    npdt = np.dtype(np.float16) if dtype == "f16" else np.dtype(ml_dtypes.bfloat16)
+
+    def tensor(s: int, h: int, name: str) -> DeviceArray:
+        return DeviceArray.empty(dev, (batch, s, h, hdim), npdt, name)
+
+    q, k, v = tensor(sq, hq, "q"), tensor(sk, hk, "k"), tensor(sk, hk, "v")
+    if op == "fmha_fwd":
+        fmha_fwd(q, k, v, causal=causal, device=dev)
+    else:
+        out, do = tensor(sq, hq, "out"), tensor(sq, hq, "do")
+        lse = DeviceArray.empty(dev, (batch, hq, sq), np.float32, "lse")
+        fmha_bwd(do, q, k, v, out, lse, causal=causal, device=dev)
+    launches = [entry["timing"] for entry in dev.launches]
+    seconds = sum(t.seconds for t in launches)
+    flops = useful_flops(op, batch, hq, sq, sk, hdim, causal)
+    peak = arch.peak_tflops_f16 * 1e12 / arch.timing.dies
+    return {"launches": launches, "seconds": seconds, "flops": flops, "tflops": flops / seconds / 1e12,
+            "peak_fraction": flops / seconds / peak}
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from tiledsl.backends.rocm.runtime.timing_model import format_timing
+
+    arch = get_arch(args.arch)
+    hq, hk = _pair(args.heads, "--heads")
+    sq, sk = _pair(args.seqlen, "--seqlen")
+    if args.batch < 1 or args.hdim < 1:
+        raise TileError("--batch and --hdim must be positive")
+    if args.sample_cus < 1:
+        raise TileError("--sample-cus must be positive")
+    try:
+        r = run_profile(args.op, arch, dtype=args.dtype, batch=args.batch, hq=hq, hk=hk, sq=sq, sk=sk,
+                        hdim=args.hdim, causal=args.causal, sample_cus=args.sample_cus, execute=args.execute,
+                        timeline=bool(args.plot))
+    except ValueError as exc:
+        raise TileError(str(exc)) from None
+    if args.json:
+        out = {k: v for k, v in r.items() if k != "launches"}
+        out["launches"] = [{k: v for k, v in asdict(t).items() if k != "timeline"} for t in r["launches"]]
+        print(json.dumps(out, indent=1))
+    else:
+        shape = f"B{args.batch} Hq{hq}/Hk{hk} Sq{sq}/Sk{sk} D{args.hdim} {args.dtype}"
+        shape += " causal" if args.causal else ""
+        print(f"{args.op} {shape} on {arch.name} ({arch.product}), modeled -- a ranking tool, not a clock "
+              f"(docs/profile.md)")
+        for t in r["launches"]:
+            print(format_timing(t))
+        print(f"total {r['seconds'] * 1e6:.1f} us: {r['tflops']:.1f} TFLOP/s of attention "
+              f"({100 * r['peak_fraction']:.1f}% of {arch.peak_tflops_f16 / arch.timing.dies:.0f} TFLOP/s peak)")
+    if args.plot:
+        from tiledsl.profile_plot import plot_roofline, plot_timeline
+
+        outdir = Path(args.plot)
+        outdir.mkdir(parents=True, exist_ok=True)
+        plot_roofline(arch, r["launches"], outdir / "roofline.png")
+        plot_timeline(r["launches"][0], outdir / "timeline.png")
+        print(f"wrote {outdir / 'roofline.png'} and {outdir / 'timeline.png'}")
+    return 0
