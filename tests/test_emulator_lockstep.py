@@ -14,8 +14,10 @@ import pytest
 from _fmha_util import assert_grads_close
 
 from tiledsl import ops
-from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.backends.rocm.emulator import lockstep
 from tiledsl.backends.rocm.emulator.memory import MemoryFault
+from tiledsl.backends.rocm.runtime.device import DeviceError
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.device_array import DeviceArray
 from tiledsl.driver import compile_source
@@ -116,8 +118,8 @@ def test_the_same_first_fault_and_memory(arch: str) -> None:
     leaves `out` as far as the ordinary run got."""
     kern = compile_source(SHIFTED, "shifted.tile", arch, {"BLOCK": "128", "WAVES": "2", "SHIFT": "5"})
     msgs, outs = [], []
-    for lockstep in (False, True):
-        dev = EmulatorDevice(arch, lockstep=lockstep)
+    for ls in (False, True):
+        dev = EmulatorDevice(arch, lockstep=ls)
         x = DeviceArray.from_numpy(dev, np.arange(3 * 128, dtype=np.float32), "x")
         out = DeviceArray.from_numpy(dev, np.full(8 * 128, -1.0, np.float32), "out")
         with pytest.raises(MemoryFault) as info:
@@ -328,3 +330,93 @@ def test_attention_backward_with_float_atomics(arch: str) -> None:
         assert (np.abs(acc[:, :, 0].astype(np.float64) - exact) <= bound).all()
     ref = fmha_bwd_reference(do, q, k, v, causal=True)
     assert_grads_close((dq_l, dk_l, dv_l), ref, np.float16)
+
+
+# -- worker processes ---------------------------------------------------------------------------
+@pytest.fixture
+def parallel_always(monkeypatch):
+    """Worker processes for every launch of three or more chunks, however fast its first chunk
+    ran (the real threshold is a time, which a test must not depend on)."""
+    monkeypatch.setattr(lockstep, "MIN_PARALLEL_SECONDS", 0.0)
+
+
+def by_workers(arch: str, run) -> tuple[list, list, list, list]:
+    """`run(device)` in one process and with two workers: (results, results, launches, launches)
+    after checking the launches' statistics agree."""
+    one, two = EmulatorDevice(arch), EmulatorDevice(arch, workers=2)
+    a, b = run(one), run(two)
+    for lo, ln in zip(one.launches, two.launches, strict=True):
+        assert lo["path"] == ln["path"] == "lockstep" and lo["processes"] == 1
+        assert {s: lo[s] for s in SAME_STATS} == {s: ln[s] for s in SAME_STATS}, ln["kernel"]
+    return a, b, one.launches, two.launches
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_workers_give_the_same_results(arch: str, parallel_always) -> None:
+    """Chunks of one launch in two worker processes: the forward's output and LSE and the
+    deterministic backward's gradients are one process's bits, with the same statistics; the
+    backward's atomic mode keeps its main kernel (global atomics) in one process."""
+    rng = np.random.default_rng(5)
+    q, k, v, do = (rng.standard_normal((3, 512, 8, 64)).astype(np.float16) for _ in range(4))
+
+    def fwd(dev):
+        return ops.fmha_fwd(q, k, v, causal=True, return_lse=True, device=dev)
+
+    (oa, la), (ob, lb), _, launches = by_workers(arch, fwd)
+    assert_bits_equal(oa, ob)
+    assert_bits_equal(la, lb)
+    assert [ln["processes"] for ln in launches] == [2]
+
+    def bwd(dev, deterministic):
+        return ops.fmha_bwd(do, q, k, v, oa, la, causal=True, deterministic=deterministic, device=dev)
+
+    a, b, _, launches = by_workers(arch, lambda dev: bwd(dev, True))
+    for x, y in zip(a, b, strict=True):
+        assert_bits_equal(x, y)
+    assert {ln["kernel"]: ln["processes"] for ln in launches}["fmha_bwd_dq_dk_dv"] == 2
+    dev = EmulatorDevice(arch, workers=2)
+    bwd(dev, False)
+    assert {ln["kernel"]: ln["processes"] for ln in dev.launches}["fmha_bwd_dq_dk_dv"] == 1
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_workers_report_the_same_first_fault(arch: str, parallel_always, monkeypatch) -> None:
+    """x[i + 5] overruns x in the middle of the second of three chunks, which a worker runs: the
+    worker's error sends the launch to the ordinary path, which reports the ordinary run's first
+    fault and leaves memory as the ordinary run does."""
+    from tiledsl.backends.rocm.emulator import lockstep_workers
+
+    errors = []
+    run_chunks = lockstep_workers.run_chunks
+
+    def spy(*args):
+        try:
+            return run_chunks(*args)
+        except lockstep_workers.WorkerError as exc:
+            errors.append(str(exc))
+            raise
+    monkeypatch.setattr(lockstep_workers, "run_chunks", spy)
+    kern = compile_source(SHIFTED, "shifted.tile", arch, {"BLOCK": "128", "WAVES": "2", "SHIFT": "5"})
+    chunk = lockstep.LANES // get_arch(arch).wave_size // 2  # workgroups per chunk
+    bad = chunk + chunk // 2  # x ends here: the first workgroup to overrun it is bad - 1
+    msgs, outs = [], []
+    for opts in ({"lockstep": False}, {"workers": 2}):
+        dev = EmulatorDevice(arch, **opts)
+        x = DeviceArray.from_numpy(dev, np.arange(bad * 128, dtype=np.float32), "x")
+        out = DeviceArray.from_numpy(dev, np.full(3 * chunk * 128, -1.0, np.float32), "out")
+        with pytest.raises(MemoryFault) as info:
+            launch(kern, x, out, device=dev)
+        msgs.append(str(info.value))
+        outs.append(out.numpy())
+    assert msgs[0] == msgs[1]
+    assert f"workgroup ({bad - 1}, 0, 0)" in msgs[0] and "past the end of x" in msgs[0], msgs[0]
+    assert_bits_equal(outs[0], outs[1])
+    assert len(errors) == 1 and "past the end of x" in errors[0], errors
+
+
+def test_worker_count_option() -> None:
+    assert EmulatorDevice("gfx942").workers == 1
+    assert 1 <= EmulatorDevice("gfx942", workers=None).workers <= 8
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(DeviceError, match="workers"):
+            EmulatorDevice("gfx942", workers=bad)

@@ -53,17 +53,21 @@ then wave index), each wave's lanes in order. Therefore:
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
 
-from tiledsl.backends.rocm.emulator import lockstep_atomics, lockstep_ops
+from tiledsl.backends.rocm.emulator import lockstep_atomics, lockstep_ops, lockstep_workers
 from tiledsl.backends.rocm.emulator.executor import BUILDERS, END, BoundKernel, Wave, _abi_setup
 from tiledsl.backends.rocm.emulator.lockstep_ops import PER_WAVE
 from tiledsl.backends.rocm.emulator.memory import Heap, Regions, UnsupportedInstruction
 
 LANES = 8192  # lanes per chunk: past a few thousand elements a numpy call's cost grows with size
 MIN_WAVES = 2  # launches with fewer waves gain nothing
+# Worker processes cost a fork each, a copy of the heap both ways and a pipe per launch (15-30 ms
+# with an 8 MB heap): only launches whose remaining chunks would take this long use them.
+MIN_PARALLEL_SECONDS = 0.25
 
 _VALU = ("VOP1", "VOP2", "VOP3", "VOP3P", "VOPD")
 # Not lane-local, or reading/writing state a batch does not share (SGPR results, VCC, EXEC, M0,
@@ -281,14 +285,21 @@ class Fallback(Exception):
 
 
 def run_launch(bk: BoundKernel, heap: Heap, order: list, grid, block, kernarg_addr: int, dispatch_addr: int,
-               dynamic_lds: int, mem: Regions) -> list[int]:
-    """Run the workgroups `order` (launch order) in lockstep chunks; the wave-instructions of
-    each workgroup (in chunk order). Raises Fallback (heap left as it was mid-run) on any error.
+               dynamic_lds: int, mem: Regions, workers: int = 1) -> tuple[list[int], int]:
+    """Run the workgroups `order` (launch order) in lockstep chunks: (the wave-instructions of each
+    workgroup in chunk order, the number of processes that ran chunks). Raises Fallback (heap left
+    as it was mid-run) on any error.
 
     Chunks take workgroups x slowest: grids put the tile index in x and batch/head in y/z, and the
     workgroups of one tile column share their control flow (a causal forward's query block sets
     its loop count), so a chunk's waves stay together; in launch order a chunk would hold a row of
-    query blocks whose loops end one after another, half its lanes idle on average."""
+    query blocks whose loops end one after another, half its lanes idle on average.
+
+    With `workers` > 1, the first chunk runs here and times the launch: when the chunks left would
+    take MIN_PARALLEL_SECONDS or more at that pace, at least two of them are left, and the kernel
+    has no global atomics, they run in up to `workers` forked processes (lockstep_workers.py).
+    Chunks stay full size: a chunk's cost is mostly per-instruction overhead along its longest
+    workgroup's path, which splitting a chunk in two would not shorten."""
     img = bk.image
     W = img.wave_size
     nthreads = block[0] * block[1] * block[2]
@@ -296,16 +307,27 @@ def run_launch(bk: BoundKernel, heap: Heap, order: list, grid, block, kernarg_ad
     wgs_per_chunk = max(1, min(len(order), (LANES // W) // per_wg))
     N = wgs_per_chunk * per_wg
     order = sorted(order, key=lambda wg: (wg[0], wg[2], wg[1]))
-    counts: list[int] = []
+    chunks = [order[c0:c0 + wgs_per_chunk] for c0 in range(0, len(order), wgs_per_chunk)]
+    processes = 1
     try:
-        tables = bind_batch(bk, N)
+        tables = bind_batch(bk, N)  # before any fork: the workers inherit the bound handlers
+
+        def run(i: int) -> list[int]:
+            return _run_chunk(bk, heap, chunks[i], N, per_wg, nthreads, block, kernarg_addr, dispatch_addr,
+                              dynamic_lds, mem, tables)
         with np.errstate(all="ignore"):
-            for c0 in range(0, len(order), wgs_per_chunk):
-                counts += _run_chunk(bk, heap, order[c0:c0 + wgs_per_chunk], N, per_wg, nthreads, block,
-                                     kernarg_addr, dispatch_addr, dynamic_lds, mem, tables)
+            t0 = time.perf_counter()
+            per_chunk = [run(0)]
+            rest = len(chunks) - 1
+            if workers > 1 and rest >= 2 and (time.perf_counter() - t0) * rest >= MIN_PARALLEL_SECONDS \
+                    and not global_atomics(bk):
+                processes = min(workers, rest)
+                per_chunk += lockstep_workers.run_chunks(lambda i: run(i + 1), rest, heap, processes)
+            else:
+                per_chunk += [run(i) for i in range(1, len(chunks))]
     except Exception as exc:  # noqa: BLE001 -- every error goes to the ordinary path
         raise Fallback(str(exc)) from exc
-    return counts
+    return [n for counts in per_chunk for n in counts], processes
 
 
 def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch_addr, dynamic_lds, mem,
