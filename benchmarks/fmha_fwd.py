@@ -55,7 +55,7 @@ from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_fwd_reference, fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_rows import HEADER, format_result, triton_stats  # noqa: E402
+from peer_rows import HEADER, MODEL_B, MODEL_H, MODEL_S, format_result, model_tflops, triton_stats  # noqa: E402
 
 B, S, H = 1, 512, 2
 TOLERANCE = {"f16": 5e-3, "bf16": 4e-2}  # max |out - reference| (outputs are O(1))
@@ -173,7 +173,42 @@ def peers(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict
                                         lambda out: check(out, qkv, causal, dtype))}
 
 
-def cell(arch: str, hdim: int, causal: bool, dtypes: list[str], emulate: bool) -> list[tuple]:
+def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -> dict[str, float | str]:
+    """Modeled TFLOP/s at MODEL_B x MODEL_S x MODEL_H of ours and of each peer (Triton: its best
+    config of the small problem, compiled again for this shape), by the emulator's timing model."""
+    import aiter_fa
+    import flydsl_fa
+    from triton_fa import compile_triton
+    from triton_fa import launch as triton_launch
+
+    from tiledsl.device_array import DeviceArray
+    from tiledsl.profile import useful_flops
+
+    a = get_arch(arch)
+    shape = (MODEL_B, MODEL_S, MODEL_H, hdim)
+    zeros = [np.zeros(shape, numpy_dtype(dtype)) for _ in range(3)]
+    flops = useful_flops("fmha_fwd", MODEL_B, MODEL_H, MODEL_S, MODEL_S, hdim, causal)
+    out: dict[str, float | str] = {}
+    out["tiledsl"] = model_tflops(a, flops, lambda dev: fmha_fwd(
+        *(DeviceArray.from_numpy(dev, x) for x in zeros), causal=causal, device=dev))
+    if best is not None and "config" in best:
+        def triton(dev):
+            _asm, md, _s, hsaco = compile_triton(arch, a.wave_size, dtype, hdim, causal, best["config"], MODEL_S,
+                                                 MODEL_H)
+            triton_launch(dev, hsaco, md, best["config"], *zeros)
+        out["triton"] = model_tflops(a, flops, triton)
+    if aiter_fa.missing() is None and arch in ("gfx942", "gfx950"):
+        def aiter(dev):
+            ln, tensors = aiter_fa.compile_fwd(arch, a.wave_size, *zeros, causal)
+            aiter_fa.run(dev, [ln], tensors)
+        out["aiter"] = model_tflops(a, flops, aiter)
+    if flydsl_fa.missing() is None and arch == "gfx942":
+        out["flydsl"] = model_tflops(a, flops, lambda dev: flydsl_fa.run(
+            dev, flydsl_fa.compile_fwd(a, dtype, shape, causal), *zeros))
+    return out
+
+
+def cell(arch: str, hdim: int, causal: bool, dtypes: list[str], emulate: bool, model: bool = True) -> list[tuple]:
     """One arch, head dim and mask: (dtype, ours, best Triton row, Triton rows tried, other peers)
     per dtype; dtypes after the first re-run the first one's three best Triton configs."""
     out, best_configs = [], None
@@ -185,7 +220,8 @@ def cell(arch: str, hdim: int, causal: bool, dtypes: list[str], emulate: bool) -
         best, rows = theirs(arch, dtype, hdim, causal, emulate, best_configs)
         if best_configs is None:
             best_configs = [r["config"] for r in sorted((r for r in rows if "error" not in r), key=_key)[:3]] or None
-        out.append((dtype, mine, best, rows, peers(arch, dtype, hdim, causal, emulate)))
+        out.append((dtype, mine, best, rows, peers(arch, dtype, hdim, causal, emulate),
+                    modeled(arch, dtype, hdim, causal, best) if model else {}))
     return out
 
 
@@ -212,6 +248,7 @@ def main() -> int:
     ap.add_argument("--hdim", nargs="+", type=int, default=[64, 128])
     ap.add_argument("--dtype", nargs="+", default=["f16", "bf16"])
     ap.add_argument("--no-emulate", action="store_true", help="static figures only")
+    ap.add_argument("--no-model", action="store_true", help="no timing-model column (modeled TFLOP/s)")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="cells compiled and emulated in parallel")
     args = ap.parse_args()
     cells = [(arch, hdim, causal) for arch in args.arch for hdim in args.hdim for causal in (False, True)]
@@ -221,9 +258,9 @@ def main() -> int:
         print(f"B {B}, S {S}, H {H}, contiguous [B, S, H, D]; dyn/1kpr: executed wave-instructions per 1k "
               f"(query, key) pairs")
         print(f"{'':26} {HEADER} {'SGPR':>5} {'dyn/1kpr':>9}  tiles")
-        futures = [pool.submit(cell, *c, args.dtype, not args.no_emulate) for c in cells]
+        futures = [pool.submit(cell, *c, args.dtype, not args.no_emulate, not args.no_model) for c in cells]
         for (arch, hdim, causal), future in zip(cells, futures, strict=True):
-            for dtype, mine, best, rows, others in future.result():
+            for dtype, mine, best, rows, others, model in future.result():
                 label = f"{arch:8} d{hdim:<3} {dtype:4} {'causal' if causal else 'full':6}"
                 print(f"{label}   {fmt('tiledsl', mine)}")
                 print(f"{'':26} {fmt('triton', best)}")
@@ -231,11 +268,11 @@ def main() -> int:
                     print(summary(rows), flush=True)
                 for who, r in others.items():
                     print(f"{'':26} {fmt(who, r)}", flush=True)
-                results.append((label, mine, {"triton": best, **others}))
+                results.append((label, mine, {"triton": best, **others}, model))
     names = list(results[0][2]) if results else ["triton"]
     print("\ndyn/1kpr, ours beside each peer; ratio = ours / peer (< 1: ours executes fewer instructions)")
     print(f"{'':26} {'tiledsl':>9}" + "".join(f" {n:>9} {'ratio':>6}" for n in names))
-    for label, mine, theirs_ in results:
+    for label, mine, theirs_, _model in results:
         a = mine.get("dyn")
         line = f"{label} {a:9.1f}" if a is not None else f"{label} {'-':>9}"
         for n in names:
@@ -244,6 +281,19 @@ def main() -> int:
             line += f" {b:9.1f}" if b is not None else f" {'-':>9}"
             line += f" {a / b:6.2f}" if a is not None and b is not None else f" {'-':>6}"
         print(line)
+    if not args.no_model:
+        print(f"\nmodeled TFLOP/s at B {MODEL_B}, S {MODEL_S}, H {MODEL_H} (emulator timing model, docs/profile.md: "
+              f"a ranking tool); ratio = ours / peer (> 1: ours faster)")
+        print(f"{'':26} {'tiledsl':>9}" + "".join(f" {n:>9} {'ratio':>6}" for n in names))
+        for label, _mine, _theirs, model in results:
+            a = model.get("tiledsl")
+            line = f"{label} {a:9.1f}" if isinstance(a, float) else f"{label} {'-':>9}"
+            notes = [f"{n}: {v}" for n, v in model.items() if isinstance(v, str)]
+            for n in names:
+                b = model.get(n)
+                line += f" {b:9.1f}" if isinstance(b, float) else f" {'-':>9}"
+                line += f" {a / b:6.2f}" if isinstance(a, float) and isinstance(b, float) else f" {'-':>6}"
+            print(line + ("  (" + "; ".join(notes) + ")" if notes else ""))
     return 0
 
 

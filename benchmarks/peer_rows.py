@@ -49,3 +49,30 @@ def format_result(who: str, r: dict | None, lead: str = "") -> str:
     dyn = f"{r['dyn']:9.1f}" if r["dyn"] is not None else f"{'-':>9}"
     note = f"  ({r['note']})" if "note" in r else ""
     return format_row(who, r, f"{lead}{dyn}  {r['tiles']}{note}")
+
+
+# The modeled problem: enough workgroups to fill every arch's CUs (the timing model's figures for a
+# launch of a few workgroups would measure one workgroup's latency, not the GPU's throughput).
+MODEL_B, MODEL_S, MODEL_H = 2, 2048, 16
+
+
+def model_tflops(arch: Arch, flops: float, run) -> float | str:
+    """Modeled TFLOP/s of `run(dev)`, which launches a kernel (or a plan) on `dev`: an emulator
+    device in timing-only mode (runtime.timing_model.TimingOptions(execute=False)), so only the
+    sampled workgroups run. Reading results back is refused there; a peer's run helper that ends
+    by reading its output stops at that refusal, after its launches were modeled. A string says
+    why there is no figure."""
+    from tiledsl.backends.rocm.runtime.device import DeviceError
+    from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+    from tiledsl.backends.rocm.runtime.timing_model import TimingOptions
+
+    dev = EmulatorDevice(arch, timing=TimingOptions(execute=False, sample_cus=2))
+    try:
+        run(dev)
+    except DeviceError as exc:
+        if dev.unexecuted is None or "models time only" not in str(exc):
+            return f"not modeled: {str(exc).splitlines()[0][:80]}"
+    except Exception as exc:  # a peer that cannot run at the modeled shape is a data point
+        return f"not modeled: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+    seconds = sum(launch["timing"].seconds for launch in dev.launches)
+    return flops / seconds / 1e12 if seconds else "not modeled: nothing launched"
