@@ -341,6 +341,7 @@ def _abi_setup(w: Wave, bk: BoundKernel, wg, kernarg_addr: int, dispatch_addr: i
     if bk.ctx.gen == "gfx12":  # architected workgroup ids: ttmp9 = x, ttmp7 = y | z << 16
         s[108 + 9] = wg[0]
         s[108 + 7] = wg[1] | (wg[2] << 16)
+        s[108 + 8] = w.index << 25  # ttmp8[29:25]: the wave's index in its workgroup (llvm.amdgcn.wave.id)
 
 
 def _safe_read(heap: Heap, addr: int, n: int) -> bytes:

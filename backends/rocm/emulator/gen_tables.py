@@ -135,7 +135,7 @@ def generate(arch: str) -> list[str]:
         lines.append(",".join(f"0x{b:02x}" for b in MARK_A.to_bytes(4, "little")))
         lines.append(",".join(f"0x{b:02x}" for b in MARK_B.to_bytes(4, "little")))
     proc = subprocess.run(["llvm-mc-22", "--disassemble", "-triple=amdgcn-amd-amdhsa", f"-mcpu={arch}"]
-                          + (["-mattr=+wavefrontsize32"] if GEN[arch] != "gfx9" else []),
+                          + (["-mattr=+wavefrontsize32,+real-true16"] if GEN[arch] != "gfx9" else []),
                           input="\n".join(lines) + "\n", capture_output=True, text=True)
     bad = {int(m.group(1)) for m in re.finditer(r"<stdin>:(\d+):\d+: warning", proc.stderr)}
     chunks: list[list[str]] = [[]]

@@ -473,6 +473,43 @@ def _b_branch(inst, ctx):
     return lambda w: tgt if w.vcc() & w.fullmask else nxt
 
 
+# gfx12's pseudo-scalar transcendentals (VOP3 encoding, SGPR destination): the VALU's formulas on
+# one value, whatever EXEC is. An f16 result fills the low half and zeroes the high half.
+_V_S = {"exp": np.exp2, "log": np.log2, "rcp": lambda x: x.dtype.type(1) / x, "sqrt": np.sqrt,
+        "rsq": lambda x: x.dtype.type(1) / np.sqrt(x)}
+
+
+@builder(*(f"v_s_{op}_{t}" for op in _V_S for t in ("f32", "f16")))
+def _b_v_s(inst, ctx):
+    f, nxt = inst.f, ctx.nxt
+    fn = _V_S[inst.name.split("_")[2]]
+    half = inst.name.endswith("f16")
+    rd = scalar_reader(f["src0"], ctx, inst.lit, "f16" if half else "f32")
+    wr = scalar_writer(f["vdst"], ctx)
+    absm, neg, hi = f["abs"] & 1, f["neg"] & 1, half and bool(f["opsel"] & 1)
+    scale = {0: None, 1: 2.0, 2: 4.0, 3: 0.5}[f["omod"]]
+    clamp = f["clamp"]
+
+    def h(w):
+        bits = rd(w)
+        if half:
+            x = np.uint16((bits >> 16 if hi else bits) & 0xFFFF).view(np.float16)
+        else:
+            x = np.uint32(bits & M32).view(np.float32)
+        if absm:
+            x = abs(x)
+        if neg:
+            x = -x
+        r = fn(x)
+        if scale is not None:
+            r = r * r.dtype.type(scale)
+        if clamp:
+            r = min(max(r, r.dtype.type(0)), r.dtype.type(1))  # NaN stays NaN (max(nan, 0) is nan)
+        wr(w, int(r.view(np.uint16)) if half else int(r.view(np.uint32)))
+        return nxt
+    return h
+
+
 # s_bitset*_b64, s_quadmask, s_wqm and friends are rare in compute kernels: left unsupported
 # on purpose, so a kernel that needs them fails loudly instead of computing garbage.
 __all__ = ["h2u"]
