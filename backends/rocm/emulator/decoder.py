@@ -266,7 +266,8 @@ class Decoder:
         op = (w >> 17) & 0xFF if self.gen == "gfx9" else (w >> 18) & 0xFF
         f = {"offset0": w & 0xFF, "offset1": (w >> 8) & 0xFF, "addr": w1 & 0xFF, "data0": (w1 >> 8) & 0xFF,
              "data1": (w1 >> 16) & 0xFF, "vdst": (w1 >> 24) & 0xFF,
-             "acc": (w >> 25) & 1 if self.gen == "gfx9" else 0}
+             "acc": (w >> 25) & 1 if self.gen == "gfx9" else 0,
+             "gds": (w >> 16) & 1 if self.gen == "gfx9" else (w >> 17) & 1 if self.gen == "gfx11" else 0}
         return f, 2, op
 
     def _flat(self, words, pos, w):
@@ -276,8 +277,10 @@ class Decoder:
             off = w & 0x1FFF
             # gfx940+: bit 13 of a scratch instruction is SVE (VADDR in use); gfx90a has none.
             sve = (w >> 13) & 1 if seg == 1 and self.scratch_sve else 0
+            # Bit 13 is gfx90a's LDS bit (data to LDS at M0); gfx940+ has separate *_lds_* opcodes.
+            lds = (w >> 13) & 1 if not (seg == 1 and self.scratch_sve) else 0
             f = {"seg": seg, "offset": _sext(off, 13) if seg else off & 0xFFF, "saddr": (w1 >> 16) & 0x7F,
-                 "acc": (w1 >> 23) & 1, "sve": sve, "null": 0x7F, "glc": (w >> 16) & 1}
+                 "acc": (w1 >> 23) & 1, "sve": sve, "null": 0x7F, "glc": (w >> 16) & 1, "lds": lds}
             op = (w >> 18) & 0x7F
         else:
             seg = (w >> 16) & 3
@@ -302,14 +305,15 @@ class Decoder:
             f.update({"offen": (w >> 12) & 1, "idxen": (w >> 13) & 1, "acc": (w1 >> 23) & 1, "lds": (w >> 16) & 1,
                       "glc": (w >> 14) & 1})
             return f, 2, (w >> 18) & 0x7F
-        f.update({"offen": (w1 >> 22) & 1, "idxen": (w1 >> 23) & 1, "acc": 0, "lds": 0, "glc": (w >> 14) & 1})
+        f.update({"offen": (w1 >> 22) & 1, "idxen": (w1 >> 23) & 1, "acc": 0, "lds": (w >> 16) & 1,
+                  "glc": (w >> 14) & 1, "tfe": (w1 >> 21) & 1})
         return f, 2, (w >> 18) & 0xFF
 
     def _vbuffer(self, words, pos, w):
         w1, w2 = words[pos + 1], words[pos + 2]
         f = {"soffset": w & 0x7F, "vdata": w1 & 0xFF, "srsrc": (w1 >> 9) & 0x7F, "idxen": (w1 >> 31) & 1,
              "offen": (w1 >> 30) & 1, "vaddr": w2 & 0xFF, "offset": w2 >> 8, "acc": 0, "lds": 0,
-             "glc": (w1 >> 20) & 1}
+             "glc": (w1 >> 20) & 1, "tfe": (w >> 22) & 1}
         return f, 3, (w >> 14) & 0xFF
 
 

@@ -30,6 +30,8 @@ def canonical(name: str) -> str:
 def _build_ds(inst, ctx):
     name = canonical(inst.name)
     f, nxt = inst.f, ctx.nxt
+    if f.get("gds"):  # the global data share is not modelled: refuse rather than use the LDS
+        raise UnsupportedInstruction(f"{inst.raw_name} with GDS")
     acc = 256 if f.get("acc") else 0
     addr_r, d0, d1, vd = f["addr"], f["data0"] + acc, f["data1"] + acc, f["vdst"] + acc
     off = f["offset0"] | (f["offset1"] << 8)
@@ -81,6 +83,8 @@ def _build_ds(inst, ctx):
                     win[base + o if o else base] = mv(w, sel)
             return nxt
         return h
+    if name == "ds_read_b64_tr_b16":
+        return _build_read_tr16(inst, ctx, addr_r, vd, off)
     if name in ("ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32"):
         return _build_permute(name, inst, ctx, addr_r, d0, vd, off)
     m = re.match(r"ds_(add|sub|rsub|inc|dec|min|max|and|or|xor|mskor|wrxchg|cmpst)(_rtn)?_"
@@ -125,6 +129,31 @@ def _build_permute(name, inst, ctx, addr_r, d0, vd, off):
             np.copyto(w.v[vd], out, where=w.mask)
         return nxt
     return h_perm
+
+
+def _build_read_tr16(inst, ctx, addr_r, vd, off):
+    """gfx950's ds_read_b64_tr_b16 (CDNA4 ISA 11.4, "MFMA transpose load from LDS"): every lane
+    reads 8 bytes -- four 16-bit values consecutive along M (or N) -- and each group of 16 lanes
+    shuffles its 16x4 block so that every lane ends with four values consecutive along K, the
+    MFMA operand layout: source lane s of a group holds M = 4*(s%4) .. +3 at K = s//4, and
+    destination lane d receives, as value e, value d%4 of source lane 4*e + d//4 (M = d, K = e).
+    That is the lane mapping Triton's layout for this instruction assumes (its ds_read_tr layout:
+    lane bits 0-1 step M by 4, bits 2-3 step K; 16 lanes take part in the shuffle), which Triton
+    validates on the hardware. The ISA requires EXEC to be all ones; anything else is refused."""
+    nxt, W = ctx.nxt, ctx.wave_size
+    d = np.arange(16)
+    src = (4 * np.arange(4)[None, :] + d[:, None] // 4)  # [dest lane, value e] -> source lane
+    pick = (d % 4)[:, None]  # [dest lane] -> which of the source lane's values
+
+    def h(w):
+        if not w.full:
+            raise UnsupportedInstruction(f"{inst.raw_name} with EXEC 0x{w.exec:x}: the ISA requires every lane")
+        idx = _lds_access(w, w.v[addr_r].astype(np.int64) + off, 8, "load")
+        vals = np.ascontiguousarray(w.lds[idx]).view(np.uint16).reshape(W // 16, 16, 4)  # [group, lane, value]
+        out = np.ascontiguousarray(vals[:, src, pick]).reshape(W, 4)
+        w.v[vd:vd + 2] = out.view(np.uint32).T
+        return nxt
+    return h
 
 
 def _build_lds_atomic(op, rtn, t, inst, ctx, addr_r, d0, d1, vd, off):
@@ -202,7 +231,7 @@ def _names():
                "cmpstore", "storexchg"):
         for t in ("u32", "i32", "b32", "f32", "u64", "i64", "b64", "f64"):
             out += [f"ds_{op}_{t}", f"ds_{op}_rtn_{t}"]
-    return out + ["ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32"]
+    return out + ["ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32", "ds_read_b64_tr_b16"]
 
 
 for _n in _names():

@@ -200,6 +200,8 @@ def bind_batch(bk: BoundKernel, N: int) -> tuple[list, list, list, list]:
     kinds, reads, handlers, shadows = [], [], [], []
     for i, inst in enumerate(bk.image.insts):
         cls, keys = _classify(inst)
+        if hasattr(bk.handlers[i], "unsupported"):  # refused by the ordinary binder: never batch it
+            cls = "wave"
         ctx.index, ctx.nxt = i, i + 1
         kind, rs, h, sh = K_WAVE, (), None, None
         if cls == "nop":

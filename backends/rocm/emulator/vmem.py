@@ -91,6 +91,8 @@ def _parse_vmem(name: str):
     if not m:
         return None
     op, rest = m.groups()
+    if "lds" in rest:  # global_load_lds_*: loads into LDS, lds_dma.py (never a register load)
+        return None
     d16 = "d16" in rest
     hi = "_hi" in rest or rest.endswith("hi")
     kind = re.sub(r"(_?d16|_hi|_?lds)", "", rest).strip("_")
@@ -241,6 +243,12 @@ def _build_vmem(inst, ctx):
         raise UnsupportedInstruction(f"memory instruction {inst.name}")
     op, nbytes, signed, d16, hi = parsed
     f, nxt = inst.f, ctx.nxt
+    if f.get("lds") and inst.fam == "MUBUF":  # the LDS bit: the data goes to LDS at M0, not to VDATA
+        if op != "load" or d16:
+            raise UnsupportedInstruction(f"{inst.raw_name} with the LDS bit")
+        from tiledsl.backends.rocm.emulator.lds_dma import build_buffer_lds
+        return build_buffer_lds(inst, ctx, inst.name.split("_", 2)[2])
+    _refuse_modifiers(inst)
     acc = 256 if f.get("acc") else 0
     if inst.fam in ("MUBUF",):
         addr_fn = _buffer_address(inst, ctx, nbytes)
@@ -284,6 +292,17 @@ def _build_vmem(inst, ctx):
                 _global_rw(w, lanes, addrs, nbytes, True, data)
         return nxt
     return h
+
+
+def _refuse_modifiers(inst) -> None:
+    """Decoded bits that change what a memory instruction does and that the handlers here do not
+    model: TFE (an extra status dword after the data, gfx11/gfx12 buffers) and gfx90a's FLAT LDS
+    bit (data to LDS instead of VDST). Cache-policy bits (GLC/SLC/DLC, SC0/SC1/NT, TH/SCOPE) only
+    change caching, except that GLC/SC0/TH[0] asks an atomic for its old value (handled there)."""
+    if inst.f.get("tfe"):
+        raise UnsupportedInstruction(f"{inst.raw_name} with TFE (texture-fail status dword)")
+    if inst.f.get("lds"):
+        raise UnsupportedInstruction(f"{inst.raw_name} with the LDS bit")
 
 
 def _heap_offsets(inst, ctx):
@@ -464,6 +483,7 @@ def _build_atomic(inst, ctx):
     info = _atomic_info(name)
     if info is None or "pk_add" in name or "fmin" in name or "fmax" in name:
         raise UnsupportedInstruction(f"atomic {name}")
+    _refuse_modifiers(inst)
     sp, op, wide = info
     isf = name.endswith("_f32") or "add_f32" in name
     flush = isf and get_arch(ctx.arch).atomic_fadd_flushes_denormals
@@ -555,3 +575,6 @@ for _sp in ("global", "flat", "buffer"):
                     ("min", "u64"), ("max", "i64"), ("max", "u64"), ("and", "b64"), ("or", "b64"), ("xor", "b64"),
                     ("swap", "b64"), ("cmpswap", "b64"), ("inc", "u64"), ("dec", "u64"), ("add", "f32")):
         builder(f"{_sp}_atomic_{_op}_{_t}")(_build_atomic)
+
+
+from tiledsl.backends.rocm.emulator import lds_dma  # noqa: E402,F401  (registers global_load_lds_*)

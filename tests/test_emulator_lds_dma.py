@@ -1,0 +1,236 @@
+"""Loads straight into LDS and the gfx950 LDS transpose read, instruction by instruction (the
+Triton corpus, tests/test_third_party_corpus.py, runs them inside real kernels):
+
+- `buffer_load_dword[x3|x4] ... lds` (gfx90a+, x3/x4 gfx950) and `global_load_lds_dword[x3|x4]`
+  (gfx942+): each active lane's data lands at M0 + instruction offset + lane * 4 (16 for x3/x4),
+  inactive lanes write nothing, out-of-range buffer lanes write zeros. Before this the buffer form
+  ran as an ordinary register load and left the LDS untouched, without an error.
+- `ds_read_b64_tr_b16` (gfx950): the 16-lane shuffle of the MFMA transpose load.
+- What is decoded but not modelled is refused, not ignored: sub-dword loads to LDS, TFE on
+  gfx11/gfx12 buffer loads, GDS on LDS instructions, gfx90a's FLAT LDS bit."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from _emu_util import compile_llvm
+
+from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+
+pytestmark = pytest.mark.emulator
+
+WORDS = 1024  # LDS words of the test kernels
+SENTINEL = 0x5EF0_0000  # + word index: what the kernel writes to every LDS word first
+M0, ACTIVE = 256, 40  # the LDS base the loads are given; lanes below ACTIVE run them
+
+_HEAD = r"""
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare void @llvm.amdgcn.raw.buffer.load.lds(<4 x i32>, ptr addrspace(3), i32, i32, i32, i32, i32)
+declare void @llvm.amdgcn.global.load.lds(ptr addrspace(1), ptr addrspace(3), i32, i32, i32)
+declare void @llvm.amdgcn.s.barrier()
+@lds = internal addrspace(3) global [1024 x i32] undef, align 16
+
+define amdgpu_kernel void @dma(ptr addrspace(1) %src, ptr addrspace(1) %dst, <4 x i32> %rsrc) {
+entry:
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  br label %fill
+fill:
+  %j = phi i32 [ 0, %entry ], [ %j1, %fill ]
+  %w = add i32 %j, %tid
+  %pw = getelementptr i32, ptr addrspace(3) @lds, i32 %w
+  %sv = add i32 %w, SENTINEL
+  store volatile i32 %sv, ptr addrspace(3) %pw
+  %j1 = add i32 %j, 64
+  %more = icmp ult i32 %j1, 1024
+  br i1 %more, label %fill, label %go
+go:
+  call void @llvm.amdgcn.s.barrier()
+  %act = icmp ult i32 %tid, 40
+  br i1 %act, label %load, label %join
+load:
+  %voff = mul i32 %tid, STRIDE
+  %lp = getelementptr i8, ptr addrspace(3) @lds, i32 256
+LOAD
+  br label %join
+join:
+  call void @llvm.amdgcn.s.barrier()
+  br label %copy
+copy:
+  %k = phi i32 [ 0, %join ], [ %k1, %copy ]
+  %c = add i32 %k, %tid
+  %pc = getelementptr i32, ptr addrspace(3) @lds, i32 %c
+  %v = load volatile i32, ptr addrspace(3) %pc
+  %po = getelementptr i32, ptr addrspace(1) %dst, i32 %c
+  store i32 %v, ptr addrspace(1) %po
+  %k1 = add i32 %k, 64
+  %again = icmp ult i32 %k1, 1024
+  br i1 %again, label %copy, label %done
+done:
+  ret void
+}
+"""
+BUFFER = "  call void @llvm.amdgcn.raw.buffer.load.lds(<4 x i32> %rsrc, ptr addrspace(3) %lp, i32 SIZE, " \
+         "i32 %voff, i32 0, i32 16, i32 0)"
+GLOBAL = "  %g = getelementptr i8, ptr addrspace(1) %src, i32 %voff\n" \
+         "  call void @llvm.amdgcn.global.load.lds(ptr addrspace(1) %g, ptr addrspace(3) %lp, i32 SIZE, i32 32, i32 0)"
+MNEMONIC = {("buffer", 4): "buffer_load_dword ", ("buffer", 12): "buffer_load_dwordx3",
+            ("buffer", 16): "buffer_load_dwordx4", ("global", 4): "global_load_lds_dword ",
+            ("global", 12): "global_load_lds_dwordx3", ("global", 16): "global_load_lds_dwordx4"}
+
+
+def _kernel(kind: str, size: int) -> str:
+    load = (BUFFER if kind == "buffer" else GLOBAL).replace("SIZE", str(size))
+    return _HEAD.replace("LOAD", load).replace("STRIDE", str(size)).replace("SENTINEL", str(SENTINEL))
+
+
+def _run(arch: str, kind: str, size: int, num_records: int) -> tuple[np.ndarray, np.ndarray]:
+    asm, hsaco = compile_llvm(_kernel(kind, size), arch)
+    line = next(t.strip() for t in asm.splitlines() if MNEMONIC[(kind, size)] in t + " ")
+    assert (" lds" in line) == (kind == "buffer") and "m0" in asm  # the instruction under test
+    dev = EmulatorDevice(arch)
+    k = dev.kernel(hsaco, "dma")
+    assert dev.unsupported(k) == []
+    src = np.arange(1, 64 * 4 + 9, dtype=np.uint32) * 0x01010101  # no zero word: zeros mean "out of range"
+    sbuf, dbuf = dev.to_device(src), dev.alloc(WORDS * 4)
+    rsrc = struct.pack("<IIII", sbuf.addr & 0xFFFFFFFF, (sbuf.addr >> 32) & 0xFFFF, num_records, 0x00020000)
+    dev.launch(k, 1, 64, struct.pack("<QQ", sbuf.addr, dbuf.addr) + rsrc)
+    return src, dev.from_device(dbuf, np.uint32, WORDS)
+
+
+def _expected(src: np.ndarray, size: int, mem_off: int, lds_off: int, num_records: int | None) -> np.ndarray:
+    want = SENTINEL + np.arange(WORDS, dtype=np.uint32)
+    slot = 16 if size > 4 else 4
+    for lane in range(ACTIVE):
+        base = lane * size + mem_off  # byte offset in src of the lane's data
+        data = src.view(np.uint8)[base:base + size]
+        if num_records is not None and lane * size + mem_off + size > num_records:
+            data = np.zeros(size, np.uint8)
+        at = M0 + lds_off + lane * slot
+        want.view(np.uint8)[at:at + size] = data
+    return want
+
+
+@pytest.mark.parametrize(("arch", "size"), [("gfx90a", 4), ("gfx942", 4), ("gfx950", 4), ("gfx950", 12),
+                                            ("gfx950", 16)])
+def test_buffer_load_to_lds(arch, size):
+    """M0 = 256, offset:16, lanes 0..39 active; the buffer holds 30 elements, so lanes 30..39 are
+    out of range and write zeros."""
+    num_records = 30 * size
+    src, got = _run(arch, "buffer", size, num_records)
+    np.testing.assert_array_equal(got, _expected(src, size, 16, 16, num_records))
+
+
+@pytest.mark.parametrize(("arch", "size"), [("gfx942", 4), ("gfx950", 4), ("gfx950", 12), ("gfx950", 16)])
+def test_global_load_to_lds(arch, size):
+    """M0 = 256, offset:32 (applied to the global and the LDS address), lanes 0..39 active."""
+    src, got = _run(arch, "global", size, 0)
+    np.testing.assert_array_equal(got, _expected(src, size, 32, 32, None))
+
+
+@pytest.mark.parametrize(("arch", "kind"), [("gfx942", "global"), ("gfx90a", "buffer"), ("gfx950", "buffer")])
+@pytest.mark.parametrize("size", [1, 2])
+def test_sub_dword_loads_to_lds_are_refused(arch, kind, size):
+    """The manuals do not say what a byte or short load writes to the rest of its LDS dword."""
+    asm, hsaco = compile_llvm(_kernel(kind, size), arch)
+    dev = EmulatorDevice(arch)
+    (msg,) = dev.unsupported(dev.kernel(hsaco, "dma"))
+    assert "sub-dword" in msg
+
+
+TR16 = r"""
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare <4 x i16> @llvm.amdgcn.ds.read.tr16.b64.v4i16(ptr addrspace(3))
+@lds = internal addrspace(3) global [1024 x i16] undef, align 16
+
+define amdgpu_kernel void @tr(ptr addrspace(1) %src, ptr addrspace(1) %addr, ptr addrspace(1) %dst) {
+entry:
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  br label %fill
+fill:
+  %j = phi i32 [ 0, %entry ], [ %j1, %fill ]
+  %w = add i32 %j, %tid
+  %ps = getelementptr i16, ptr addrspace(1) %src, i32 %w
+  %x = load i16, ptr addrspace(1) %ps
+  %pw = getelementptr i16, ptr addrspace(3) @lds, i32 %w
+  store i16 %x, ptr addrspace(3) %pw
+  %j1 = add i32 %j, 64
+  %more = icmp ult i32 %j1, 1024
+  br i1 %more, label %fill, label %go
+go:
+  fence syncscope("workgroup") release
+  call void @llvm.amdgcn.s.barrier()
+  fence syncscope("workgroup") acquire
+  %pa = getelementptr i32, ptr addrspace(1) %addr, i32 %tid
+  %a = load i32, ptr addrspace(1) %pa
+  %lp = getelementptr i8, ptr addrspace(3) @lds, i32 %a
+  %t = call <4 x i16> @llvm.amdgcn.ds.read.tr16.b64.v4i16(ptr addrspace(3) %lp)
+  %o = getelementptr <4 x i16>, ptr addrspace(1) %dst, i32 %tid
+  store <4 x i16> %t, ptr addrspace(1) %o
+  ret void
+}
+"""
+
+
+def test_ds_read_b64_tr_b16():
+    """Every lane reads four 16-bit values at its own (8-byte aligned, shuffled) address; in each
+    group of 16 lanes, lane d gets as value e the value d % 4 of lane 4 * e + d // 4."""
+    asm, hsaco = compile_llvm(TR16, "gfx950")
+    assert "ds_read_b64_tr_b16" in asm
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 2**16, 1024, dtype=np.uint16)
+    addr = (rng.permutation(256)[:64] * 8).astype(np.uint32)
+    dev = EmulatorDevice("gfx950")
+    bufs = [dev.to_device(src), dev.to_device(addr), dev.alloc(64 * 8)]
+    dev.launch(dev.kernel(hsaco, "tr"), 1, 64, struct.pack("<QQQ", *(b.addr for b in bufs)))
+    got = dev.from_device(bufs[2], np.uint16, (64, 4))
+    read = src[(addr[:, None] // 2 + np.arange(4))]  # [lane, value]: what each lane's address holds
+    want = np.array([[read[16 * (lane // 16) + 4 * e + (lane % 16) // 4, lane % 4] for e in range(4)]
+                     for lane in range(64)])
+    np.testing.assert_array_equal(got, want)
+
+
+PLAIN = r"""
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.raw.buffer.load.i32(<4 x i32>, i32, i32, i32)
+@lds = internal addrspace(3) global [64 x i32] undef, align 4
+
+define amdgpu_kernel void @k(<4 x i32> %rsrc, ptr addrspace(1) %p) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %off = shl i32 %tid, 2
+  %b = call i32 @llvm.amdgcn.raw.buffer.load.i32(<4 x i32> %rsrc, i32 %off, i32 0, i32 0)
+  %q = getelementptr i32, ptr addrspace(1) %p, i32 %tid
+  %g = load volatile i32, ptr addrspace(1) %q
+  %l = getelementptr i32, ptr addrspace(3) @lds, i32 %tid
+  %old = atomicrmw add ptr addrspace(3) %l, i32 %b monotonic
+  %s = add i32 %g, %old
+  store i32 %s, ptr addrspace(1) %q
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize(("arch", "prefix", "word", "bit", "why"), [
+    ("gfx1100", "buffer_load", 1, 21, "TFE"),  # MUBUF TFE
+    ("gfx1201", "buffer_load", 0, 22, "TFE"),  # VBUFFER TFE
+    ("gfx1100", "ds_add", 0, 17, "GDS"),
+    ("gfx90a", "global_load", 0, 13, "LDS bit"),  # gfx90a's FLAT LDS bit
+])
+def test_decoded_modifiers_that_change_semantics_are_refused(arch, prefix, word, bit, why):
+    """Bits the decoder reads but the executor does not model make the instruction unsupported
+    (listed before the launch, raised if executed) instead of running as the plain instruction:
+    the same kernel without the bit runs."""
+    from test_emulator_exec import _file_offset
+
+    from tiledsl.backends.rocm.emulator.loader import load_code_object
+
+    asm, hsaco = compile_llvm(PLAIN, arch)
+    dev = EmulatorDevice(arch)
+    assert dev.unsupported(dev.kernel(hsaco, "k")) == []
+    inst = next(i for i in load_code_object(hsaco, arch)["k"].insts if i.name.startswith(prefix))
+    blob = bytearray(hsaco)
+    at = _file_offset(bytes(blob), inst.addr) + 4 * word
+    struct.pack_into("<I", blob, at, struct.unpack_from("<I", blob, at)[0] | 1 << bit)
+    (msg,) = EmulatorDevice(arch).unsupported(dev.kernel(bytes(blob), "k"))
+    assert why in msg and inst.raw_name in msg
