@@ -1,0 +1,253 @@
+"""Triton kernels of the third-party corpus, written in the style of Triton's tutorials (vector
+add, fused softmax, layer norm forward and backward, matmul, fused attention forward and
+backward). Only regenerate.py imports this file (it needs `triton`); the test runs the committed
+code objects. Each kernel is small and plain on purpose: the point is code our compiler did not
+write, not a fast kernel."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def vector_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def softmax(out_ptr, in_ptr, in_stride, out_stride, n_rows, n_cols, BLOCK: tl.constexpr,
+            NUM_STAGES: tl.constexpr):
+    # Persistent: each program walks rows pid, pid + num_programs, ...; a row fits in one block.
+    start, step = tl.program_id(0), tl.num_programs(0)
+    for row in tl.range(start, n_rows, step, num_stages=NUM_STAGES):
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(in_ptr + row * in_stride + cols, mask=cols < n_cols, other=-float("inf"))
+        x = x - tl.max(x, axis=0)
+        e = tl.exp(x)
+        tl.store(out_ptr + row * out_stride + cols, e / tl.sum(e, axis=0), mask=cols < n_cols)
+
+
+@triton.jit
+def layer_norm_fwd(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK: tl.constexpr):
+    # One program per row; the row is walked in blocks twice (statistics, then normalise).
+    row = tl.program_id(0)
+    X += row * stride
+    Y += row * stride
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        acc += tl.load(X + cols, mask=cols < N, other=0.0).to(tl.float32)
+    mean = tl.sum(acc, axis=0) / N
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        x = tl.load(X + cols, mask=cols < N, other=0.0).to(tl.float32)
+        x = tl.where(cols < N, x - mean, 0.0)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        mask = cols < N
+        w = tl.load(W + cols, mask=mask)
+        b = tl.load(B + cols, mask=mask)
+        x = tl.load(X + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(Y + cols, ((x - mean) * rstd * w + b).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def layer_norm_bwd_dx(DX, DY, DW, DB, X, W, Mean, Rstd, Lock, stride, N, GROUP: tl.constexpr,
+                      BLOCK: tl.constexpr):
+    # One program per row (the whole row in one block). dx directly; dw and db partial sums are
+    # added into row (row % GROUP) of DW/DB under a spin lock: Lock[g] is the lock, Lock[GROUP + g]
+    # says whether the slot was written before (then add, else overwrite).
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride + cols, mask=mask, other=0).to(tl.float32)
+    dy = tl.load(DY + row * stride + cols, mask=mask, other=0).to(tl.float32)
+    w = tl.load(W + cols, mask=mask).to(tl.float32)
+    mean = tl.load(Mean + row)
+    rstd = tl.load(Rstd + row)
+    xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+    wdy = tl.where(mask, w * dy, 0.0)
+    c1 = tl.sum(xhat * wdy, axis=0) / N
+    c2 = tl.sum(wdy, axis=0) / N
+    dx = (wdy - (xhat * c1 + c2)) * rstd
+    tl.store(DX + row * stride + cols, dx.to(DX.dtype.element_ty), mask=mask)
+    g = row % GROUP
+    lock = Lock + g
+    count = Lock + GROUP + g
+    DW += g * N + cols
+    DB += g * N + cols
+    while tl.atomic_cas(lock, 0, 1) == 1:
+        pass
+    partial_dw = (dy * xhat).to(w.dtype)
+    partial_db = dy.to(w.dtype)
+    if tl.load(count) == 0:
+        tl.atomic_xchg(count, 1)
+    else:
+        partial_dw += tl.load(DW, mask=mask)
+        partial_db += tl.load(DB, mask=mask)
+    tl.store(DW, partial_dw, mask=mask)
+    tl.store(DB, partial_db, mask=mask)
+    tl.debug_barrier()
+    tl.atomic_xchg(lock, 0)
+
+
+@triton.jit
+def layer_norm_bwd_dwdb(DW, DB, FINAL_DW, FINAL_DB, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Sum the GROUP partial rows (M of them) column block by column block.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for i in range(0, M, BLOCK_M):
+        rows = i + tl.arange(0, BLOCK_M)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        offs = rows[:, None] * N + cols[None, :]
+        dw += tl.load(DW + offs, mask=mask, other=0.0).to(tl.float32)
+        db += tl.load(DB + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(FINAL_DW + cols, tl.sum(dw, axis=0).to(FINAL_DW.dtype.element_ty), mask=cols < N)
+    tl.store(FINAL_DB + cols, tl.sum(db, axis=0).to(FINAL_DB.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # Grouped ordering of the output tiles (GROUP_M tile rows share B's columns), masked edges.
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = min(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = A + (offs_m[:, None] % M) * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = B + offs_k[:, None] * stride_bk + (offs_n[None, :] % N) * stride_bn
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = C + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_tok, start_m, qk_scale, lo, hi,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = tl.load(k_ptrs + start_n * stride_tok)  # K^T block: [HEAD_DIM, BLOCK_N]
+        qk = tl.dot(q, k) * qk_scale
+        if MASKED:
+            qk = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], qk, -1.0e6)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptrs + start_n * stride_tok)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attn_fwd(Q, K, V, Out, M, sm_scale, stride_h, stride_tok, N_CTX, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    # Causal attention over [B * H, N_CTX, HEAD_DIM]; grid (N_CTX / BLOCK_M, B * H). M gets the
+    # row's log-sum-exp in base 2 (what the backward recomputes P from). Blocks left of the
+    # diagonal run unmasked, the diagonal block masked.
+    start_m = tl.program_id(0)
+    base = tl.program_id(1).to(tl.int64) * stride_h
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + base + offs_m[:, None] * stride_tok + offs_d[None, :])
+    k_ptrs = K + base + offs_n[None, :] * stride_tok + offs_d[:, None]
+    v_ptrs = V + base + offs_n[:, None] * stride_tok + offs_d[None, :]
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.44269504
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_tok, start_m, qk_scale,
+                                    0, start_m * BLOCK_M, BLOCK_M, BLOCK_N, False)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_tok, start_m, qk_scale,
+                                    start_m * BLOCK_M, (start_m + 1) * BLOCK_M, BLOCK_M, BLOCK_N, True)
+    tl.store(M + tl.program_id(1) * N_CTX + offs_m, m_i + tl.math.log2(l_i))
+    tl.store(Out + base + offs_m[:, None] * stride_tok + offs_d[None, :], (acc / l_i[:, None]).to(Out.type.element_ty))
+
+
+@triton.jit
+def attn_bwd_preprocess(Out, DO, Delta, N_CTX, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    # Delta = rowsum(O * dO), one row block per program; grid (N_CTX / BLOCK_M, B * H).
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    bh = tl.program_id(1)
+    offs = bh * N_CTX * HEAD_DIM + offs_m[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    o = tl.load(Out + offs).to(tl.float32)
+    do = tl.load(DO + offs).to(tl.float32)
+    tl.store(Delta + bh * N_CTX + offs_m, tl.sum(o * do, axis=1))
+
+
+@triton.jit
+def attn_bwd(Q, K, V, sm_scale, DO, DQ, DK, DV, M, D, stride_h, stride_tok, N_CTX, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    # Causal backward; grid (N_CTX / BLOCK_N, B * H). A program computes dK and dV of one key block
+    # (walking the query blocks at or below the diagonal), then dQ of the query block with the same
+    # index (walking the key blocks up to the diagonal), recomputing P from M in both.
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    base = bh.to(tl.int64) * stride_h
+    row = bh * N_CTX
+    offs_d = tl.arange(0, HEAD_DIM)
+    scale2 = sm_scale * 1.44269504
+    start_n = pid * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = tl.load(K + base + offs_n[:, None] * stride_tok + offs_d[None, :])
+    v = tl.load(V + base + offs_n[:, None] * stride_tok + offs_d[None, :])
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    for start_m in range(start_n, N_CTX, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        qT = tl.load(Q + base + offs_m[None, :] * stride_tok + offs_d[:, None])
+        m = tl.load(M + row + offs_m)
+        pT = tl.math.exp2(tl.dot(k, qT) * scale2 - m[None, :])
+        pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+        do = tl.load(DO + base + offs_m[:, None] * stride_tok + offs_d[None, :])
+        dv += tl.dot(pT.to(do.dtype), do)
+        delta = tl.load(D + row + offs_m)
+        dpT = tl.dot(v, tl.trans(do))
+        dsT = (pT * (dpT - delta[None, :])).to(qT.dtype)
+        dk += tl.dot(dsT, tl.trans(qT))
+    tl.store(DK + base + offs_n[:, None] * stride_tok + offs_d[None, :], (dk * sm_scale).to(k.dtype))
+    tl.store(DV + base + offs_n[:, None] * stride_tok + offs_d[None, :], dv.to(v.dtype))
+
+    start_m = pid * BLOCK_N
+    offs_m = start_m + tl.arange(0, BLOCK_N)
+    q = tl.load(Q + base + offs_m[:, None] * stride_tok + offs_d[None, :])
+    do = tl.load(DO + base + offs_m[:, None] * stride_tok + offs_d[None, :])
+    m = tl.load(M + row + offs_m)
+    delta = tl.load(D + row + offs_m)
+    dq = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    for start_k in range(0, start_m + BLOCK_N, BLOCK_M):
+        offs_k = start_k + tl.arange(0, BLOCK_M)
+        kT = tl.load(K + base + offs_k[None, :] * stride_tok + offs_d[:, None])
+        vT = tl.load(V + base + offs_k[None, :] * stride_tok + offs_d[:, None])
+        p = tl.math.exp2(tl.dot(q, kT) * scale2 - m[:, None])
+        p = tl.where(offs_m[:, None] >= offs_k[None, :], p, 0.0)
+        dp = tl.dot(do, vT)
+        ds = (p * (dp - delta[:, None])).to(kT.dtype)
+        dq += tl.dot(ds, tl.trans(kT))
+    tl.store(DQ + base + offs_m[:, None] * stride_tok + offs_d[None, :], (dq * sm_scale).to(q.dtype))

@@ -1,0 +1,144 @@
+"""Regenerate the third-party corpus: the Triton kernels of kernels.py compiled by the installed
+Triton for every arch of the arch table, as code objects (`<arch>/<case>.hsaco`) with their launch
+metadata (`<arch>/<case>.json`). Run it by hand after a Triton upgrade:
+
+    .venv/bin/python tests/third_party/regenerate.py [arch ...]
+
+Compiled the way Triton's JIT specializes a real call on an AMD GPU: `tt.divisibility` 16 on every
+pointer and on every integer argument divisible by 16, and `tt.pointer_range` 32 on every pointer
+(a tensor under 2 GiB, which lets Triton use buffer instructions) -- so the code is what Triton
+runs, not a weaker variant. Shapes are small so that the emulator test stays quick."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1]))
+import kernels  # noqa: E402
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch  # noqa: E402
+
+# case -> (kernel, argument values (pointers: their element type), constexprs, options, grid).
+# Pointer values are names the test fills with arrays; the test knows each case's problem.
+S, H, D = 128, 2, 64  # attention: one batch, two heads, sequence 128, head dim 64
+CASES: dict[str, tuple] = {
+    "vector_add": (kernels.vector_add, {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": 1000},
+                   {"BLOCK": 256}, {"num_warps": 4}, (4, 1, 1)),
+    "softmax": (kernels.softmax, {"out_ptr": "*fp32", "in_ptr": "*fp32", "in_stride": 128, "out_stride": 128,
+                                  "n_rows": 48, "n_cols": 100},
+                {"BLOCK": 128, "NUM_STAGES": 2}, {"num_warps": 4}, (8, 1, 1)),
+    "layer_norm_fwd": (kernels.layer_norm_fwd, {"X": "*fp16", "Y": "*fp16", "W": "*fp16", "B": "*fp16",
+                                                "Mean": "*fp32", "Rstd": "*fp32", "stride": 208, "N": 200,
+                                                "eps": 1e-5},
+                       {"BLOCK": 128}, {"num_warps": 4}, (32, 1, 1)),
+    "layer_norm_bwd_dx": (kernels.layer_norm_bwd_dx, {"DX": "*fp16", "DY": "*fp16", "DW": "*fp16", "DB": "*fp16",
+                                                      "X": "*fp16", "W": "*fp16", "Mean": "*fp32", "Rstd": "*fp32",
+                                                      "Lock": "*i32", "stride": 208, "N": 200},
+                          {"GROUP": 8, "BLOCK": 256}, {"num_warps": 4}, (32, 1, 1)),
+    "layer_norm_bwd_dwdb": (kernels.layer_norm_bwd_dwdb, {"DW": "*fp16", "DB": "*fp16", "FINAL_DW": "*fp16",
+                                                          "FINAL_DB": "*fp16", "M": 8, "N": 200},
+                            {"BLOCK_M": 8, "BLOCK_N": 64}, {"num_warps": 4}, (4, 1, 1)),
+    "matmul": (kernels.matmul, {"A": "*fp16", "B": "*fp16", "C": "*fp16", "M": 96, "N": 160, "K": 128,
+                                "stride_am": 128, "stride_ak": 1, "stride_bk": 160, "stride_bn": 1,
+                                "stride_cm": 160, "stride_cn": 1},
+               {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 2}, {"num_warps": 4, "num_stages": 2},
+               (2 * 3, 1, 1)),
+    "attn_fwd": (kernels.attn_fwd, {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "Out": "*fp16", "M": "*fp32",
+                                    "sm_scale": D ** -0.5, "stride_h": S * D, "stride_tok": D, "N_CTX": S},
+                 {"BLOCK_M": 64, "BLOCK_N": 32, "HEAD_DIM": D}, {"num_warps": 4, "num_stages": 1},
+                 (S // 64, H, 1)),
+    "attn_bwd_preprocess": (kernels.attn_bwd_preprocess, {"Out": "*fp16", "DO": "*fp16", "Delta": "*fp32",
+                                                          "N_CTX": S},
+                            {"BLOCK_M": 64, "HEAD_DIM": D}, {"num_warps": 4}, (S // 64, H, 1)),
+    "attn_bwd": (kernels.attn_bwd, {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "sm_scale": D ** -0.5,
+                                    "DO": "*fp16", "DQ": "*fp16", "DK": "*fp16", "DV": "*fp16", "M": "*fp32",
+                                    "D": "*fp32", "stride_h": S * D, "stride_tok": D, "N_CTX": S},
+                 {"BLOCK_M": 32, "BLOCK_N": 64, "HEAD_DIM": D}, {"num_warps": 4, "num_stages": 1},
+                 (S // 64, H, 1)),
+}
+
+
+# Variants of a case compiled with Triton's asynchronous copies (TRITON_HIP_USE_ASYNC_COPY=1, the
+# default on gfx950): loads straight into LDS, through buffer instructions or -- for a tensor past
+# 2 GiB, which gets no `tt.pointer_range` -- through global ones. Triton has them on gfx942 and
+# gfx950 only. variant -> (case, pointer_range).
+ASYNC_VARIANTS = {"matmul_async_buffer": ("matmul", True), "matmul_async_global": ("matmul", False)}
+ASYNC_ARCHS = ("gfx942", "gfx950")
+
+
+def _signature(values: dict) -> dict[str, str]:
+    sig = {}
+    for name, v in values.items():
+        sig[name] = v if isinstance(v, str) else "fp32" if isinstance(v, float) else "i32"
+    return sig
+
+
+def compile_case(case: str, arch: str) -> tuple[bytes, dict, str]:
+    """(code object, launch metadata, assembly) of one case (or async variant) for one arch."""
+    base, pointer_range = ASYNC_VARIANTS.get(case, (case, True))
+    knobs.amd.use_async_copy = True if case in ASYNC_VARIANTS else None  # None: Triton's default
+    fn, values, constexprs, options, grid = CASES[base]
+    order = fn.arg_names
+    sig = _signature(values)
+    # Like the JIT: an integer argument equal to 1 becomes a constant (a unit stride).
+    constexprs = {**constexprs, **{n: 1 for n, v in values.items() if isinstance(v, int) and v == 1}}
+    sig.update({name: "constexpr" for name in constexprs})
+    sig = {name: sig[name] for name in order}
+    attrs = {}
+    for name, v in values.items():
+        if isinstance(v, str):  # a pointer: 16-byte aligned, inside a tensor under 2 GiB
+            attrs[(order.index(name),)] = [["tt.divisibility", 16]] + [["tt.pointer_range", 32]] * pointer_range
+        elif isinstance(v, int) and v != 1 and v % 16 == 0:
+            attrs[(order.index(name),)] = [["tt.divisibility", 16]]
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, attrs=attrs, constexprs=constexprs)
+    a = get_arch(arch)
+    k = triton.compile(src, target=GPUTarget("hip", arch, a.wave_size), options=options)
+    md = k.metadata._asdict()
+    meta = {"case": case, "kernel": k.name, "arch": arch, "triton": triton.__version__,
+            "async_copy": case in ASYNC_VARIANTS, "pointer_range": pointer_range,
+            "args": [name for name in order if name not in constexprs],
+            "values": {name: v for name, v in values.items() if not isinstance(v, str)},
+            "pointers": {name: v[1:] for name, v in values.items() if isinstance(v, str)},
+            "constexprs": constexprs, "options": options, "grid": list(grid),
+            "block": [md["num_warps"] * a.wave_size, 1, 1], "shared": int(md["shared"]),
+            "global_scratch_size": int(md.get("global_scratch_size") or 0),
+            "profile_scratch_size": int(md.get("profile_scratch_size") or 0)}
+    return k.asm["hsaco"], meta, k.asm["amdgcn"]
+
+
+def _strip(blob: bytes) -> bytes:
+    """Drop the symbol table and debug sections (the loader needs the kernel descriptor symbol
+    and the notes, which strip keeps): small binaries for the repository."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "k.hsaco"
+        p.write_bytes(blob)
+        subprocess.run(["llvm-strip-22", "--strip-debug", str(p)], check=True)
+        return p.read_bytes()
+
+
+def main() -> None:
+    archs = sys.argv[1:] or list(ARCH_NAMES)
+    for arch in archs:
+        out = HERE / arch
+        out.mkdir(exist_ok=True)
+        for case in [*CASES, *(ASYNC_VARIANTS if arch in ASYNC_ARCHS else ())]:
+            blob, meta, _asm = compile_case(case, arch)
+            blob = _strip(blob)
+            (out / f"{case}.hsaco").write_bytes(blob)
+            (out / f"{case}.json").write_text(json.dumps(meta, indent=1) + "\n")
+            print(f"{arch} {case}: {len(blob)} bytes, LDS {meta['shared']}")
+
+
+if __name__ == "__main__":
+    main()
