@@ -205,7 +205,8 @@ define amdgpu_kernel void @k(<4 x i32> %rsrc, ptr addrspace(1) %p) {
   %l = getelementptr i32, ptr addrspace(3) @lds, i32 %tid
   %old = atomicrmw add ptr addrspace(3) %l, i32 %b monotonic
   %s = add i32 %g, %old
-  store i32 %s, ptr addrspace(1) %q
+  %t = add i32 %s, %b
+  store i32 %t, ptr addrspace(1) %q
   ret void
 }
 """
@@ -234,3 +235,22 @@ def test_decoded_modifiers_that_change_semantics_are_refused(arch, prefix, word,
     struct.pack_into("<I", blob, at, struct.unpack_from("<I", blob, at)[0] | 1 << bit)
     (msg,) = EmulatorDevice(arch).unsupported(dev.kernel(bytes(blob), "k"))
     assert why in msg and inst.raw_name in msg
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100", "gfx1201"])
+@pytest.mark.parametrize("word", [1, 3])
+def test_buffer_descriptor_fields_that_change_addresses_are_refused(arch, word):
+    """A descriptor with swizzling (word 1, bit 31) or ADD_TID_ENABLE (word 3, bit 23) is refused
+    when the buffer load runs; the same descriptor without the bit runs."""
+    from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
+
+    asm, hsaco = compile_llvm(PLAIN, arch)
+    dev = EmulatorDevice(arch)
+    k = dev.kernel(hsaco, "k")
+    src, out = dev.to_device(np.arange(64, dtype=np.uint32)), dev.to_device(np.zeros(64, np.uint32))
+    rsrc = [src.addr & 0xFFFFFFFF, (src.addr >> 32) & 0xFFFF, 256, 0x00020000 if arch == "gfx942" else 0x31014000]
+    dev.launch(k, 1, 64, struct.pack("<IIIIQ", *rsrc, out.addr))
+    np.testing.assert_array_equal(dev.from_device(out, np.uint32, 64), np.arange(64))
+    rsrc[word] |= 1 << (31 if word == 1 else 23)
+    with pytest.raises(UnsupportedInstruction, match="swizzling, ADD_TID_ENABLE"):
+        dev.launch(k, 1, 64, struct.pack("<IIIIQ", *rsrc, out.addr))
