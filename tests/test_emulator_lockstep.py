@@ -351,13 +351,14 @@ def by_workers(arch: str, run) -> tuple[list, list, list, list]:
     return a, b, one.launches, two.launches
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
-def test_workers_give_the_same_results(arch: str, parallel_always) -> None:
+def test_workers_give_the_same_results(parallel_always) -> None:
     """Chunks of one launch in two worker processes: the forward's output and LSE and the
     deterministic backward's gradients are one process's bits, with the same statistics; the
-    backward's atomic mode keeps its main kernel (global atomics) in one process."""
+    backward's atomic mode keeps its main kernel (global atomics) in one process. (One arch: the
+    workers run lockstep's chunks unchanged; the fault test below runs a wave32 arch too.)"""
+    arch = "gfx942"
     rng = np.random.default_rng(5)
-    q, k, v, do = (rng.standard_normal((3, 512, 8, 64)).astype(np.float16) for _ in range(4))
+    q, k, v, do = (rng.standard_normal((24, 128, 8, 64)).astype(np.float16) for _ in range(4))
 
     def fwd(dev):
         return ops.fmha_fwd(q, k, v, causal=True, return_lse=True, device=dev)
