@@ -5,7 +5,8 @@ Triton corpus, tests/test_third_party_corpus.py, runs them inside real kernels):
   (gfx942+): each active lane's data lands at M0 + instruction offset + lane * 4 (16 for x3/x4),
   inactive lanes write nothing, out-of-range buffer lanes write zeros. Before this the buffer form
   ran as an ordinary register load and left the LDS untouched, without an error.
-- `ds_read_b64_tr_b16` (gfx950): the 16-lane shuffle of the MFMA transpose load.
+- `ds_read_b64_tr_b16` / `ds_read_b64_tr_b8` (gfx950): the 16-lane shuffle of the MFMA
+  transpose load.
 - What is decoded but not modelled is refused, not ignored: sub-dword loads to LDS, TFE on
   gfx11/gfx12 buffer loads, GDS on LDS instructions, gfx90a's FLAT LDS bit."""
 
@@ -173,20 +174,23 @@ go:
 """
 
 
-def test_ds_read_b64_tr_b16():
-    """Every lane reads four 16-bit values at its own (8-byte aligned, shuffled) address; in each
-    group of 16 lanes, lane d gets as value e the value d % 4 of lane 4 * e + d // 4."""
-    asm, hsaco = compile_llvm(TR16, "gfx950")
-    assert "ds_read_b64_tr_b16" in asm
+@pytest.mark.parametrize("bits", [16, 8])
+def test_ds_read_b64_tr(bits):
+    """Every lane reads 8 bytes, n = 64/bits values, at its own (8-byte aligned, shuffled) address;
+    in each group of 16 lanes, lane d gets as value e the value d % n of lane (16/n)*e + d // n."""
+    src_ir = TR16 if bits == 16 else TR16.replace("tr16.b64.v4i16", "tr8.b64.v2i32").replace("<4 x i16>", "<2 x i32>")
+    asm, hsaco = compile_llvm(src_ir, "gfx950")
+    assert f"ds_read_b64_tr_b{bits}" in asm
     rng = np.random.default_rng(3)
     src = rng.integers(0, 2**16, 1024, dtype=np.uint16)
     addr = (rng.permutation(256)[:64] * 8).astype(np.uint32)
     dev = EmulatorDevice("gfx950")
     bufs = [dev.to_device(src), dev.to_device(addr), dev.alloc(64 * 8)]
     dev.launch(dev.kernel(hsaco, "tr"), 1, 64, struct.pack("<QQQ", *(b.addr for b in bufs)))
-    got = dev.from_device(bufs[2], np.uint16, (64, 4))
-    read = src[(addr[:, None] // 2 + np.arange(4))]  # [lane, value]: what each lane's address holds
-    want = np.array([[read[16 * (lane // 16) + 4 * e + (lane % 16) // 4, lane % 4] for e in range(4)]
+    n, dt = 64 // bits, np.uint16 if bits == 16 else np.uint8
+    got = dev.from_device(bufs[2], dt, (64, n))
+    read = src.view(dt)[(addr[:, None] // (bits // 8) + np.arange(n))]  # [lane, value]: what its address holds
+    want = np.array([[read[16 * (lane // 16) + (16 // n) * e + (lane % 16) // n, lane % n] for e in range(n)]
                      for lane in range(64)])
     np.testing.assert_array_equal(got, want)
 

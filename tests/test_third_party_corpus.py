@@ -20,10 +20,12 @@ pytestmark = pytest.mark.emulator
 CORPUS = Path(__file__).resolve().parent / "third_party"
 CORE = ("vector_add", "softmax", "layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_dwdb", "matmul",
         "attn_fwd", "attn_bwd_preprocess", "attn_bwd")
-# Triton's asynchronous copies (global/buffer loads straight into LDS) exist on gfx942 and gfx950.
-ASYNC = ("matmul_async_buffer", "matmul_async_global")
-ASYNC_ARCHS = ("gfx942", "gfx950")
-PAIRS = [(arch, case) for arch in ARCH_NAMES for case in CORE + (ASYNC if arch in ASYNC_ARCHS else ())]
+# Variants on the archs where they compile to something else (regenerate.py VARIANTS): Triton's
+# asynchronous copies (global/buffer loads straight into LDS) on gfx942/gfx950, an fp8 matmul on
+# gfx950 (ds_read_b64_tr_b8).
+EXTRA = {"gfx942": ("matmul_async_buffer", "matmul_async_global"),
+         "gfx950": ("matmul_async_buffer", "matmul_async_global", "matmul_fp8")}
+PAIRS = [(arch, case) for arch in ARCH_NAMES for case in CORE + EXTRA.get(arch, ())]
 F16, F32 = np.float16, np.float32
 LOG2E = 1.4426950408889634
 
@@ -31,7 +33,7 @@ LOG2E = 1.4426950408889634
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_corpus_is_complete(arch):
     """Every case was compiled for every arch (regenerate.py writes them all)."""
-    want = set(CORE + (ASYNC if arch in ASYNC_ARCHS else ()))
+    want = set(CORE + EXTRA.get(arch, ()))
     assert {p.stem for p in (CORPUS / arch).glob("*.hsaco")} == want
     assert {p.stem for p in (CORPUS / arch).glob("*.json")} == want
 
@@ -148,6 +150,16 @@ def check_matmul(arch, case):
     np.testing.assert_allclose(got.astype(F32), a.astype(F32) @ b.astype(F32), rtol=1e-3, atol=1e-3)
 
 
+def check_matmul_fp8(arch, case):
+    import ml_dtypes
+
+    rng = _rng(case)
+    e4m3 = ml_dtypes.float8_e4m3fn  # gfx950's fp8 is OCP e4m3 (Triton's fp8e4nv)
+    a, b = rng.standard_normal((96, 128)).astype(e4m3), rng.standard_normal((128, 160)).astype(e4m3)
+    got = run_case(arch, case, {"A": a.view(np.uint8), "B": b.view(np.uint8), "C": np.zeros((96, 160), F16)})["C"]
+    np.testing.assert_allclose(got.astype(F32), a.astype(F32) @ b.astype(F32), rtol=1e-3, atol=1e-3)
+
+
 H, S, D = 2, 128, 64
 SCALE = D ** -0.5
 
@@ -199,6 +211,7 @@ def check_attn_bwd(arch, case):
 CHECKS = {"vector_add": check_vector_add, "softmax": check_softmax, "layer_norm_fwd": check_layer_norm_fwd,
           "layer_norm_bwd_dx": check_layer_norm_bwd_dx, "layer_norm_bwd_dwdb": check_layer_norm_bwd_dwdb,
           "matmul": check_matmul, "matmul_async_buffer": check_matmul, "matmul_async_global": check_matmul,
+          "matmul_fp8": check_matmul_fp8,
           "attn_fwd": check_attn_fwd, "attn_bwd_preprocess": check_attn_bwd_preprocess, "attn_bwd": check_attn_bwd}
 
 

@@ -67,12 +67,15 @@ CASES: dict[str, tuple] = {
 }
 
 
-# Variants of a case compiled with Triton's asynchronous copies (TRITON_HIP_USE_ASYNC_COPY=1, the
-# default on gfx950): loads straight into LDS, through buffer instructions or -- for a tensor past
-# 2 GiB, which gets no `tt.pointer_range` -- through global ones. Triton has them on gfx942 and
-# gfx950 only. variant -> (case, pointer_range).
-ASYNC_VARIANTS = {"matmul_async_buffer": ("matmul", True), "matmul_async_global": ("matmul", False)}
-ASYNC_ARCHS = ("gfx942", "gfx950")
+# Variants of a case, only on the archs where they compile to something the others do not test:
+# variant -> (case, archs, async copy, pointer range, element types replacing the case's).
+# - Triton's asynchronous copies (TRITON_HIP_USE_ASYNC_COPY=1, the default on gfx950; Triton has
+#   them on gfx942 and gfx950): loads straight into LDS, through buffer instructions or -- for a
+#   tensor past 2 GiB, which gets no `tt.pointer_range` -- through global ones.
+# - An fp8 (OCP e4m3) matmul on gfx950, whose B operand goes through ds_read_b64_tr_b8.
+VARIANTS = {"matmul_async_buffer": ("matmul", ("gfx942", "gfx950"), True, True, {}),
+            "matmul_async_global": ("matmul", ("gfx942", "gfx950"), True, False, {}),
+            "matmul_fp8": ("matmul", ("gfx950",), None, True, {"A": "*fp8e4nv", "B": "*fp8e4nv"})}
 
 
 def _signature(values: dict) -> dict[str, str]:
@@ -83,10 +86,11 @@ def _signature(values: dict) -> dict[str, str]:
 
 
 def compile_case(case: str, arch: str) -> tuple[bytes, dict, str]:
-    """(code object, launch metadata, assembly) of one case (or async variant) for one arch."""
-    base, pointer_range = ASYNC_VARIANTS.get(case, (case, True))
-    knobs.amd.use_async_copy = True if case in ASYNC_VARIANTS else None  # None: Triton's default
+    """(code object, launch metadata, assembly) of one case (or variant) for one arch."""
+    base, _archs, async_copy, pointer_range, types = VARIANTS.get(case, (case, (), None, True, {}))
+    knobs.amd.use_async_copy = async_copy  # None: Triton's default
     fn, values, constexprs, options, grid = CASES[base]
+    values = {**values, **types}
     order = fn.arg_names
     sig = _signature(values)
     # Like the JIT: an integer argument equal to 1 becomes a constant (a unit stride).
@@ -104,7 +108,7 @@ def compile_case(case: str, arch: str) -> tuple[bytes, dict, str]:
     k = triton.compile(src, target=GPUTarget("hip", arch, a.wave_size), options=options)
     md = k.metadata._asdict()
     meta = {"case": case, "kernel": k.name, "arch": arch, "triton": triton.__version__,
-            "async_copy": case in ASYNC_VARIANTS, "pointer_range": pointer_range,
+            "async_copy": bool(async_copy), "pointer_range": pointer_range,
             "args": [name for name in order if name not in constexprs],
             "values": {name: v for name, v in values.items() if not isinstance(v, str)},
             "pointers": {name: v[1:] for name, v in values.items() if isinstance(v, str)},
@@ -132,7 +136,7 @@ def main() -> None:
     for arch in archs:
         out = HERE / arch
         out.mkdir(exist_ok=True)
-        for case in [*CASES, *(ASYNC_VARIANTS if arch in ASYNC_ARCHS else ())]:
+        for case in [*CASES, *(v for v, spec in VARIANTS.items() if arch in spec[1])]:
             blob, meta, _asm = compile_case(case, arch)
             blob = _strip(blob)
             (out / f"{case}.hsaco").write_bytes(blob)

@@ -83,8 +83,8 @@ def _build_ds(inst, ctx):
                     win[base + o if o else base] = mv(w, sel)
             return nxt
         return h
-    if name == "ds_read_b64_tr_b16":
-        return _build_read_tr16(inst, ctx, addr_r, vd, off)
+    if name in ("ds_read_b64_tr_b16", "ds_read_b64_tr_b8"):  # tr_b4 / b96_tr_b6: unverified, unsupported
+        return _build_read_tr(inst, ctx, addr_r, vd, off, int(name.rsplit("_b", 1)[1]))
     if name in ("ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32"):
         return _build_permute(name, inst, ctx, addr_r, d0, vd, off)
     m = re.match(r"ds_(add|sub|rsub|inc|dec|min|max|and|or|xor|mskor|wrxchg|cmpst)(_rtn)?_"
@@ -131,26 +131,30 @@ def _build_permute(name, inst, ctx, addr_r, d0, vd, off):
     return h_perm
 
 
-def _build_read_tr16(inst, ctx, addr_r, vd, off):
-    """gfx950's ds_read_b64_tr_b16 (CDNA4 ISA 11.4, "MFMA transpose load from LDS"): every lane
-    reads 8 bytes -- four 16-bit values consecutive along M (or N) -- and each group of 16 lanes
-    shuffles its 16x4 block so that every lane ends with four values consecutive along K, the
-    MFMA operand layout: source lane s of a group holds M = 4*(s%4) .. +3 at K = s//4, and
-    destination lane d receives, as value e, value d%4 of source lane 4*e + d//4 (M = d, K = e).
-    That is the lane mapping Triton's layout for this instruction assumes (its ds_read_tr layout:
-    lane bits 0-1 step M by 4, bits 2-3 step K; 16 lanes take part in the shuffle), which Triton
-    validates on the hardware. The ISA requires EXEC to be all ones; anything else is refused."""
+def _build_read_tr(inst, ctx, addr_r, vd, off, bits):
+    """gfx950's ds_read_b64_tr_b16 / ds_read_b64_tr_b8 (CDNA4 ISA 11.4, "MFMA transpose load from
+    LDS"): every lane reads 8 bytes -- n = 64/bits values consecutive along M (or N) -- and each
+    group of 16 lanes shuffles its block so that every lane ends with n values consecutive along
+    K, the MFMA operand layout. Source lane s of a group holds M = n*(s % (16/n)) .. +n-1 at
+    K = s // (16/n); destination lane d receives, as value e, value d % n of source lane
+    (16/n)*e + d//n (M = d, K = e). This is the lane mapping Triton's layout for these
+    instructions assumes (lane bits below 16/n step M by n, the others step K; 16 lanes take
+    part), validated on the hardware by Triton and here by its f16 attention and fp8 matmul
+    (tests/test_third_party_corpus.py). The ISA requires EXEC to be all ones; anything else is
+    refused."""
     nxt, W = ctx.nxt, ctx.wave_size
+    n = 64 // bits
     d = np.arange(16)
-    src = (4 * np.arange(4)[None, :] + d[:, None] // 4)  # [dest lane, value e] -> source lane
-    pick = (d % 4)[:, None]  # [dest lane] -> which of the source lane's values
+    src = (16 // n) * np.arange(n)[None, :] + d[:, None] // n  # [dest lane, value e] -> source lane
+    pick = (d % n)[:, None]  # [dest lane] -> which of the source lane's values
+    dt = np.uint16 if bits == 16 else np.uint8
 
     def h(w):
         if not w.full:
             raise UnsupportedInstruction(f"{inst.raw_name} with EXEC 0x{w.exec:x}: the ISA requires every lane")
         idx = _lds_access(w, w.v[addr_r].astype(np.int64) + off, 8, "load")
-        vals = np.ascontiguousarray(w.lds[idx]).view(np.uint16).reshape(W // 16, 16, 4)  # [group, lane, value]
-        out = np.ascontiguousarray(vals[:, src, pick]).reshape(W, 4)
+        vals = np.ascontiguousarray(w.lds[idx]).view(dt).reshape(W // 16, 16, n)  # [group, lane, value]
+        out = np.ascontiguousarray(vals[:, src, pick]).reshape(W, n)
         w.v[vd:vd + 2] = out.view(np.uint32).T
         return nxt
     return h
@@ -231,7 +235,8 @@ def _names():
                "cmpstore", "storexchg"):
         for t in ("u32", "i32", "b32", "f32", "u64", "i64", "b64", "f64"):
             out += [f"ds_{op}_{t}", f"ds_{op}_rtn_{t}"]
-    return out + ["ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32", "ds_read_b64_tr_b16"]
+    return out + ["ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32", "ds_read_b64_tr_b16",
+                  "ds_read_b64_tr_b8"]
 
 
 for _n in _names():
