@@ -61,6 +61,13 @@ def dpp8_perm(sel: int, W: int) -> np.ndarray:
     return (lanes & ~7) | ((sel >> (3 * (lanes & 7))) & 7)
 
 
+def refuse_dpp_sdwa(inst) -> None:
+    """For builders that read their operands directly (not through valu._reader): a DPP or SDWA
+    form would otherwise run as the plain instruction, unpermuted and unselected."""
+    if inst.dpp is not None or inst.sdwa is not None:
+        raise UnsupportedInstruction(f"{inst.raw_name}: DPP/SDWA on this instruction is not modelled")
+
+
 def dpp_reader(inst, ctx, enc, typ, hi):
     """Source 0 read through the DPP lane permutation; records which lanes got a valid source."""
     from tiledsl.backends.rocm.emulator.valu import typed_from_bits
@@ -209,6 +216,7 @@ def _b_permlane_swap(inst, ctx):
 
 @builder("v_swap_b32")
 def _b_swap(inst, ctx):
+    refuse_dpp_sdwa(inst)
     f, nxt = inst.f, ctx.nxt
     d, s = f["vdst"], f["src0"] - 256
 

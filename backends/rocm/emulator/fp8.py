@@ -143,6 +143,8 @@ def _source_bytes(inst, ctx, size: int) -> tuple[int, str]:
 
 @builder("v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8")
 def _b_widen(inst, ctx):
+    if inst.dpp is not None:  # SDWA byte selects are handled by _source_bytes, DPP is not
+        raise UnsupportedInstruction(f"{inst.raw_name}: DPP is not modelled")
     kind, flavour = _kind(inst.name), _flavour(inst, ctx)
     count = 2 if inst.name.startswith("v_cvt_pk_") else 1
     first, _ = _source_bytes(inst, ctx, count)

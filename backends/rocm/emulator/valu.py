@@ -305,6 +305,7 @@ for _n in OPS:
 # -- carries ------------------------------------------------------------------------------
 @builder(*CARRY)
 def _b_carry(inst, ctx):
+    crosslane.refuse_dpp_sdwa(inst)
     kind, cin = CARRY[inst.name]
     f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
     e0, e1, e2 = _srcs(inst)

@@ -1,5 +1,5 @@
-"""Loads straight into LDS and the gfx950 LDS transpose read, instruction by instruction (the
-Triton corpus, tests/test_third_party_corpus.py, runs them inside real kernels):
+"""Instructions and modifiers third-party code uses, instruction by instruction (the Triton
+corpus, tests/test_third_party_corpus.py, runs them inside real kernels):
 
 - `buffer_load_dword[x3|x4] ... lds` (gfx90a+, x3/x4 gfx950) and `global_load_lds_dword[x3|x4]`
   (gfx942+): each active lane's data lands at M0 + instruction offset + lane * 4 (16 for x3/x4),
@@ -8,7 +8,8 @@ Triton corpus, tests/test_third_party_corpus.py, runs them inside real kernels):
 - `ds_read_b64_tr_b16` / `ds_read_b64_tr_b8` (gfx950): the 16-lane shuffle of the MFMA
   transpose load.
 - What is decoded but not modelled is refused, not ignored: sub-dword loads to LDS, TFE on
-  gfx11/gfx12 buffer loads, GDS on LDS instructions, gfx90a's FLAT LDS bit."""
+  gfx11/gfx12 buffer loads, GDS on LDS instructions, gfx90a's FLAT LDS bit, swizzled or
+  ADD_TID buffer descriptors, DPP/SDWA forms of instructions bound without the VALU's readers."""
 
 from __future__ import annotations
 
@@ -258,3 +259,27 @@ def test_buffer_descriptor_fields_that_change_addresses_are_refused(arch, word):
     rsrc[word] |= 1 << (31 if word == 1 else 23)
     with pytest.raises(UnsupportedInstruction, match="swizzling, ADD_TID_ENABLE"):
         dev.launch(k, 1, 64, struct.pack("<IIIIQ", *rsrc, out.addr))
+
+
+_ADD, _SWAP, _CVT = 25 << 25 | 1 << 17 | 2 << 9, 0x7E000000 | 81 << 9 | 1 << 17, 0x7E000000 | 84 << 9 | 1 << 17
+
+
+# v_cvt_f32_fp8's SDWA byte selects are modelled (fp8._source_bytes), its DPP form is not.
+@pytest.mark.parametrize(("name", "word", "form"), [
+    ("v_add_co_u32", _ADD, "dpp"), ("v_add_co_u32", _ADD, "sdwa"), ("v_swap_b32", _SWAP, "dpp"),
+    ("v_swap_b32", _SWAP, "sdwa"), ("v_cvt_f32_fp8", _CVT, "dpp")])
+def test_dpp_and_sdwa_forms_of_directly_bound_instructions_are_refused(name, word, form):
+    """Instructions whose builders read operands directly (not through the VALU's modifier-aware
+    readers) refuse their DPP and SDWA forms instead of running them unpermuted (gfx942 words:
+    src0 = 250 (DPP, row_shr:1) or 249 (SDWA), then the control dword)."""
+    from tiledsl.backends.rocm.emulator import crosslane, fp8, valu  # noqa: F401  (registers the builders)
+    from tiledsl.backends.rocm.emulator.decoder import Decoder
+    from tiledsl.backends.rocm.emulator.executor import BUILDERS, Ctx
+    from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
+
+    ctrl = 0xFF000111 | 3 if form == "dpp" else 0x06060603  # DPP: row_shr:1 of v3; SDWA: dword selects, v3
+    words = struct.pack("<II", word | (250 if form == "dpp" else 249), ctrl) + struct.pack("<I", 0xBF810000)
+    inst = Decoder("gfx942").decode_all(words, 0, 0)[0]
+    assert inst.name == name and (inst.dpp if form == "dpp" else inst.sdwa) is not None
+    with pytest.raises(UnsupportedInstruction, match="DPP"):
+        BUILDERS[name](inst, Ctx(None, 0, "gfx942", "gfx9", 64))  # type: ignore[arg-type]
