@@ -7,6 +7,7 @@ corpus, tests/test_third_party_corpus.py, runs them inside real kernels):
   ran as an ordinary register load and left the LDS untouched, without an error.
 - `ds_read_b64_tr_b16` / `ds_read_b64_tr_b8` (gfx950): the 16-lane shuffle of the MFMA
   transpose load.
+- {global,buffer}_atomic_pk_add_{f16,bf16}, which aiter's hand-written FMHA backward uses.
 - What is decoded but not modelled is refused, not ignored: sub-dword loads to LDS, TFE on
   gfx11/gfx12 buffer loads, GDS on LDS instructions, gfx90a's FLAT LDS bit, swizzled or
   ADD_TID buffer descriptors, DPP/SDWA forms of instructions bound without the VALU's readers."""
@@ -283,3 +284,71 @@ def test_dpp_and_sdwa_forms_of_directly_bound_instructions_are_refused(name, wor
     assert inst.name == name and (inst.dpp if form == "dpp" else inst.sdwa) is not None
     with pytest.raises(UnsupportedInstruction, match="DPP"):
         BUILDERS[name](inst, Ctx(None, 0, "gfx942", "gfx9", 64))  # type: ignore[arg-type]
+
+
+def _patch_opcode(hsaco: bytes, arch: str, name: str, value: int, mask: int) -> bytes:
+    """The code object with the first `name` instruction's first word's `mask` bits set to `value`."""
+    from test_emulator_exec import _file_offset
+
+    from tiledsl.backends.rocm.emulator.loader import load_code_object
+
+    img = next(iter(load_code_object(hsaco, arch).values()))
+    inst = next(i for i in img.insts if i.name == name)
+    blob = bytearray(hsaco)
+    at = _file_offset(bytes(blob), inst.addr)
+    struct.pack_into("<I", blob, at, struct.unpack_from("<I", blob, at)[0] & ~mask | value)
+    return bytes(blob)
+
+
+PK_ADD = r"""
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare <2 x TYPE> @llvm.amdgcn.raw.buffer.atomic.fadd.v2TY(<2 x TYPE>, <4 x i32>, i32, i32, i32)
+define amdgpu_kernel void @pk(ptr addrspace(1) %x, ptr addrspace(1) %acc, <4 x i32> %rsrc) {
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %slot = and i32 %t, 3
+  %px = getelementptr <2 x TYPE>, ptr addrspace(1) %x, i32 %t
+  %v = load <2 x TYPE>, ptr addrspace(1) %px, align 4
+  %pa = getelementptr <2 x TYPE>, ptr addrspace(1) %acc, i32 %slot
+ATOMIC
+  ret void
+}
+!0 = !{}
+"""
+GLOBAL_PK = ("  %old = atomicrmw fadd ptr addrspace(1) %pa, <2 x TYPE> %v syncscope(\"agent\") monotonic, align 4,"
+             " !amdgpu.no.fine.grained.memory !0")
+BUFFER_PK = ("  %off = shl i32 %slot, 2\n"
+             "  %old = call <2 x TYPE> @llvm.amdgcn.raw.buffer.atomic.fadd.v2TY(<2 x TYPE> %v, <4 x i32> %rsrc,"
+             " i32 %off, i32 0, i32 0)")
+
+
+@pytest.mark.parametrize(("arch", "typ", "space"), [
+    (a, t, sp) for a in ("gfx942", "gfx950") for t in ("half", "bfloat") for sp in ("global", "buffer")
+    if (a, t, sp) != ("gfx942", "bfloat", "buffer")])  # gfx942 has no buffer_atomic_pk_add_bf16
+def test_packed_16_bit_float_atomic_add(arch, typ, space):
+    """{global,buffer}_atomic_pk_add_f16/bf16 (aiter's hand-written FMHA backward kernels use
+    them): lanes in order, each half rounded to nearest even once, denormals kept."""
+    import ml_dtypes
+
+    src = PK_ADD.replace("ATOMIC", GLOBAL_PK if space == "global" else BUFFER_PK)
+    # LLVM cannot select the bf16 buffer form from IR: compile the f16 one and patch its opcode
+    # (MUBUF bits 24:18: buffer_atomic_pk_add_f16 78 -> _bf16 82).
+    patch = space == "buffer" and typ == "bfloat"
+    ir_typ = "half" if patch else typ
+    asm, hsaco = compile_llvm(src.replace("TYPE", ir_typ).replace("TY", "f16" if ir_typ == "half" else "bf16"), arch)
+    assert f"{space}_atomic_pk_add_" + ("f16" if ir_typ == "half" else "bf16") in asm
+    if patch:
+        hsaco = _patch_opcode(hsaco, arch, "buffer_atomic_pk_add_f16", 82 << 18, 0x7F << 18)
+    dt = np.float16 if typ == "half" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(128) * 3).astype(dt)
+    x[:8] = np.array(6e-8 if typ == "half" else 1e-39, dt)  # denormal addends, kept
+    acc0 = np.array([1, -2, 0.001, 0, 250, 0.5, -7, 3], dt)
+    dev = EmulatorDevice(arch)
+    xb, ab = dev.to_device(x.view(np.uint16)), dev.to_device(acc0.view(np.uint16))
+    rsrc = struct.pack("<IIII", ab.addr & 0xFFFFFFFF, (ab.addr >> 32) & 0xFFFF, 16, 0x00020000)
+    dev.launch(dev.kernel(hsaco, "pk"), 1, 64, struct.pack("<QQ", xb.addr, ab.addr) + rsrc)
+    want = acc0.astype(np.float32).copy()
+    for t in range(64):  # lanes in order; one rounding per add
+        for h in range(2):
+            want[2 * (t % 4) + h] = np.float32(dt(want[2 * (t % 4) + h] + np.float32(x[2 * t + h])))
+    np.testing.assert_array_equal(dev.from_device(ab, np.uint16, 8), want.astype(dt).view(np.uint16))

@@ -16,7 +16,14 @@ import numpy as np
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.backends.rocm.emulator.executor import SCRATCH_TAG, builder, lds_fault
 from tiledsl.backends.rocm.emulator.memory import MemoryFault, UnsupportedInstruction, window
-from tiledsl.backends.rocm.emulator.operands import M32, PRIVATE_APERTURE, SHARED_APERTURE, _s64, scalar_writer
+from tiledsl.backends.rocm.emulator.operands import (
+    M32,
+    PRIVATE_APERTURE,
+    SHARED_APERTURE,
+    _s64,
+    bf16_bits,
+    scalar_writer,
+)
 from tiledsl.backends.rocm.emulator.operands import scalar_reader as sread
 
 # ndarray.min/max go through a Python wrapper; the bare reductions cost a microsecond less.
@@ -488,8 +495,9 @@ def _atomic_info(name):
 
 def _build_atomic(inst, ctx):
     name = inst.name
-    info = _atomic_info(name)
-    if info is None or "pk_add" in name or "fmin" in name or "fmax" in name:
+    pk = re.match(r"(global|flat|buffer)_atomic_pk_add_(f16|bf16)$", name)
+    info = (pk.group(1), "pk_add_" + pk.group(2), False) if pk else _atomic_info(name)
+    if info is None or "fmin" in name or "fmax" in name:
         raise UnsupportedInstruction(f"atomic {name}")
     _refuse_modifiers(inst)
     sp, op, wide = info
@@ -546,7 +554,21 @@ def _flush_denormal(x: np.float32) -> np.float32:
     return np.float32(np.copysign(0.0, x)) if 0 < abs(x) < np.finfo(np.float32).tiny else x
 
 
+def _pk_add(old: int, dv: int, bf16: bool) -> int:
+    """Packed f16/bf16 add of two dwords, each half rounded to nearest even once, denormals kept
+    (CDNA3/4 ISA 9.2: PK_ADD_F16/BF16 in the L2 do not flush). The f32 sum of two 16-bit floats
+    rounds to the same 16-bit value as the exact sum: when it is inexact, the smaller addend lies
+    far below the result's half-ulp, so no tie can form."""
+    h = np.array([old & 0xFFFF, old >> 16, dv & 0xFFFF, (dv >> 16) & 0xFFFF], np.uint16)
+    f = (h.astype(np.uint32) << 16).view(np.float32) if bf16 else h.view(np.float16).astype(np.float32)
+    r = f[:2] + f[2:]
+    out = bf16_bits(r) if bf16 else r.astype(np.float16).view(np.uint16)
+    return int(out[0]) | int(out[1]) << 16
+
+
 def _apply_atomic(op, old, dv, nb, isf, cmp, flush=False):
+    if op.startswith("pk_add_"):
+        return _pk_add(old, dv & M32, op.endswith("bf16"))
     bits = 8 * nb
     sign = 1 << (bits - 1)
     if isf:  # f32 arithmetic (one rounding), denormals flushed in and out where the arch does
@@ -581,7 +603,8 @@ for _sp in ("global", "flat", "buffer"):
                     ("and", "b32"), ("or", "b32"), ("xor", "b32"), ("swap", "b32"), ("cmpswap", "b32"),
                     ("inc", "u32"), ("dec", "u32"), ("add", "u64"), ("sub", "u64"), ("min", "i64"),
                     ("min", "u64"), ("max", "i64"), ("max", "u64"), ("and", "b64"), ("or", "b64"), ("xor", "b64"),
-                    ("swap", "b64"), ("cmpswap", "b64"), ("inc", "u64"), ("dec", "u64"), ("add", "f32")):
+                    ("swap", "b64"), ("cmpswap", "b64"), ("inc", "u64"), ("dec", "u64"), ("add", "f32"),
+                    ("pk_add", "f16"), ("pk_add", "bf16")):
         builder(f"{_sp}_atomic_{_op}_{_t}")(_build_atomic)
 
 
