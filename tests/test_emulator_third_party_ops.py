@@ -352,3 +352,11 @@ def test_packed_16_bit_float_atomic_add(arch, typ, space):
         for h in range(2):
             want[2 * (t % 4) + h] = np.float32(dt(want[2 * (t % 4) + h] + np.float32(x[2 * t + h])))
     np.testing.assert_array_equal(dev.from_device(ab, np.uint16, 8), want.astype(dt).view(np.uint16))
+
+
+def test_wide_buffer_loads_to_lds_need_gfx950():
+    """gfx942's MUBUF LDS bit takes ubyte..dword only: a dwordx4 with the bit is refused there."""
+    asm, hsaco = compile_llvm(_kernel("buffer", 4), "gfx942")
+    hsaco = _patch_opcode(hsaco, "gfx942", "buffer_load_dword", 23 << 18, 0x7F << 18)  # -> buffer_load_dwordx4
+    (msg,) = EmulatorDevice.unsupported(EmulatorDevice("gfx942").kernel(hsaco, "dma"))
+    assert "buffer_load_dwordx4" in msg and "need gfx950" in msg

@@ -26,7 +26,7 @@ from tiledsl.backends.rocm.emulator.executor import builder
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.emulator.vmem import _SIZE, _address_fn, _buffer_address, _global_rw, _lds_access
 
-# kind -> bytes per lane; the wide forms exist on gfx950 only (the decoder's tables say which).
+# The forms with a global_load_lds_* opcode (the decoder's tables say which exist per arch).
 _KINDS = ("ubyte", "sbyte", "ushort", "sshort", "dword", "dwordx3", "dwordx4")
 
 
@@ -46,6 +46,8 @@ def _check(inst, ctx, kind: str) -> int:
         raise UnsupportedInstruction(f"{inst.raw_name}: loads to LDS are a CDNA feature")
     if kind not in ("dword", "dwordx3", "dwordx4"):
         raise UnsupportedInstruction(f"{inst.raw_name}: a sub-dword or format load to LDS (not modelled)")
+    if kind != "dword" and ctx.arch != "gfx950":  # the MUBUF LDS bit takes x3/x4 from CDNA4 on
+        raise UnsupportedInstruction(f"{inst.raw_name} ... lds: three or four dwords to LDS need gfx950")
     return _SIZE[kind][0]
 
 
