@@ -17,6 +17,7 @@ from mlir import ir
 from tiledsl.backends.rocm.arch import Arch, MatrixOp
 from tiledsl.ir.dialect import int_attr, tensor_type, tile_op
 from tiledsl.lang.ast import DTYPE_BYTES
+from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
 from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
 
@@ -39,9 +40,10 @@ def dot_config(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tu
 
 
 class _Assigner:
-    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None):
+    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None, options: CompileOptions):
         self.fn = fn
         self.arch = arch
+        self.options = options
         self.source = source
         self.threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         self.layout: dict[ir.Value, L.Layout | None] = {}  # None = free (rematerialisable)
@@ -387,6 +389,33 @@ class _Assigner:
                     found = True
         return found
 
+    def retarget_transposed(self, block: ir.Block) -> bool:
+        """Give 16- and 8-bit loads that become a dot's B operand [K, N] (staged through LDS
+        transposed, K contiguous: stage-lds) `transposed_rows` rows per lane, so the transposed store
+        writes that many elements at once where it wrote one (Triton does the same for V).
+        Records them in `retarget`; True if any was new."""
+        found = False
+        rows_per_lane = self.options.transposed_rows
+        if not self.arch.is_cdna or rows_per_lane <= 1:  # RDNA: the timing model found it slower (gfx1201)
+            return found
+        for op in ops_in(block):
+            for region in op.regions:
+                for b in region.blocks:
+                    found |= self.retarget_transposed(b)
+            if op.name != "tile.dot" or _bool_attr(op, "trans_b"):
+                continue
+            load = self.load_chain(op.operands[1])
+            if load is None or load.result in self.retarget:
+                continue
+            rows, cols = tile_shape(load.result.type)[-2:]
+            eb = DTYPE_BYTES[tile_dtype(load.result.type)]
+            vec = self.blocked(load.result).vec
+            per_lane = rows * cols // self.threads.count
+            if eb < 4 and per_lane >= vec * rows_per_lane and rows % rows_per_lane == 0:
+                self.retarget[load.result] = L.Blocked(vec, rows_per_lane)
+                found = True
+        return found
+
     def load_chain(self, v: ir.Value) -> ir.Operation | None:
         """The tile.load that v is an elementwise function of (casts, scaling by free values),
         every value on the way used once, and whose offsets and mask are free; else None."""
@@ -408,7 +437,7 @@ class _Assigner:
         self.retarget: dict[ir.Value, L.Layout] = {}
         body = self.fn.regions[0].blocks[0]
         self.analyse_block(body)
-        if self.retarget_loads(body):  # analyse again with those loads in their users' layout
+        if self.retarget_loads(body) | self.retarget_transposed(body):  # analyse again with those loads retargeted
             self.layout.clear()
             self.kperm.clear()
             self.analyse_block(body)
@@ -485,4 +514,4 @@ def _with_layout(t: ir.Type, layout: L.Layout) -> ir.Type:
 
 def assign_layouts(module: ir.Module, ctx: PassContext) -> None:
     for fn in kernel_funcs(module):
-        _Assigner(fn, ctx.arch, ctx.source).run()
+        _Assigner(fn, ctx.arch, ctx.source, ctx.options).run()

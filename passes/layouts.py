@@ -3,8 +3,10 @@
 A layout is a typed value (`Layout` and its kinds below), printed as a short text that is stored
 as the tensor encoding in the IR and parsed back by `Layout.parse`:
 
-    blocked(V)              Blocked: loads/stores, V contiguous elements per lane along the last
-                            axis, lanes then waves fill the tile row by row (coalesced access)
+    blocked(V[,R])          Blocked: loads/stores, V contiguous elements per lane along the last
+                            axis (and R consecutive rows, default 1), lanes then waves fill the
+                            tile row by row (coalesced access); at most 8 lanes share a row, so a
+                            row segment of 16-byte vectors is one 128-byte cache line
     acc(KIND,m,n,k,kpl,DT,WM,WN)  Mma: MFMA/WMMA accumulator of a [M, N] tile, WM x WN waves
     acct(...)               the accumulator of the same dot computed transposed (C^T = B^T A^T,
                             operands swapped): each lane holds part of one row instead of one
@@ -89,9 +91,12 @@ class Layout(ABC):
 @dataclass(frozen=True)
 class Blocked(Layout):
     vec: int  # contiguous elements per lane along the last axis
+    # Consecutive rows per lane: a tile staged transposed through LDS (a B operand [K, N] loaded
+    # row by row) is then written `rows` elements at a time along its columns (assign-layouts).
+    rows: int = 1
 
     def __str__(self) -> str:
-        return f"blocked({self.vec})"
+        return f"blocked({self.vec})" if self.rows == 1 else f"blocked({self.vec},{self.rows})"
 
 
 MMA_KINDS = ("acc", "acct", "opa", "opb", "opbt")
@@ -168,8 +173,8 @@ def _parse(text: str) -> Layout:
         raise LayoutError(f"bad layout text '{text}'")
     kind, args = m.group(1), _split_args(m.group(2))
     try:
-        if kind == "blocked" and len(args) == 1:
-            return Blocked(int(args[0]))
+        if kind == "blocked" and len(args) in (1, 2):
+            return Blocked(*(int(a) for a in args))
         if kind in MMA_KINDS and len(args) == 8:
             mkind, mm, n, k, kpl, dt, wm, wn = args
             return Mma(kind, MatrixOp(mkind, int(mm), int(n), int(k), dt, int(kpl), ""), int(wm), int(wn))
@@ -212,6 +217,8 @@ def verify(layout: Layout, shape: tuple[int, ...], threads: Threads, arch: Arch 
     if isinstance(layout, Blocked):
         if layout.vec < 1 or layout.vec & (layout.vec - 1) or not shape:
             fail("blocked needs a power-of-two vector and a tile of rank >= 1")
+        if layout.rows < 1 or layout.rows & (layout.rows - 1) or (layout.rows > 1 and len(shape) < 2):
+            fail("blocked rows per lane must be a power of two, on a tile of rank >= 2")
     elif isinstance(layout, Mma):
         op, wm, wn = layout.op, layout.wm, layout.wn
         if len(shape) != 2:
@@ -255,7 +262,7 @@ def _coords(layout: Layout, shape: tuple[int, ...], threads: Threads) -> np.ndar
     t = np.arange(threads.count)
     lane, wave = t % threads.wave_size, t // threads.wave_size
     if isinstance(layout, Blocked):
-        return _blocked(layout.vec, shape, threads)
+        return _blocked(layout.vec, shape, threads, layout.rows)
     if isinstance(layout, Mma):
         return _mma(layout.kind, layout.op, layout.wm, layout.wn, shape, lane, wave, threads)
     if isinstance(layout, Slice):
@@ -279,17 +286,24 @@ def _coords(layout: Layout, shape: tuple[int, ...], threads: Threads) -> np.ndar
     raise LayoutError(f"unknown layout kind {type(layout).__name__}")
 
 
-def _blocked(vec: int, shape: tuple[int, ...], threads: Threads) -> np.ndarray:
+LANES_PER_ROW = 8  # 8 lanes x 16-byte vectors = one 128-byte line: the rest of the lanes take other rows
+
+
+def _blocked(vec: int, shape: tuple[int, ...], threads: Threads, rows_per_lane: int = 1) -> np.ndarray:
     if len(shape) == 1:
         return _blocked(vec, (1,) + shape, threads)[:, :, 1:]
     rows, cols = shape[-2], shape[-1]
     vec = min(vec, cols)
-    tc = min(cols // vec, threads.count)
-    tr = min(rows, threads.count // tc)
+    rpl = min(rows_per_lane, rows)
+    # Lanes along a row cover at most one cache line when the other lanes have rows to take (no
+    # lane left replicating another's elements), so a row-major tile staged transposed through LDS
+    # spreads one store instruction's lanes over more banks (rows of a wide tile were 16 lanes).
+    tc = min(cols // vec, threads.count, max(LANES_PER_ROW, -(-threads.count // (rows // rpl))))
+    tr = min(rows // rpl, threads.count // tc)
     t = np.arange(threads.count)
-    c0, r0 = (t % tc) * vec, (t // tc) % tr
-    regs = [(rr * tr, rc * tc * vec + j) for rr in range(rows // tr)
-            for rc in range(cols // (tc * vec)) for j in range(vec)]
+    c0, r0 = (t % tc) * vec, ((t // tc) % tr) * rpl
+    regs = [(rr * tr * rpl + ri, rc * tc * vec + j) for rr in range(rows // (tr * rpl))
+            for rc in range(cols // (tc * vec)) for ri in range(rpl) for j in range(vec)]
     regs_a = np.array(regs)
     out = np.stack([r0[:, None] + regs_a[None, :, 0], c0[:, None] + regs_a[None, :, 1]], axis=2)
     return out

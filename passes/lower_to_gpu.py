@@ -555,8 +555,10 @@ def rule_local_store(lw: _Lowering, op: ir.Operation) -> None:
     base = _lds_base(lw)
     elt = memory_type(ir.RankedTensorType(src.type).element_type)
     vals = lw.elems(to_memory(lw.v(src)))
-    for first, n, align, addr in _lds_runs(lw, op, src, base, elt):
-        value = vals[first] if n == 1 else lw.pack(vals[first:first + n], elt)
+    # Any registers at consecutive addresses make one store (a tile with several rows per lane,
+    # stored transposed: its registers i, i + vec, ... are one column's consecutive elements).
+    for regs, align, addr in _lds_runs(lw, op, src, base, elt, by_address=True):
+        value = vals[regs[0]] if len(regs) == 1 else lw.pack([vals[r] for r in regs], elt)
         llvm.store(value, addr, alignment=align)
 
 
@@ -591,7 +593,8 @@ def _load_lds_registers(lw: _Lowering, op: ir.Operation, lo: int, hi: int) -> ir
     value_t = ir.RankedTensorType(op.result.type).element_type
     elt = memory_type(value_t)
     vals: list[ir.Value] = []
-    for _, n, align, addr in _lds_runs(lw, op, op.result, base, elt, lo, hi):
+    for regs, align, addr in _lds_runs(lw, op, op.result, base, elt, lo, hi):
+        n = len(regs)
         if n == 1:
             vals.append(llvm.load(elt, addr, alignment=align))
         else:
@@ -600,9 +603,11 @@ def _load_lds_registers(lw: _Lowering, op: ir.Operation, lo: int, hi: int) -> ir
 
 
 def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt: ir.Type, lo: int = 0,
-              hi: int | None = None):
-    """Group the registers into runs at consecutive LDS addresses, each one vector access of at
-    most 16 bytes whose alignment is proven from the layout: yields (first, length, align, addr).
+              hi: int | None = None, by_address: bool = False):
+    """Group registers lo..hi-1 into runs at consecutive LDS addresses, each one vector access of
+    at most 16 bytes whose alignment is proven from the layout: yields (registers, align, addr).
+    Runs are of consecutive registers, or with `by_address` of any registers, taken in address
+    order (a store: its values can be gathered from anywhere).
 
     Element index of register i: offset + row * row_stride + col = thread_base + consts[i], where
     thread_base is a sum of lane/wave bit multiples, so its alignment is the gcd of those. A
@@ -624,18 +629,21 @@ def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt:
     steps = [int(x) for x in np.concatenate([lin.lane_bases, lin.wave_bases]) @ weights] + [offset]
     thread_gcd = int(np.gcd.reduce([abs(x) for x in steps if x] or [0]))
     nbytes = DTYPE_BYTES[tile_dtype(v.type)]
-    i, hi = lo, len(consts) if hi is None else hi
-    while i < hi:
+    hi = len(consts) if hi is None else hi
+    order = sorted(range(lo, hi), key=lambda r: consts[r]) if by_address else list(range(lo, hi))
+    i = 0
+    while i < len(order):
+        first = order[i]
         n = 1
-        while (i + n < hi and consts[i + n] == consts[i] + n and (n + 1) * nbytes <= 16):
+        while (i + n < len(order) and consts[order[i + n]] == consts[first] + n and (n + 1) * nbytes <= 16):
             n += 1
         n = 1 << (n.bit_length() - 1)  # power-of-two vectors only
-        start_gcd = int(np.gcd(thread_gcd, consts[i])) if thread_gcd else abs(consts[i]) or 1 << 30
+        start_gcd = int(np.gcd(thread_gcd, consts[first])) if thread_gcd else abs(consts[first]) or 1 << 30
         align_elems = start_gcd & -start_gcd if start_gcd else 1 << 30
         while n > 1 and (align_elems * nbytes) % (n * nbytes):
             n //= 2
         align = min(n * nbytes, (align_elems * nbytes) & -(align_elems * nbytes), 16)
-        yield i, n, max(align, nbytes), _gep(base, arith.AddIOp(b, c32(consts[i])).result, elt)
+        yield order[i:i + n], max(align, nbytes), _gep(base, arith.AddIOp(b, c32(consts[first])).result, elt)
         i += n
 
 

@@ -102,3 +102,18 @@ def test_config_lookup_and_defines() -> None:
     assert fmha_defines("gfx90a", hdim_q=64)["PAD_D"] == "false"
     with pytest.raises(TileError):
         fmha_defines("gfx942", dtype="f32")
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx942", "gfx950"])
+def test_v_is_stored_to_lds_four_keys_at_a_time(arch: str) -> None:
+    """The forward's V tile (a dot's B operand [keys, d], staged through LDS transposed) is loaded
+    with 4 keys per lane on CDNA, so each LDS store writes 4 keys (8 bytes) where it wrote one: no
+    16-bit LDS stores are left (the timing model: 512 ds_write_b16 per wave-block, most of the LDS
+    time of the gfx942 d128 forward, became 136 ds_write2_b64)."""
+    from tiledsl.ops import compile_fmha_fwd
+    from tiledsl.reference import fmha_mask_params
+
+    k = compile_fmha_fwd(arch, dtype="f16", hdim_q=128, hdim_v=128, mask=fmha_mask_params(False))
+    assert "ds_write_b16" not in k.asm and "ds_write_b8" not in k.asm
+    assert "ds_write_b64" in k.asm or "ds_write2_b64" in k.asm

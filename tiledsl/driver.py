@@ -310,6 +310,25 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
             if entry is not None and _entry_matches(entry, arch_row.name, clean):
                 return CompiledKernel(entry.manifest["kernel"], arch_row.name, entry.hsaco, entry.asm,
                                       entry.manifest, from_cache=True)
+    ctx, hsaco, manifest = _compile_once(arch_row, opts, filename, clean, source, kind)
+    if _spills(manifest) and opts.transposed_rows > 1:
+        # Several rows per lane for transposed LDS stores take more registers (their row
+        # addresses); where that spills, the kernel is better off storing one element at a time.
+        retry = _compile_once(arch_row, dataclasses.replace(opts, transposed_rows=1), filename, clean, source,
+                              kind)
+        if _spills(retry[2]) < _spills(manifest):
+            ctx, hsaco, manifest = retry
+    _check_spills(manifest, ctx, opts)
+    result = CompiledKernel(manifest["kernel"], arch_row.name, hsaco, ctx.asm or "", manifest,
+                            from_cache=False, timings=ctx.timings)
+    if cache is not None and key is not None:
+        cache.put(key, CacheEntry(result.hsaco, result.asm, result.manifest))
+    return result
+
+
+def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
+                  kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
+    """Run the stages once: (their context, the code object, its manifest)."""
     ctx = StageContext(arch_row, opts, filename, clean, prefix=_stem(filename, kind),
                        source=source if kind == "tile" else None)
     hsaco = run_stages(ctx, source, START_EXTENSIONS[kind], kind)
@@ -323,12 +342,12 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
     else:
         manifest = mf.manifest_from_code_object(hsaco, arch_row)
     ctx.timings["manifest"] = time.perf_counter() - t0
-    _check_spills(manifest, ctx, opts)
-    result = CompiledKernel(manifest["kernel"], arch_row.name, hsaco, ctx.asm or "", manifest,
-                            from_cache=False, timings=ctx.timings)
-    if cache is not None and key is not None:
-        cache.put(key, CacheEntry(result.hsaco, result.asm, result.manifest))
-    return result
+    return ctx, hsaco, manifest
+
+
+def _spills(manifest: dict[str, Any]) -> tuple[int, int]:
+    """(VGPR spills, SGPR spills): VGPR spills go to scratch memory, SGPR ones to VGPR lanes."""
+    return manifest.get("vgpr_spill_count", 0), manifest.get("sgpr_spill_count", 0)
 
 
 def _check_spills(manifest: dict[str, Any], ctx: StageContext, opts: CompileOptions) -> None:

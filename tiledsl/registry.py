@@ -343,8 +343,9 @@ def arch_specs(arch: str) -> dict[str, Any]:
 
     validate(arch, Signature("fmha_fwd"))
     a = get_arch(arch)
-    facts = {f.name: getattr(a, f.name) for f in fields(a) if f.name != "matrix_ops"}
+    facts = {f.name: getattr(a, f.name) for f in fields(a) if f.name not in ("matrix_ops", "timing")}
     facts["matrix_ops"] = [asdict(op) for op in a.matrix_ops]
+    facts["timing"] = asdict(a.timing) if a.timing is not None else None  # the timing model's parameters
     fwd = {"tiles": {str(h): asdict(CONFIGS[arch][h]) for h in HDIMS},
            "masked_tiles": {str(h): asdict(c) for h, c in MASKED.get(arch, {}).items()},
            "bias_tiles": {kind: {f"{h}{'-masked' if m else ''}": asdict(c) for (h, m), c in rows.get(arch, {}).items()}

@@ -18,13 +18,29 @@ T4 = L.Threads(64, 4)
 
 
 @pytest.mark.parametrize("layout", [
-    L.Blocked(8), ACC, ACC.with_kind("opa"), L.Slice(1, 64, ACC), L.Expand(1, L.Slice(1, 64, ACC)),
+    L.Blocked(8), L.Blocked(8, 4), ACC, ACC.with_kind("opa"), L.Slice(1, 64, ACC), L.Expand(1, L.Slice(1, 64, ACC)),
     L.PermK(1, (2, 1, 4), ACC.with_kind("opa")), L.Slice(0, 4, L.Expand(0, L.Blocked(4))),
 ])
 def test_print_parse_round_trip(layout: L.Layout) -> None:
     text = str(layout)
     assert L.Layout.parse(text) == layout and str(L.Layout.parse(text)) == text
     assert hash(L.Layout.parse(text)) == hash(layout)
+
+
+def test_blocked_rows_per_lane_and_lanes_per_row() -> None:
+    """blocked(V,R): each lane holds R consecutive rows of V-element vectors; at most 8 lanes share
+    a row (8 x 16 bytes = one 128-byte line) when the other lanes have rows to take."""
+    c = L.coords(L.Blocked(8, 4), (128, 128), T4)  # [threads, regs, (row, col)]
+    assert c.shape == (256, 64, 2)
+    assert [tuple(x) for x in c[0, :9]] == [(0, j) for j in range(8)] + [(1, 0)]  # vectors, then the next row
+    assert [tuple(c[t, 0]) for t in (1, 7, 8, 9)] == [(0, 8), (0, 56), (4, 0), (4, 8)]  # 8 lanes a row
+    assert sorted(map(tuple, c.reshape(-1, 2))) == [(r, k) for r in range(128) for k in range(128)]  # all, once
+    fewer = L.coords(L.Blocked(8, 4), (64, 128), T4)  # 16 row groups for 256 lanes: 16 lanes a row
+    assert tuple(fewer[16, 0]) == (4, 0) and len({tuple(x) for x in fewer.reshape(-1, 2)}) == 64 * 128
+    one_row = L.coords(L.Blocked(4), (1, 256), L.Threads(64, 1))
+    assert sorted(one_row[:, 0, 1].tolist()) == list(range(0, 256, 4))  # one row: every lane along it, no copies
+    with pytest.raises(L.LayoutError, match="rows per lane"):
+        L.verify(L.Blocked(8, 3), (64, 128), T4)
 
 
 def test_text_form_is_the_ir_encoding() -> None:
