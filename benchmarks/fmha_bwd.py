@@ -41,7 +41,7 @@ from tiledsl.ops import fmha_bwd, fmha_fwd
 from tiledsl.reference import fmha_bwd_reference, fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_rows import HEADER, format_result, triton_stats  # noqa: E402
+from peer_rows import HEADER, MODEL_B, MODEL_H, MODEL_S, format_result, model_tflops, triton_stats  # noqa: E402
 
 SEQ = 256
 LOG2E = 1.4426950408889634
@@ -95,7 +95,7 @@ def theirs(arch: str, hdim: int, causal: bool, emulate: bool) -> dict | None:
             continue
         key = (row["spills"] > 0, row["dyn"] if row["dyn"] is not None else row["instr"] / max(row["mma"], 1))
         if best is None or "error" in best or key < best["_key"]:
-            best = {**row, "_key": key}
+            best = {**row, "_key": key, "config": config}
     return best
 
 
@@ -161,6 +161,43 @@ def aiter(arch: str, hdim: int, causal: bool, emulate: bool) -> dict:
     return aiter_fa.bwd_row(get_arch(arch), q, k, v, do, causal, emulate, pairs(causal), check)
 
 
+def modeled(arch: str, hdim: int, causal: bool, best: dict | None) -> dict[str, float | str]:
+    """Modeled TFLOP/s (5 products per visible pair) at the benchmarks' model shape: ours is the
+    whole plan (dot_do_o, dq_dk_dv, convert_dq), Triton its main kernel (its small preprocess, like
+    our dot_do_o, is not launched); Triton's best config from the small problem."""
+    from triton_fa_bwd import compile_triton_bwd
+
+    from tiledsl.device_array import DeviceArray
+    from tiledsl.profile import useful_flops
+
+    a = get_arch(arch)
+    flops = useful_flops("fmha_bwd", MODEL_B, MODEL_H, MODEL_S, MODEL_S, hdim, causal)
+
+    def ours(dev) -> None:
+        shape = (MODEL_B, MODEL_S, MODEL_H, hdim)
+        q, k, v, out, do = (DeviceArray.empty(dev, shape, np.float16, n) for n in ("q", "k", "v", "out", "do"))
+        lse = DeviceArray.empty(dev, (MODEL_B, MODEL_H, MODEL_S), np.float32, "lse")
+        fmha_bwd(do, q, k, v, out, lse, causal=causal, device=dev)
+
+    def triton(dev) -> None:
+        cfg = best["config"]
+        _asm, md, _s, hsaco = compile_triton_bwd(arch, a.wave_size, "f16", hdim, causal, cfg)
+        heads, n = MODEL_B * MODEL_H, MODEL_B * MODEL_H * MODEL_S * hdim
+        buf = {name: dev.alloc(n * 2, name) for name in ("Q", "K", "V", "DO", "DQ", "DK", "DV")}
+        buf.update({name: dev.alloc(heads * MODEL_S * 4, name) for name in ("LSE", "Delta")})
+        scratch = dev.alloc(16, "scratch")
+        ka = struct.pack("<QQQf4xQQQQQQiiI4xQQ", buf["Q"].addr, buf["K"].addr, buf["V"].addr, hdim ** -0.5,
+                         buf["DO"].addr, buf["DQ"].addr, buf["DK"].addr, buf["DV"].addr, buf["LSE"].addr,
+                         buf["Delta"].addr, MODEL_S * hdim, hdim, MODEL_S, scratch.addr, scratch.addr)
+        dev.launch(dev.kernel(hsaco, "attn_bwd"), (MODEL_S // cfg[1], heads, 1), (cfg[4] * a.wave_size, 1, 1), ka,
+                   dynamic_lds=int(md["shared"]))
+
+    out = {"tiledsl": model_tflops(a, flops, ours)}
+    if best is not None and "config" in best:
+        out["triton"] = model_tflops(a, flops, triton)
+    return out
+
+
 def fmt(who: str, r: dict | None) -> str:
     return format_result(who, r)
 
@@ -170,7 +207,9 @@ def main() -> int:
     ap.add_argument("--arch", nargs="+", default=list(ARCH_NAMES))
     ap.add_argument("--hdim", nargs="+", type=int, default=[64, 128])
     ap.add_argument("--no-emulate", action="store_true", help="static figures only")
+    ap.add_argument("--no-model", action="store_true", help="no timing-model table (modeled TFLOP/s)")
     args = ap.parse_args()
+    models = []
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TRITON_CACHE_DIR"] = tmp  # cold compiles for Triton too
         os.environ["TILEDSL_CACHE_DIR"] = str(Path(tmp) / "tiledsl")
@@ -180,8 +219,21 @@ def main() -> int:
                 for causal in (False, True):
                     label = f"{arch:8} d{hdim:<3} {'causal' if causal else 'full':6}"
                     print(f"{label}  {fmt('tiledsl', ours(arch, hdim, causal, not args.no_emulate))}")
-                    print(f"{'':21} {fmt('triton', theirs(arch, hdim, causal, not args.no_emulate))}", flush=True)
+                    best = theirs(arch, hdim, causal, not args.no_emulate)
+                    print(f"{'':21} {fmt('triton', best)}", flush=True)
                     print(f"{'':21} {fmt('aiter', aiter(arch, hdim, causal, not args.no_emulate))}", flush=True)
+                    if not args.no_model:
+                        models.append((label, modeled(arch, hdim, causal, best)))
+    if models:
+        print(f"\nmodeled TFLOP/s at B {MODEL_B}, S {MODEL_S}, H {MODEL_H} (emulator timing model, docs/profile.md: a "
+              "ranking tool); ours: the whole plan; ratio = ours / Triton (> 1: ours faster)")
+        print(f"{'':21} {'tiledsl':>9} {'triton':>9} {'ratio':>6}")
+        for label, m in models:
+            a, b = m.get("tiledsl"), m.get("triton")
+            cells = [f"{x:9.1f}" if isinstance(x, float) else f"{'-':>9}" for x in (a, b)]
+            ratio = f"{a / b:6.2f}" if isinstance(a, float) and isinstance(b, float) else f"{'-':>6}"
+            notes = "; ".join(f"{n}: {v}" for n, v in m.items() if isinstance(v, str))
+            print(f"{label} {cells[0]} {cells[1]} {ratio}" + (f"  ({notes})" if notes else ""))
     return 0
 
 

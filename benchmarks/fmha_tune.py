@@ -5,7 +5,9 @@ for the feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE,
 padded head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
 reported with its worst spills and its instructions per MFMA/WMMA. A row of fmha_configs should
 be the candidate with no spills in any mix and the fewest instructions per matrix instruction.
-Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--jobs N]
+With --model, also the modeled TFLOP/s of the f16 forward at the benchmarks' model shape (the
+emulator's timing model): the figure to choose rows by, among the candidates without spills.
+Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--model] [--jobs N]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tiledsl.isa_stats import isa_stats
 from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_defines
 from tiledsl.reference import fmha_mask_params
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _fmha_util import compiled, variant, variant_dim_units  # noqa: E402  (the tests' feature mixes)
 
@@ -38,12 +41,33 @@ def spills(k: CompiledKernel) -> tuple[int, int]:
     return k.manifest["vgpr_spill_count"], k.manifest["sgpr_spill_count"]
 
 
-def evaluate(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> str:
+def evaluate(arch: str, hdim: int, masked: bool, cfg: FmhaConfig, model: bool = False) -> str:
     head = f"{arch:8} d{hdim:<4}{'causal' if masked else 'full':7}{cfg.block_m:>5}{cfg.block_n:>5}{cfg.waves:>4}"
     try:
-        return head + measure(arch, hdim, masked, cfg)
+        return head + measure(arch, hdim, masked, cfg) + (f"{modeled(arch, hdim, masked, cfg):>10.1f}" if model else "")
     except TileError as e:  # e.g. a tile that needs more registers than the arch has
         return head + f"  refused: {str(e).splitlines()[0]}"
+
+
+def modeled(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> float:
+    """Modeled TFLOP/s of the f16 forward with tile `cfg` at the benchmarks' model shape (peer_rows.
+    MODEL_*; the emulator's timing model, docs/profile.md). The candidate goes in through the
+    config tables of this worker process: that is what `fmha_fwd` reads."""
+    from peer_rows import MODEL_B, MODEL_H, MODEL_S
+
+    from tiledsl.fmha_splitkv import build_attention_plan
+    from tiledsl.kernels import fmha_configs
+    from tiledsl.profile import run_profile
+
+    table = fmha_configs.MASKED if masked else fmha_configs.CONFIGS
+    fmha_configs.MASKED.setdefault(arch, {})
+    table[arch][hdim] = cfg
+    if not masked:
+        fmha_configs.MASKED[arch].pop(hdim, None)  # the unmasked row serves the masks too when no masked row exists
+    build_attention_plan.cache_clear()  # plans are cached per shape: this worker may have built one already
+    r = run_profile("fmha_fwd", get_arch(arch), batch=MODEL_B, hq=MODEL_H, hk=MODEL_H, sq=MODEL_S, sk=MODEL_S,
+                    hdim=hdim, causal=masked, sample_cus=2)
+    return r["tflops"]
 
 
 def measure(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> str:
@@ -64,12 +88,13 @@ def main() -> int:
     ap.add_argument("--arch", nargs="+", default=list(ARCH_NAMES))
     ap.add_argument("--hdim", nargs="+", type=int, default=[64, 128])
     ap.add_argument("--masked", action="store_true", help="tune the masked (causal/window) rows")
+    ap.add_argument("--model", action="store_true", help="add modeled TFLOP/s (emulator timing model)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    jobs = [(a, h, args.masked, c) for a in args.arch for h in args.hdim
+    jobs = [(a, h, args.masked, c, args.model) for a in args.arch for h in args.hdim
             for c in (CDNA if get_arch(a).is_cdna else RDNA)]
     print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'S':>4}"
-          f"{'VGPRsp':>8}{'SGPRsp':>8}{'instr/MMA':>10}")
+          f"{'VGPRsp':>8}{'SGPRsp':>8}{'instr/MMA':>10}" + (f"{'TFLOP/s':>10}" if args.model else ""))
     with ProcessPoolExecutor(args.jobs) as pool:
         for line in pool.map(evaluate, *zip(*jobs, strict=True)):
             print(line, flush=True)

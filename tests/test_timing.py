@@ -86,10 +86,12 @@ def test_cache_lines_count_distinct_lines() -> None:
     assert cache_lines(np.array([126], np.uint64), 4, 128) == 2  # straddles a line
 
 
-def test_sampled_cus_are_the_most_loaded_ones() -> None:
+def test_sampled_cus_are_the_most_loaded_ones_spanning_x() -> None:
     assert sample_cus(10, 304, 4) == [0, 3, 6, 9]  # fewer workgroups than CUs: spread over them
     assert sample_cus(304 + 20, 304, 3) == [0, 10, 19]  # CUs 0..19 get two workgroups
-    assert sample_cus(608, 304, 1) == [0]
+    assert sample_cus(512, 304, 2, grid_x=16) == [0, 15]  # the first and the last query block
+    assert sample_cus(512, 304, 1, grid_x=16) == [15]
+    assert sample_cus(512, 304, 4, grid_x=2) == [0, 1, 2, 3]  # x spans two CUs: two more loaded ones
 
 
 # -- the CU model on hand-made instruction streams --------------------------------------------
@@ -200,3 +202,13 @@ def test_profile_cli_prints_a_model_and_refuses_bad_arguments() -> None:
     assert bad.returncode == 2 and "unknown arch 'gfx000'" in bad.stderr
     bad = subprocess.run(cmd + ["--seqlen", "x"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--seqlen" in bad.stderr
+
+
+def test_profile_plots_a_roofline_and_a_timeline(tmp_path: Path) -> None:
+    from tiledsl.cli import main
+
+    args = ["profile", "fmha_fwd", "--arch", "gfx1100", "--batch", "1", "--heads", "2", "--seqlen", "128",
+            "--hdim", "64", "--sample-cus", "1", "--plot", str(tmp_path)]
+    assert main(args) == 0
+    for name in ("roofline.png", "timeline.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

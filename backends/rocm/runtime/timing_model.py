@@ -2,10 +2,11 @@
 
 Workgroups go to the arch's compute units round-robin in launch order (x fastest), up to the
 kernel's occupancy resident per CU. A few CUs are simulated with all the workgroups they get (the
-most loaded ones, spread over the launch: `TimingOptions.sample_cus`); the launch takes as long as
-the slowest simulated CU, or as long as its compulsory memory traffic (every tensor argument moved
-once) takes at the arch's memory bandwidth, whichever is longer. docs/profile.md describes the
-model and its limits: it ranks kernels and finds their bottlenecks, it does not predict clocks.
+most loaded ones, spanning the grid's x index: `TimingOptions.sample_cus`, see `sample_cus`); the
+launch takes as long as the slowest simulated CU, or as long as its compulsory memory traffic
+(every tensor argument moved once) takes at the arch's memory bandwidth, whichever is longer.
+docs/profile.md describes the model and its limits: it ranks kernels and finds their bottlenecks,
+it does not predict clocks.
 """
 
 from __future__ import annotations
@@ -71,13 +72,21 @@ class LaunchTiming:
                 f"{self.waves_per_simd} waves/SIMD")
 
 
-def sample_cus(workgroups: int, cus: int, n: int) -> list[int]:
-    """The CUs to simulate: `n` spread evenly over those that get the most workgroups."""
+def sample_cus(workgroups: int, cus: int, n: int, grid_x: int | None = None) -> list[int]:
+    """The CUs to simulate: `n` among those that get the most workgroups, spanning the grid's x
+    index (workgroup k goes to CU k % cus, so CU c < grid_x first gets x = c): the x index is where
+    a kernel's work per workgroup varies most (attention's query or key blocks under a causal
+    mask), so the lightest and the heaviest x are both simulated."""
     loaded = workgroups % cus if workgroups % cus else min(workgroups, cus)
+    span = min(grid_x or loaded, loaded)
     n = min(n, loaded)
     if n <= 1:
-        return [0]
-    return sorted({round(i * (loaded - 1) / (n - 1)) for i in range(n)})
+        return [span - 1]
+    chosen = {round(i * (span - 1) / (n - 1)) for i in range(n)}
+    extra = (c for c in range(loaded) if c not in chosen)
+    while len(chosen) < n:  # x spans fewer CUs than asked for: spread the rest over the loaded ones
+        chosen.add(next(extra))
+    return sorted(chosen)
 
 
 def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_lds: int, karg: int, packet: int,
@@ -102,7 +111,7 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
     if lds:
         groups_per_cu = min(groups_per_cu, arch.lds_bytes // lds)
     cus = arch.compute_units
-    chosen = sample_cus(len(order), cus, options.sample_cus)
+    chosen = sample_cus(len(order), cus, options.sample_cus, g[0])
     prog = classify(arch, bk.image.insts)
     tracer = Tracer(bk, tp.lds_bytes_per_clk // 4, tp.vmem_line_bytes)
     results: list[tuple[int, CuResult]] = []
