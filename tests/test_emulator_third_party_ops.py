@@ -360,3 +360,53 @@ def test_wide_buffer_loads_to_lds_need_gfx950():
     hsaco = _patch_opcode(hsaco, "gfx942", "buffer_load_dword", 23 << 18, 0x7F << 18)  # -> buffer_load_dwordx4
     (msg,) = EmulatorDevice.unsupported(EmulatorDevice("gfx942").kernel(hsaco, "dma"))
     assert "buffer_load_dwordx4" in msg and "need gfx950" in msg
+
+
+@pytest.mark.parametrize(("mask", "skipped"), [(0b10, True), (0b01, False)])
+def test_s_setvskip_skips_the_bracketed_vector_instruction(mask, skipped):
+    """`s_setvskip s2, 1; v_mov_b32 v0, 9; s_setvskip 0, 0`: the v_mov runs only when bit 1 of s2
+    is clear (aiter's MoE kernels predicate single atomics this way)."""
+    from types import SimpleNamespace
+
+    from tiledsl.backends.rocm.emulator import salu, valu  # noqa: F401  (registers the builders)
+    from tiledsl.backends.rocm.emulator.decoder import Decoder
+    from tiledsl.backends.rocm.emulator.executor import BUILDERS, Ctx, Wave
+    from tiledsl.backends.rocm.emulator.memory import Heap
+
+    words = [0xBF108102, 0x7E000289, 0xBF108080, 0xBF810000]  # s_setvskip s2, 1; v_mov_b32 v0, 9; ...
+    insts = Decoder("gfx942").decode_all(struct.pack("<4I", *words), 0, 0)
+    assert [i.name for i in insts] == ["s_setvskip", "v_mov_b32", "s_setvskip", "s_endpgm"]
+    ctx = Ctx(SimpleNamespace(insts=insts), 0, "gfx942", "gfx9", 64)  # type: ignore[arg-type]
+    handlers = []
+    for i, inst in enumerate(insts[:3]):
+        ctx.index, ctx.nxt = i, i + 1
+        handlers.append(BUILDERS[inst.name](inst, ctx))
+    w = Wave(64, 8, Heap(), np.zeros(16, np.uint8), ctx)
+    w.set_exec((1 << 64) - 1)
+    w.s[2] = mask
+    pc = 0
+    while pc < 3:
+        pc = handlers[pc](w)
+    np.testing.assert_array_equal(w.v[0], 0 if skipped else 9)
+
+
+@pytest.mark.parametrize("form", ["e32", "sdwa"])
+def test_v_cvt_off_f32_i4(form):
+    """The low 4 bits (SDWA: of the selected byte) as a signed number of sixteenths."""
+    from tiledsl.backends.rocm.emulator import valu  # noqa: F401  (registers the builders)
+    from tiledsl.backends.rocm.emulator.decoder import Decoder
+    from tiledsl.backends.rocm.emulator.executor import BUILDERS, Ctx, Wave
+    from tiledsl.backends.rocm.emulator.memory import Heap
+
+    # VOP1 opcode 14 on gfx9: v_cvt_off_f32_i4 v0, v1 (SDWA: src0_sel BYTE_1 of v1, dst DWORD)
+    word = 0x7E000000 | 14 << 9 | (0x101 if form == "e32" else 0xF9)
+    extra = [] if form == "e32" else [0x00010601]  # src0 = v1, dst_sel DWORD, src0_sel BYTE_1
+    inst = Decoder("gfx942").decode_all(struct.pack(f"<{2 + len(extra)}I", word, *extra, 0xBF810000), 0, 0)[0]
+    assert inst.name == "v_cvt_off_f32_i4" and (inst.sdwa is not None) == (form == "sdwa")
+    ctx = Ctx(None, 0, "gfx942", "gfx9", 64)  # type: ignore[arg-type]
+    w = Wave(64, 8, Heap(), np.zeros(16, np.uint8), ctx)
+    w.set_exec((1 << 64) - 1)
+    w.v[1] = np.arange(64, dtype=np.uint32) * (1 if form == "e32" else 256) | 0xF0  # junk above the nibble
+    BUILDERS[inst.name](inst, ctx)(w)
+    nib = np.arange(64) & 15
+    np.testing.assert_array_equal(w.vf[0], np.where(nib < 8, nib, nib - 16) / 16)

@@ -473,6 +473,35 @@ def _b_branch(inst, ctx):
     return lambda w: tgt if w.vcc() & w.fullmask else nxt
 
 
+# gfx9's S_SETVSKIP: VSKIP = S0[S1[4:0]]; while VSKIP is set the wave issues no vector instruction
+# (VOP*, DS, FLAT/GLOBAL/SCRATCH, MUBUF/MTBUF/MIMG). Hand-written kernels (aiter's MoE) bracket one
+# vector instruction at a time: `s_setvskip s20, k; <vector op>; s_setvskip 0, 0` predicates the
+# op on bit k of s20. Modelled exactly for that shape -- a run of vector instructions followed by
+# the next s_setvskip: when the bit is set, the run is skipped; any other shape with the bit set
+# is refused when it runs (no per-instruction VSKIP state).
+_VECTOR_FAMS = {"VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VOPD", "DS", "FLAT", "GLOBAL", "SCRATCH", "MUBUF",
+                "MTBUF", "MIMG"}
+
+
+@builder("s_setvskip")
+def _b_setvskip(inst, ctx):
+    f, nxt, insts = inst.f, ctx.nxt, ctx.image.insts
+    word, bit = scalar_reader(f["src0"], ctx, inst.lit), scalar_reader(f["src1"], ctx, inst.lit)
+    end = nxt
+    while end < len(insts) and insts[end].fam in _VECTOR_FAMS:
+        end += 1
+    closed = end < len(insts) and insts[end].name == "s_setvskip"
+
+    def h(w):
+        if not (word(w) >> (bit(w) & 31)) & 1:
+            return nxt
+        if not closed:
+            raise UnsupportedInstruction(f"{inst.raw_name} setting VSKIP over more than a run of vector "
+                                         "instructions closed by s_setvskip")
+        return end
+    return h
+
+
 # gfx12's pseudo-scalar transcendentals (VOP3 encoding, SGPR destination): the VALU's formulas on
 # one value, whatever EXEC is. An f16 result fills the low half and zeroes the high half.
 _V_S = {"exp": np.exp2, "log": np.log2, "rcp": lambda x: x.dtype.type(1) / x, "sqrt": np.sqrt,

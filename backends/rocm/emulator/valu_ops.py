@@ -256,6 +256,9 @@ OPS: dict[str, tuple[str, tuple[str, ...], object]] = {
     "v_exp_legacy_f32": (F, (F,), _exp2), "v_log_legacy_f32": (F, (F,), _log2),
     "v_sin_f32": (F, (F,), lambda a: np.sin(_f32(a) * np.float32(2 * np.pi))),
     "v_cos_f32": (F, (F,), lambda a: np.cos(_f32(a) * np.float32(2 * np.pi))),
+    # The low 4 bits as a signed fraction in sixteenths: 0..7 -> 0..0.4375, 8..15 -> -0.5..-0.0625.
+    "v_cvt_off_f32_i4": (F, ("u32",),
+                         lambda a: ((((_u(a) & 15).astype(np.int32) ^ 8) - 8).astype(np.float32) / np.float32(16))),
     "v_floor_f32": (F, (F,), np.floor), "v_ceil_f32": (F, (F,), np.ceil), "v_trunc_f32": (F, (F,), np.trunc),
     "v_rndne_f32": (F, (F,), _rndne), "v_fract_f32": (F, (F,), _fract),
     "v_frexp_mant_f32": (F, (F,), _frexp_mant), "v_frexp_exp_i32_f32": ("i32", (F,), _frexp_exp),
