@@ -52,6 +52,12 @@ _CACHE_CONTROL = {
 }
 
 
+# Opcodes the generator's templates miss because LLVM decodes them only as part of a pair: gfx950's
+# v_mfma_ld_scale_b32, the prefix of a scaled MFMA (v_mfma_scale_f32_*_f8f6f4). Decoding it lets a
+# kernel load and name it as unsupported instead of failing to decode.
+_PAIRED = {"gfx950": {("VOP3P", 44): ("v_mfma_ld_scale_b32", {"s0": 1, "s1": 1})}}
+
+
 def opcode_table(arch: str) -> dict[tuple[str, int], tuple[str, dict[str, int]]]:
     if arch not in _TABLES:
         text = importlib.import_module(f"tiledsl.backends.rocm.emulator._ops_{arch}").TABLE
@@ -66,6 +72,8 @@ def opcode_table(arch: str) -> dict[tuple[str, int], tuple[str, dict[str, int]]]
             table[(parts[0], int(parts[1]))] = (parts[2], widths)
         for key, name in _CACHE_CONTROL.get(arch, {}).items():
             table.setdefault(key, (name, {}))
+        for key, entry in _PAIRED.get(arch, {}).items():
+            table.setdefault(key, entry)
         _TABLES[arch] = table
     return _TABLES[arch]
 
