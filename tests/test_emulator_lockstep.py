@@ -421,3 +421,72 @@ def test_worker_count_option() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(DeviceError, match="workers"):
             EmulatorDevice("gfx942", workers=bad)
+
+
+# A spin lock between workgroups, shaped like Triton's (tl.atomic_cas on a scalar): thread 0
+# tries the lock and tells its workgroup through LDS between barriers; the holder adds one to a
+# plain counter, records its ticket and releases the lock.
+SPIN_LOCK = r"""
+@flag = internal addrspace(3) global i32 undef, align 4
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+declare void @llvm.amdgcn.s.barrier()
+define amdgpu_kernel void @spin(ptr addrspace(1) %lock, ptr addrspace(1) %count, ptr addrspace(1) %ticket) {
+entry:
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %wg = call i32 @llvm.amdgcn.workgroup.id.x()
+  %first = icmp eq i32 %t, 0
+  br label %acquire
+acquire:
+  br i1 %first, label %try, label %wait
+try:
+  %r = cmpxchg ptr addrspace(1) %lock, i32 0, i32 1 syncscope("agent") acquire monotonic, align 4
+  %old = extractvalue {i32, i1} %r, 0
+  store i32 %old, ptr addrspace(3) @flag, align 4
+  br label %wait
+wait:
+  call void @llvm.amdgcn.s.barrier()
+  %f = load i32, ptr addrspace(3) @flag, align 4
+  call void @llvm.amdgcn.s.barrier()
+  %held = icmp ne i32 %f, 0
+  br i1 %held, label %acquire, label %owned
+owned:
+  br i1 %first, label %update, label %done
+update:
+  %c = load volatile i32, ptr addrspace(1) %count, align 4
+  %c1 = add i32 %c, 1
+  store volatile i32 %c1, ptr addrspace(1) %count, align 4
+  %pt = getelementptr i32, ptr addrspace(1) %ticket, i32 %wg
+  store volatile i32 %c, ptr addrspace(1) %pt, align 4
+  store atomic i32 0, ptr addrspace(1) %lock syncscope("agent") release, align 4
+  br label %done
+done:
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_spin_lock_between_workgroups(arch: str) -> None:
+    """Workgroups of one chunk waiting for a lock another holds: lockstep's lowest-pc-first order
+    alone would spin forever; the starved furthest group gets its turn (lockstep.SPIN_STEPS) and
+    the launch ends in lockstep, every workgroup through the lock once (the ordinary path: in
+    launch order). How many times a wait spins depends on the interleaving."""
+    from _emu_util import compile_llvm
+
+    _, hsaco = compile_llvm(SPIN_LOCK, arch)
+    groups = 24
+
+    def run(dev):
+        kern = dev.get_kernel(dev.load_module(hsaco), "spin")
+        bufs = [dev.to_device(np.zeros(1, np.int32)), dev.to_device(np.zeros(1, np.int32)), dev.alloc(4 * groups)]
+        dev.launch(kern, groups, 128, struct.pack("<3Q", *(b.addr for b in bufs)))
+        return [dev.from_device(b, np.int32, n) for b, n in zip(bufs, (1, 1, groups), strict=True)]
+
+    counts = ("wave_instructions", "max_workgroup_instructions")
+    (lock_o, count_o, ticket_o), (lock_l, count_l, ticket_l) = both_ways(
+        arch, run, tuple(s for s in SAME_STATS if s not in counts))
+    assert lock_o.tolist() == lock_l.tolist() == [0]
+    assert count_o.tolist() == count_l.tolist() == [groups]
+    assert ticket_o.tolist() == list(range(groups))
+    assert sorted(ticket_l.tolist()) == list(range(groups))

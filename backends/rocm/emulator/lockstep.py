@@ -8,7 +8,10 @@ lanes, and each wave's own registers are the strided view `V[:, k, :]`.
 
 Scheduling (SIMT style): the waves at the same program counter form a group; the group with the
 lowest pc runs next, so a group that left a loop early waits at the exit for the others and the
-two merge again. Per instruction, a group either
+two merge again -- unless the lowest groups have run YIELD_STEPS steps (SPIN_STEPS inside the
+innermost loop around a returning atomic: a lock's wait, a compare-and-swap retry) since a group
+further on last ran: then the furthest group runs, undisturbed, until it ends, splits or reaches
+a barrier, so a wave waiting for another (a spin lock) lets it go on. Per instruction, a group either
 - runs a *batched* handler once over the chunk's rows, the lanes of non-member waves masked off
   like EXEC-disabled lanes: lane-local VALU instructions (bound by the ordinary builders with a
   wave size of N*W; SGPR operands read from shadow rows holding each wave's value), compares,
@@ -32,8 +35,9 @@ several waves equals their per-wave executions one after another in chunk order)
 interleaving from the ordinary path's (workgroups in launch order, x fastest; a workgroup's waves
 one after another between barriers). Lockstep's order: chunks one after another, each holding
 consecutive workgroups of the launch sorted x slowest (then z, y); inside a chunk the groups in the
-order the scheduler picks them (lowest pc first), a group's member waves in chunk order (workgroup,
-then wave index), each wave's lanes in order. Therefore:
+order the scheduler picks them (lowest pc first, the furthest after YIELD_STEPS/SPIN_STEPS), a
+group's member waves in chunk order (workgroup, then wave index), each wave's lanes in order. It is
+deterministic: the same launch runs in the same order every time. Therefore:
 - memory, registers and statistics are the ordinary path's bit for bit when the kernel's results
   do not depend on the interleaving: no races between workgroups or waves (outside barriers), and
   atomics whose combined effect does not depend on their order (integer add/sub/and/or/xor/min/
@@ -44,11 +48,12 @@ then wave index), each wave's lanes in order. Therefore:
   ordinary path's up to rounding: both are within (n-1)u/(1-(n-1)u) * sum|term| of the exact sum
   of the n terms (u = 2^-24), and equal whenever the partial sums are exact; returning atomics
   return the values before them in lockstep's order;
-- loops whose trip count depends on the interleaving (compare-and-swap retries) may run a
-  different number of wave-instructions;
-- a kernel that waits for another workgroup's atomics (a spin lock) is outside both paths: the
-  ordinary path ends only if the workgroup waited for comes earlier in launch order, lockstep only
-  if it is in an earlier chunk (inside one chunk the waiting group can keep the lowest pc forever).
+- loops whose trip count depends on the interleaving (compare-and-swap retries, a lock's wait)
+  may run a different number of wave-instructions;
+- a kernel whose workgroups wait for each other (a spin lock) finishes in lockstep when some
+  interleaving lets it finish (the furthest group always gets its turn); the ordinary path only
+  when each waits for an earlier one in launch order. Each hand-over of a contended lock costs
+  SPIN_STEPS steps of the waiting groups.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ import numpy as np
 from tiledsl.backends.rocm.emulator import lockstep_atomics, lockstep_ops, lockstep_workers
 from tiledsl.backends.rocm.emulator.executor import BUILDERS, END, BoundKernel, Wave, _abi_setup
 from tiledsl.backends.rocm.emulator.lockstep_ops import PER_WAVE
-from tiledsl.backends.rocm.emulator.memory import Heap, Regions, UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.memory import EmulatorError, Heap, Regions, UnsupportedInstruction
 
 LANES = 8192  # lanes per chunk: past a few thousand elements a numpy call's cost grows with size
 MIN_WAVES = 2  # launches with fewer waves gain nothing
@@ -78,6 +83,21 @@ _PER_WAVE = ("v_cmp", "v_mfma", "v_wmma", "v_swmmac", "v_smfmac", "v_readlane", 
 _ORDER_SENSITIVE = ("s_memtime", "s_memrealtime", "s_getreg_b32_const")
 
 K_WAVE, K_BATCH, K_NOP = 0, 1, 2
+# The lowest pc runs first, so a group waiting for another -- spinning on a lock a higher-pc group
+# holds -- would keep the lead forever. Once the lowest groups have run this many steps since a
+# group further on last ran, the furthest group runs instead (and a single group run stops after
+# this many steps, so the count is seen). A loop that is merely longer than its neighbours' loses
+# at most the merge of the group that ran ahead meanwhile; this is far above what the attention
+# kernels' loops need (2048 cost the causal forward at 512 a fifth more group-steps, 8192 nothing
+# at 512 and 0.4 % at 4096, 32768 nothing).
+YIELD_STEPS = 32768
+# When the lowest group started inside the innermost loop around a returning atomic (a
+# compare-and-swap lock, a ticket: the usual shape of a wait), counting only such runs, the
+# furthest group gets its turn much sooner: each hand-over of a contended lock costs this many
+# steps of the waiting groups (64 cost the backward's CAS-loop float adds on gfx90a/gfx1100 2-4 %
+# more group-steps, 256 nothing; a 64-workgroup contended lock: 0.1 s -> 0.3-0.5 s).
+SPIN_STEPS = 256
+YIELDS = [0]  # how many times the furthest group ran out of turn (each may cost a lost merge)
 PROFILE: dict | None = None  # set to a dict to count per-wave steps by mnemonic (benchmarks)
 
 
@@ -189,10 +209,35 @@ def _build(cls, inst, ctx, wctx):
         return None
 
 
-def bind_batch(bk: BoundKernel, N: int) -> tuple[list, list, list, list]:
-    """(kinds, SGPR read sets, batched handlers, shadow handlers) of `bk` for chunks of N waves,
-    bound once. A batched handler needs the SGPRs of its read set equal in every member wave; a
-    shadow handler (for whole 32/64-bit scalar operands) reads them from the shadow rows."""
+def spin_loops(bk: BoundKernel) -> list[bool]:
+    """Per instruction: whether it lies in the innermost loop (a backward branch and its target)
+    around a returning atomic -- a compare-and-swap retry or a lock's wait, where a wave may be
+    waiting for another (SPIN_STEPS). Only the innermost: a loop that merely contains such a retry
+    loop (the backward's query loop around a CAS-loop float add on gfx90a/gfx1100) is not a wait."""
+    insts = bk.image.insts
+    loops = []
+    for b, inst in enumerate(insts):
+        if inst.name.startswith(("s_branch", "s_cbranch")) and "simm16" in inst.f:
+            try:
+                t = bk.ctx.target(inst, inst.f["simm16"])
+            except EmulatorError:
+                continue
+            if t <= b:
+                loops.append((t, b))
+    spin = [False] * len(insts)
+    for a, i in enumerate(insts):
+        if ("atomic" in i.name and (i.f.get("glc") or "cmpswap" in i.name)) or (i.fam == "DS" and "rtn" in i.name):
+            around = [(b - t, t, b) for t, b in loops if t <= a <= b]
+            if around:
+                _, t, b = min(around)
+                spin[t:b + 1] = [True] * (b + 1 - t)
+    return spin
+
+
+def bind_batch(bk: BoundKernel, N: int) -> tuple[list, list, list, list, list]:
+    """(kinds, SGPR read sets, batched handlers, shadow handlers, spin_loops) of `bk` for chunks of
+    N waves, bound once. A batched handler needs the SGPRs of its read set equal in every member
+    wave; a shadow handler (for whole 32/64-bit scalar operands) reads them from the shadow rows."""
     got = bk.lockstep.get(N)
     if got is not None:
         return got
@@ -227,7 +272,7 @@ def bind_batch(bk: BoundKernel, N: int) -> tuple[list, list, list, list]:
         reads.append(rs)
         handlers.append(h)
         shadows.append(sh)
-    bk.lockstep[N] = got = (kinds, reads, handlers, shadows)
+    bk.lockstep[N] = got = (kinds, reads, handlers, shadows, spin_loops(bk))
     return got
 
 
@@ -336,7 +381,7 @@ def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch
                tables) -> list[int]:
     img = bk.image
     W = img.wave_size
-    kinds, reads, bhs, shs = tables
+    kinds, reads, bhs, shs, spin = tables
     # VGPRs, then 128 shadow rows: row nvgpr + s holds each wave's SGPR s for a shadow handler.
     V = np.zeros((bk.nvgpr + 128, N, W), dtype=np.uint32)
     shadow = V[bk.nvgpr:]
@@ -403,10 +448,24 @@ def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch
                     push(wpc[j], [j])
                 waiting[g] = []
 
+    starve = 0  # steps the lowest-pc groups ran since a group further on last ran,
+    spun = 0  # and those of them that started inside a spin loop (spin_loops)
     while groups:
         pc = min(groups)
-        ks = groups.pop(pc)
-        gmin = min(groups) if groups else inf
+        if len(groups) > 1 and (starve >= YIELD_STEPS or spin[pc] and spun >= SPIN_STEPS):
+            # A group further on may hold what the lowest ones wait for: the furthest runs now,
+            # undisturbed, until it ends, splits, reaches a barrier or runs YIELD_STEPS steps.
+            pc = max(groups)
+            ks = groups.pop(pc)
+            gmin = inf
+            starve = spun = 0
+            YIELDS[0] += 1
+        else:
+            ks = groups.pop(pc)
+            gmin = min(groups) if groups else inf
+            if not groups:  # nobody waits
+                starve = spun = 0
+        spinning = spin[pc]
         # The batch's lanes: the members' EXEC lanes (rebuilt when an EXEC changes).
         member[:] = False
         member[ks] = True
@@ -456,13 +515,13 @@ def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch
                     if npc != PER_WAVE:
                         pc = npc
                         steps += 1
-                        if pc >= gmin:
+                        if pc >= gmin or steps >= SPIN_STEPS and (steps >= YIELD_STEPS or spin[pc]):
                             break
                         continue
             elif kind == K_NOP:
                 pc = hs[pc](first)
                 steps += 1
-                if pc >= gmin:
+                if pc >= gmin or steps >= SPIN_STEPS and (steps >= YIELD_STEPS or spin[pc]):
                     break
                 continue
             h = hs[pc]
@@ -482,11 +541,13 @@ def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch
             steps += 1
             if split is None and npc0 >= 0:
                 pc = npc0
-                if pc >= gmin:
+                if pc >= gmin or steps >= SPIN_STEPS and (steps >= YIELD_STEPS or spin[pc]):
                     break
                 continue
             for k in ks:
                 counts[k] += steps
+            starve += steps
+            spun += steps if spinning else 0
             steps = 0
             for npc, sub in (split.items() if split is not None else ((npc0, ks),)):
                 if npc >= 0:
@@ -497,6 +558,8 @@ def _run_chunk(bk, heap, wgs, N, per_wg, nthreads, block, kernarg_addr, dispatch
             break
         for k in ks:
             counts[k] += steps
+        starve += steps
+        spun += steps if spinning else 0
         if ks:
             push(pc, ks)
     per = [0] * len(wgs)
