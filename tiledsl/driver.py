@@ -311,7 +311,7 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
                 return CompiledKernel(entry.manifest["kernel"], arch_row.name, entry.hsaco, entry.asm,
                                       entry.manifest, from_cache=True)
     ctx, hsaco, manifest = _compile_once(arch_row, opts, filename, clean, source, kind)
-    if _spills(manifest) and opts.transposed_rows > 1:
+    if any(_spills(manifest)) and opts.transposed_rows > 1:
         # Several rows per lane for transposed LDS stores take more registers (their row
         # addresses); where that spills, the kernel is better off storing one element at a time.
         retry = _compile_once(arch_row, dataclasses.replace(opts, transposed_rows=1), filename, clean, source,
