@@ -212,3 +212,15 @@ def test_profile_plots_a_roofline_and_a_timeline(tmp_path: Path) -> None:
     assert main(args) == 0
     for name in ("roofline.png", "timeline.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_profile_models_every_stage_of_the_backward_plan() -> None:
+    from tiledsl.profile import run_profile, useful_flops
+
+    r = run_profile("fmha_bwd", get_arch("gfx1201"), batch=1, hq=2, hk=1, sq=128, sk=128, hdim=64, causal=True,
+                    sample_cus=1)
+    names = [t.kernel for t in r["launches"]]
+    assert names == ["fmha_bwd_dot_do_o", "fmha_bwd_dq_dk_dv", "fmha_bwd_convert_dq"]
+    assert all(t.seconds > 0 for t in r["launches"]) and r["seconds"] == sum(t.seconds for t in r["launches"])
+    assert r["flops"] == useful_flops("fmha_bwd", 1, 2, 128, 128, 64, True) == 5 * 2.0 * 2 * (128 * 129 // 2) * 64
+    assert r["launches"][1].matrix_flops > 0 and r["launches"][0].matrix_flops == 0
