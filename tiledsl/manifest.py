@@ -8,7 +8,6 @@ the ABI in `tiledsl.ir.abi` and LLVM's kernarg layout in agreement.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from tiledsl import __version__
@@ -17,7 +16,7 @@ from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import CompileError, TileError
 from tiledsl.grid import render_condition, render_grid
 from tiledsl.ir.abi import kernarg_layout, kernarg_size
-from tiledsl.lang.ast import BoundKernel, Call, Index, Kernel, Name, ScalarType, TensorType
+from tiledsl.lang.ast import BoundKernel, Call, Index, Kernel, Name, ScalarType, TensorType, walk
 
 MANIFEST_FORMAT = 1
 
@@ -69,21 +68,13 @@ def merged_dim_units(bound: BoundKernel, options_units: dict[str, int] | None) -
 
 def written_tensors(kernel: Kernel) -> set[str]:
     """The tensor arguments the kernel may write: those a store or atomic_add indexes (the
-    launcher copies only these back into numpy arguments). Iterative: bodies may nest deeply."""
+    launcher copies only these back into numpy arguments)."""
     out: set[str] = set()
-    stack: list[Any] = [kernel.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list | tuple):
-            stack.extend(node)
-            continue
+    for node in walk(kernel.body):
         if isinstance(node, Call) and node.func in ("store", "atomic_add"):
             access = node.args[0] if node.args else next((k.value for k in node.kwargs if k.name == "access"), None)
             if isinstance(access, Index) and isinstance(access.base, Name):
                 out.add(access.base.id)
-        if dataclasses.is_dataclass(node) and not isinstance(node, type):
-            stack.extend(v for f in dataclasses.fields(node)
-                         if isinstance(v := getattr(node, f.name), list | tuple) or dataclasses.is_dataclass(v))
     return out
 
 

@@ -42,16 +42,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
-def _pair(text: str, what: str) -> tuple[int, int]:
-    try:
-        parts = [int(x) for x in str(text).split("/")]
-    except ValueError:
-        raise TileError(f"{what}: expected N or N/M, got '{text}'") from None
-    if len(parts) not in (1, 2) or min(parts) < 1:
-        raise TileError(f"{what}: expected positive N or N/M, got '{text}'")
-    return parts[0], parts[-1]
-
-
 def useful_flops(op: str, batch: int, hq: int, sq: int, sk: int, hdim: int, causal: bool) -> float:
     """The attention's matrix FLOPs (2 products forward, 5 backward), over visible pairs only."""
     pairs = sum(min(max(i + 1 + sk - sq, 0), sk) for i in range(sq)) if causal else sq * sk
@@ -92,10 +82,13 @@ def run_profile(op: str, arch: Arch, *, dtype: str = "f16", batch: int = 4, hq: 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from tiledsl.backends.rocm.runtime.timing_model import format_timing
+    from tiledsl.cli import _pair  # `tiledsl plan`'s N or N/M arguments (cli imports this module)
 
     arch = get_arch(args.arch)
     hq, hk = _pair(args.heads, "--heads")
     sq, sk = _pair(args.seqlen, "--seqlen")
+    if min(hq, hk, sq, sk) < 1:
+        raise TileError("--heads and --seqlen must be positive")
     if args.batch < 1 or args.hdim < 1:
         raise TileError("--batch and --hdim must be positive")
     if args.sample_cus < 1:

@@ -7,7 +7,8 @@ folded away, and every `Expr.type` is set. The MLIR emitter only ever sees bound
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from tiledsl.errors import SourceLocation
 
@@ -283,3 +284,16 @@ class BoundKernel:
     shape_symbols: list[str]  # run-time i32 dims, in first-appearance order over the tensor args
     waves: int
     dim_units: dict[str, int] = field(default_factory=dict)  # from requires(SYM % K == 0), K a power of 2
+
+
+def walk(root: object) -> Iterator[object]:
+    """Every AST node under `root` (a node or a list of them), without recursion: bodies may nest
+    deeply. Source locations and inferred types are not nodes."""
+    nodes = [root]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, list | tuple):
+            nodes.extend(node)
+        elif is_dataclass(node) and not isinstance(node, type):
+            yield node
+            nodes.extend(getattr(node, f.name) for f in fields(node) if f.name not in ("loc", "type"))

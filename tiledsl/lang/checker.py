@@ -18,7 +18,6 @@ Non-value nodes (DTypeLit, EnumLit, Slice, NoneLit, ListExpr) and store/atomic_a
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import math
 from collections.abc import Callable, Iterable
@@ -54,6 +53,7 @@ from tiledsl.lang.ast import (
     TensorType,
     TileType,
     UnaryOp,
+    walk,
 )
 from tiledsl.lang.typer import CMP_OPS, I32_MAX, I32_MIN, Typer
 
@@ -114,15 +114,8 @@ def check_tile_sizes(kernel: Kernel, arch: Arch, waves: int) -> None:
     would spend minutes in the compiler before failing on spills; this says so at once."""
     lanes = arch.wave_size * waves
     limit = arch.vgprs_per_lane  # on CDNA the unified file (arch VGPRs and AGPRs together)
-    nodes: list[object] = [kernel.body]
-    while nodes:  # iterative: the depth limit of the parser keeps this shallow, but no recursion needed
-        node = nodes.pop()
-        if isinstance(node, list | tuple):
-            nodes.extend(node)
-            continue
-        if not dataclasses.is_dataclass(node) or isinstance(node, type):
-            continue
-        t = getattr(node, "type", None) if isinstance(node, Expr) else None
+    for node in walk(kernel.body):
+        t = node.type if isinstance(node, Expr) else None
         if isinstance(t, TileType):
             elements = math.prod(t.shape)
             regs = -(-elements * DTYPE_BYTES[t.dtype] // (4 * lanes))
@@ -130,7 +123,6 @@ def check_tile_sizes(kernel: Kernel, arch: Arch, waves: int) -> None:
                 _fail(kernel.source, f"this {t} holds {elements} values: at least {regs} registers per lane over "
                       f"{waves} waves of {arch.wave_size} lanes, but a {arch.name} lane has {limit}",
                       node.loc, hint="use smaller blocks and loop over them")
-        nodes.extend(getattr(node, f.name) for f in dataclasses.fields(node) if f.name not in ("loc", "type"))
 
 
 def _fail(source: str, message: str, loc: SourceLocation | None, hint: str | None = None) -> NoReturn:

@@ -52,21 +52,21 @@ class TimingError(Exception):
     """The timing model cannot price this kernel (an instruction it has no cost for)."""
 
 
-def matrix_rate(name: str) -> float:
-    """Matrix throughput of an instruction's input type relative to f16 (the row's published peak):
-    8-bit inputs at the arch's fp8 rate; 32/64-bit inputs at the rates published for MI250X/MI300X."""
-    s = name.lower()
-    if re.search(r"(fp8|bf8|f8f6f4|i8|iu8)", s):
-        return -1.0  # the caller substitutes the arch's fp8_rate
-    if re.search(r"(f16|bf16)", s.split("_", 3)[-1]):
-        return 1.0
+def _eight_bit_inputs(name: str) -> bool:
+    """Whether a matrix instruction takes 8-bit inputs (fp8/bf8, i8); f16/bf16 otherwise, and the
+    model has no rate for the rest (f32, xf32, f64 inputs)."""
+    suffix = name.lower().split("_", 3)[-1]
+    if re.search(r"(fp8|bf8|f8f6f4|i8|iu8)", suffix):
+        return True
+    if re.search(r"(f16|bf16)", suffix):
+        return False
     raise TimingError(f"the timing model has no matrix rate for '{name}' (f16/bf16 and 8-bit inputs only)")
 
 
 def matrix_cycles(arch: Arch, name: str) -> tuple[int, float]:
     """(cycles the matrix pipe is held, FLOPs) of one MFMA/WMMA: FLOPs over the per-SIMD rate that
     the row's published dense f16 peak implies (peak / (dies x CUs x SIMDs x clock)), scaled by the
-    input type's rate. A pure matrix loop therefore reaches the published peak exactly when the
+    arch's 8-bit rate for 8-bit inputs. A pure matrix loop therefore reaches the published peak exactly when the
     issue model loses no cycles: the calibration tests/test_timing.py checks."""
     t = arch.timing
     m = _MFMA.match(name) or _WMMA.match(name)
@@ -75,8 +75,8 @@ def matrix_cycles(arch: Arch, name: str) -> tuple[int, float]:
     mm, nn, kk = int(m.group(2)), int(m.group(3)), int(m.group(4))
     blocks = int(m.group(5)) if name.startswith("v_mfma") and m.group(5) else 1
     flops = 2.0 * mm * nn * kk * blocks
-    rate = matrix_rate(name)
-    if rate < 0:
+    rate = 1.0
+    if _eight_bit_inputs(name):
         if not t.fp8_rate:
             raise TimingError(f"{arch.name} has no 8-bit matrix rate for '{name}'")
         rate = t.fp8_rate
@@ -226,8 +226,9 @@ def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_
     t_ = arch.timing
     simds, interval = arch.simds_per_cu, t_.issue_interval
     kind, busy, flops, waits, counters, arg = prog.kind, prog.busy, prog.flops, prog.waits, prog.counters, prog.arg
-    matrix_pipe = 0 if t_.matrix_shares_valu else 2
-    trans_pipe = 1 if not arch.is_cdna else 0  # RDNA's transcendental unit is its own; CDNA's is the VALU
+    # Which of a SIMD's pipes (0 the vector ALU, 1 RDNA's transcendental unit, 2 CDNA's matrix
+    # pipe) an ALU instruction holds: CDNA's transcendentals run on the VALU, RDNA's WMMA too.
+    pipe_of = {VALU: 0, TRANS: 0 if arch.is_cdna else 1, MATRIX: 0 if t_.matrix_shares_valu else 2}
     res = CuResult(0.0, len(traces))
     pc_issued: dict[int, int] = {}
     pc_stall: dict[int, float] = {}
@@ -242,15 +243,12 @@ def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_
     starts: list[float] = []  # when the next workgroups start (a slot freed)
     age = 0
     next_simd = 0
-    first_group = None
 
     def launch(at: float) -> None:
-        nonlocal age, next_simd, first_group
+        nonlocal age, next_simd
         tr = pending.popleft()
         grp = _Group(len(tr.waves))
-        first = first_group is None
-        if first:
-            first_group = grp
+        first = age == 0  # the CU's first workgroup (the timeline's)
         for wt in tr.waves:
             s = next_simd
             next_simd = (next_simd + 1) % simds
@@ -302,8 +300,8 @@ def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_
                     if r > t:
                         w.ready, w.reason = r, why
                         continue
-                elif k in (VALU, TRANS, MATRIX):
-                    p = matrix_pipe if k == MATRIX else (trans_pipe if k == TRANS else 0)
+                elif k in pipe_of:
+                    p = pipe_of[k]
                     if pipe_free[s][p] > t:
                         w.ready, w.reason = pipe_free[s][p], ("matrix busy" if k == MATRIX else "valu busy")
                         continue
@@ -317,10 +315,9 @@ def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_
                     used |= 1 << port
                 did[s] = True
                 nxt = t + interval
-                if k in (VALU, TRANS, MATRIX):
+                if k in pipe_of:
                     b = busy[pc]
-                    p = matrix_pipe if k == MATRIX else (trans_pipe if k == TRANS else 0)
-                    pipe_free[s][p] = t + b
+                    pipe_free[s][pipe_of[k]] = t + b
                     busy_pipe["matrix" if k == MATRIX else "trans" if k == TRANS else "valu"] += b
                     done = t + b + (t_.trans_latency if k == TRANS else t_.valu_latency)
                     w.valu.append(done)

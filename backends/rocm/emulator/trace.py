@@ -86,8 +86,8 @@ def _lds_cost(inst, banks: int):
             offs = (f["offset0"] | (f["offset1"] << 8),)
     elif name in ("ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32"):
         return lambda w: -(-w.lanes.size // banks)  # through the crossbar: a pass per `banks` lanes
-    elif _LDS_ATOMIC.match(name):
-        nbytes, offs = _BYTES[_LDS_ATOMIC.match(name).group(1)], (f["offset0"] | (f["offset1"] << 8),)
+    elif atomic := _LDS_ATOMIC.match(name):
+        nbytes, offs = _BYTES[atomic.group(1)], (f["offset0"] | (f["offset1"] << 8),)
     else:
         return None
 
