@@ -30,8 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _fmha_util import compiled, variant, variant_dim_units  # noqa: E402  (the tests' feature mixes)
 
-CDNA = [FmhaConfig(128, 128, 4, 2), FmhaConfig(128, 128, 4, 1), FmhaConfig(128, 64, 4, 2), FmhaConfig(128, 64, 4, 1),
-        FmhaConfig(128, 32, 4, 2), FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 32, 4, 2), FmhaConfig(64, 32, 4, 1)]
+# CDNA candidates with occupancy 2 (the last field: registers capped at 256, two waves per SIMD) and
+# without (0: LLVM's choice).
+CDNA = [FmhaConfig(128, 128, 4, 2), FmhaConfig(128, 64, 4, 2), FmhaConfig(128, 64, 4, 1), FmhaConfig(64, 32, 4, 2),
+        FmhaConfig(128, 128, 4, 2, 2), FmhaConfig(128, 64, 4, 2, 2), FmhaConfig(128, 64, 4, 1, 2),
+        FmhaConfig(128, 32, 4, 2, 2), FmhaConfig(256, 64, 8, 2, 2), FmhaConfig(256, 128, 8, 2, 2)]
 RDNA = [FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 64, 4, 1), FmhaConfig(64, 32, 4, 1), FmhaConfig(128, 128, 8, 1),
         FmhaConfig(128, 64, 8, 1), FmhaConfig(128, 32, 8, 1), FmhaConfig(64, 128, 4, 1), FmhaConfig(64, 64, 8, 2),
         FmhaConfig(64, 64, 8, 1), FmhaConfig(64, 32, 8, 1)]
@@ -42,7 +45,8 @@ def spills(k: CompiledKernel) -> tuple[int, int]:
 
 
 def evaluate(arch: str, hdim: int, masked: bool, cfg: FmhaConfig, model: bool = False) -> str:
-    head = f"{arch:8} d{hdim:<4}{'causal' if masked else 'full':7}{cfg.block_m:>5}{cfg.block_n:>5}{cfg.waves:>4}"
+    head = (f"{arch:8} d{hdim:<4}{'causal' if masked else 'full':7}{cfg.block_m:>5}{cfg.block_n:>5}{cfg.waves:>4}"
+            f"{cfg.occupancy:>4}")
     try:
         return head + measure(arch, hdim, masked, cfg) + (f"{modeled(arch, hdim, masked, cfg):>10.1f}" if model else "")
     except TileError as e:  # e.g. a tile that needs more registers than the arch has
@@ -93,7 +97,7 @@ def main() -> int:
     args = ap.parse_args()
     jobs = [(a, h, args.masked, c, args.model) for a in args.arch for h in args.hdim
             for c in (CDNA if get_arch(a).is_cdna else RDNA)]
-    print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'S':>4}"
+    print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'OCC':>4}{'S':>4}"
           f"{'VGPRsp':>8}{'SGPRsp':>8}{'instr/MMA':>10}" + (f"{'TFLOP/s':>10}" if args.model else ""))
     with ProcessPoolExecutor(args.jobs) as pool:
         for line in pool.map(evaluate, *zip(*jobs, strict=True)):

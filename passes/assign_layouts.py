@@ -416,6 +416,37 @@ class _Assigner:
                 found = True
         return found
 
+    def retarget_operands(self, block: ir.Block, in_loop: bool = False) -> bool:
+        """Give a load outside every loop that becomes a dot operand (attention's Q, loaded once
+        and read by every iteration) the operand's own layout, when that layout reads vectors of
+        at least 8 bytes along the tensor's contiguous axis and holds no value twice (gfx11's
+        WMMA operands do: there the tile stays resident in LDS, hoist-conversions). The load then
+        needs no conversion, whose LDS staging of the whole tile would set the kernel's LDS
+        size (a 128x128 f16 Q takes 33 KiB, more than half of a CDNA CU's 64 KiB: one workgroup
+        per CU). CDNA only: RDNA's 256 registers per lane are the scarcer resource there (the
+        gfx1201 forward spilled with Q in registers and modeled no faster). Records them in
+        `retarget`; True if any was new."""
+        found = False
+        if not self.arch.is_cdna:
+            return found
+        for op in ops_in(block):
+            for region in op.regions:
+                for b in region.blocks:
+                    found |= self.retarget_operands(b, in_loop or op.name == "scf.for")
+            if op.name != "tile.dot":
+                continue
+            for i, need in enumerate(self.needs(op)[:2]):
+                load = self.load_chain(op.operands[i])
+                if load is None or load.result in self.retarget or _inside_loop(load):
+                    continue
+                shape = tile_shape(load.result.type)
+                if L.num_regs(need, shape, self.threads) > L.num_regs(self.blocked(load.result), shape, self.threads):
+                    continue
+                if _last_axis_run(L.linear(need, shape, self.threads)) * DTYPE_BYTES[tile_dtype(load.result.type)] >= 8:
+                    self.retarget[load.result] = need
+                    found = True
+        return found
+
     def load_chain(self, v: ir.Value) -> ir.Operation | None:
         """The tile.load that v is an elementwise function of (casts, scaling by free values),
         every value on the way used once, and whose offsets and mask are free; else None."""
@@ -437,7 +468,8 @@ class _Assigner:
         self.retarget: dict[ir.Value, L.Layout] = {}
         body = self.fn.regions[0].blocks[0]
         self.analyse_block(body)
-        if self.retarget_loads(body) | self.retarget_transposed(body):  # analyse again with those loads retargeted
+        # Loads that are better off in another layout than the coalesced one: analyse again with them.
+        if self.retarget_loads(body) | self.retarget_transposed(body) | self.retarget_operands(body):
             self.layout.clear()
             self.kperm.clear()
             self.analyse_block(body)
@@ -493,6 +525,24 @@ def _reduced_along_columns(v: ir.Value) -> bool:
             if user.name.startswith(ELEMENTWISE_PREFIXES) or user.name == "tile.convert_layout":
                 todo.extend(r for r in user.results if is_tile(r))
     return False
+
+
+def _inside_loop(op: ir.Operation) -> bool:
+    parent = op.parent
+    while parent is not None and parent.name not in ("func.func", "builtin.module"):
+        if parent.name == "scf.for":
+            return True
+        parent = parent.parent
+    return False
+
+
+def _last_axis_run(lin: L.Linear) -> int:
+    """Consecutive last-axis elements a lane's first registers hold (the widest vector access)."""
+    run = 1
+    while run < lin.num_regs and (lin.regs[run, :-1] == lin.regs[0, :-1]).all() \
+            and lin.regs[run, -1] == lin.regs[0, -1] + run:
+        run += 1
+    return run
 
 
 def _bool_attr(op: ir.Operation, name: str) -> bool:

@@ -77,6 +77,10 @@ class _Lowering:
             gfn = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(ftype.inputs, [])),
                                 sym_name=ir.StringAttr(fn.attributes["sym_name"]).value,
                                 kernel=True, known_block_size=[block, 1, 1])
+            if "tile.occupancy" in fn.attributes:
+                # occupancy(N): LLVM caps the registers so N waves fit on a SIMD
+                # (amdgpu-waves-per-eu), spilling rather than exceeding the cap.
+                gfn.attributes["rocdl.waves_per_eu"] = fn.attributes["tile.occupancy"]
             entry = gfn.add_entry_block()
         old_entry = fn.regions[0].blocks[0]
         for old, new in zip(old_entry.arguments, entry.arguments, strict=True):

@@ -13,15 +13,27 @@ the variants are in _fmha_util.py, shared with test_fmha_emulated.py):
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from _fmha_util import compiled, variant, variant_dim_units
+from _fmha_util import KERNEL, compiled, variant, variant_dim_units
 
 from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.driver import compile_source
 from tiledsl.errors import TileError
 from tiledsl.isa_stats import isa_stats
-from tiledsl.kernels.fmha_configs import CONFIGS, HDIMS, fmha_config, fmha_defines, fmha_dim_units, padded_hdim
+from tiledsl.kernels.fmha_configs import (
+    CONFIGS,
+    HDIMS,
+    FmhaConfig,
+    fmha_config,
+    fmha_defines,
+    fmha_dim_units,
+    padded_hdim,
+)
 from tiledsl.manifest import check_manifest
+from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_mask_params
 
 CASES = [(arch, dt, h, c) for arch in ARCH_NAMES for dt in ("f16", "bf16") for h in (64, 128)
@@ -106,14 +118,59 @@ def test_config_lookup_and_defines() -> None:
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942", "gfx950"])
-def test_v_is_stored_to_lds_four_keys_at_a_time(arch: str) -> None:
+def test_v_is_stored_to_lds_several_keys_at_a_time(arch: str) -> None:
     """The forward's V tile (a dot's B operand [keys, d], staged through LDS transposed) is loaded
-    with 4 keys per lane on CDNA, so each LDS store writes 4 keys (8 bytes) where it wrote one: no
-    16-bit LDS stores are left (the timing model: 512 ds_write_b16 per wave-block, most of the LDS
-    time of the gfx942 d128 forward, became 136 ds_write2_b64)."""
+    with 4 keys per lane on CDNA (2 where 4 would spill under the config's occupancy), so each LDS
+    store writes several keys where it wrote one: no 16-bit LDS stores are left (the timing model:
+    512 ds_write_b16 per wave-block, most of the LDS time of the gfx942 d128 forward, became 136
+    ds_write2_b64)."""
     from tiledsl.ops import compile_fmha_fwd
     from tiledsl.reference import fmha_mask_params
 
     k = compile_fmha_fwd(arch, dtype="f16", hdim_q=128, hdim_v=128, mask=fmha_mask_params(False))
     assert "ds_write_b16" not in k.asm and "ds_write_b8" not in k.asm
-    assert "ds_write_b64" in k.asm or "ds_write2_b64" in k.asm
+    assert re.search(r"ds_write2?_b(32|64)", k.asm)
+
+
+@pytest.mark.compile
+def test_q_is_loaded_in_its_operand_layout() -> None:
+    """Q is loaded once, straight in the MFMA operand layout (assign-layouts), so its 128x128 tile
+    takes no LDS: the kernel's LDS is K's or V's staging alone, and two workgroups fit a gfx942 CU
+    (64 KiB), where Q's 33 KiB staging allowed one."""
+    arch = get_arch("gfx942")
+    defines = fmha_defines("gfx942", hdim_q=128, mask=fmha_mask_params(False), config=FmhaConfig(128, 64, 4, 1))
+    m = compiled("gfx942", defines).manifest
+    assert m["lds_bytes"] <= arch.lds_bytes // 2, m["lds_bytes"]
+
+
+@pytest.mark.compile
+def test_occupancy_caps_the_registers() -> None:
+    """OCCUPANCY (the kernel's occupancy(...) clause) caps the registers so that many waves fit a
+    SIMD: the gfx942 d128 128x64 two-stage tile, aligned as fmha_fwd compiles it for contiguous
+    inputs, fits 2 waves (256 of the 512 unified VGPRs) without spilling."""
+    from tiledsl.ops import compile_fmha_fwd
+
+    arch = get_arch("gfx942")
+    plain = compile_fmha_fwd("gfx942", dtype="f16", hdim_q=128, hdim_v=128, mask=fmha_mask_params(False))
+    assert plain.manifest["occupancy_target"] == fmha_config("gfx942", 128).occupancy
+    defines = fmha_defines("gfx942", hdim_q=128, mask=fmha_mask_params(False),
+                           config=FmhaConfig(128, 64, 4, 2, occupancy=2))
+    options = CompileOptions.make("gfx942", defines, stride_units=tuple((t, 8) for t in ("k", "o", "q", "v")))
+    m = compile_source(KERNEL.read_text(), str(KERNEL), "gfx942", defines, options, cache=None).manifest
+    assert arch.occupancy(m["vgpr_count"]) >= 2, m["vgpr_count"]
+    assert m["vgpr_spill_count"] == 0 and m["private_segment_size"] == 0
+    assert m["occupancy_target"] == 2 and "occupancy_lowered_to" not in m
+
+
+@pytest.mark.compile
+def test_occupancy_out_of_reach_is_lowered_and_recorded() -> None:
+    """A target the kernel cannot reach without spilling (d256 at 4 waves per SIMD: at most 128
+    VGPRs) is lowered one wave at a time until it compiles without spills; the manifest keeps the
+    target and what it was lowered to, and `tiledsl compile` says so."""
+    defines = fmha_defines("gfx942", hdim_q=256, mask=fmha_mask_params(False),
+                           config=FmhaConfig(64, 32, 4, 2, occupancy=4))
+    options = CompileOptions.make("gfx942", defines)
+    m = compile_source(KERNEL.read_text(), str(KERNEL), "gfx942", defines, options, cache=None).manifest
+    assert m["vgpr_spill_count"] == 0
+    assert m["occupancy_target"] == 4 and m["occupancy_lowered_to"] < 4
+    assert get_arch("gfx942").occupancy(m["vgpr_count"]) >= m["occupancy_lowered_to"]

@@ -390,3 +390,28 @@ def test_expression_result_unused():
 ])
 def test_type_errors(body, where, message):
     assert_error(error_of(kernel(body)), where, message, body.strip())
+
+
+def test_occupancy_clause_binds_per_variant():
+    src = ("kernel k[OCC: int = 2](x: tensor[f32](N)) grid(1) waves(4) occupancy(OCC) {\n"
+           "    store(x[arange(0, 64)], zeros([64], f32));\n}\n")
+    assert bind_src(src).occupancy == 2
+    assert bind_src(src, {"OCC": 0}).occupancy == 0  # 0: the compiler's choice
+    assert bind_src(src.replace(" occupancy(OCC)", "")).occupancy == 0
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_occupancy_out_of_range_is_located(arch):
+    src = ("kernel k[OCC: int = 2](x: tensor[f32](N)) grid(1) occupancy(OCC) {\n"
+           "    store(x[arange(0, 64)], zeros([64], f32));\n}\n")
+    top = get_arch(arch).max_waves_per_simd
+    err = error_of(src, {"OCC": top + 1}, arch)
+    assert_error(err, "t.tile:1:61", f"occupancy is waves per SIMD, 1 to {top} on {arch} (0: the compiler's "
+                 f"choice), got {top + 1}", "kernel k[OCC: int = 2](x: tensor[f32](N)) grid(1) occupancy(OCC) {")
+
+
+def test_occupancy_takes_compile_time_ints_only():
+    src = ("kernel k(x: tensor[f32](N), n: i32) grid(1) occupancy(n) {\n"
+           "    store(x[arange(0, 64)], zeros([64], f32));\n}\n")
+    err = error_of(src)
+    assert "occupancy(...)" in str(err) and str(err.loc).startswith("t.tile:1:")

@@ -225,6 +225,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     def report(kernel: CompiledKernel, files: list[Path]) -> None:
         if not args.quiet:
             note = " (cached)" if kernel.from_cache else ""
+            lowered = kernel.manifest.get("occupancy_lowered_to")
+            if lowered is not None:
+                note += (f" (occupancy({kernel.manifest['occupancy_target']}) would spill or is out of reach: "
+                         f"compiled for {lowered or 'no target'})")
             print(f"{kernel.name} {kernel.arch}: {files[0]}{note}")
 
     failed: dict[str, str] = {}

@@ -84,6 +84,8 @@ def make_typed(ctx: StageContext, kernel: Any) -> Any:
     from tiledsl.lang.checker import bind
 
     ctx.bound = bind(kernel, dict(ctx.defines), ctx.arch)
+    if ctx.options.occupancy_cap is not None:
+        ctx.bound.occupancy = min(ctx.bound.occupancy, ctx.options.occupancy_cap)
     return ctx.bound
 
 
@@ -310,14 +312,17 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
             if entry is not None and _entry_matches(entry, arch_row.name, clean):
                 return CompiledKernel(entry.manifest["kernel"], arch_row.name, entry.hsaco, entry.asm,
                                       entry.manifest, from_cache=True)
-    ctx, hsaco, manifest = _compile_once(arch_row, opts, filename, clean, source, kind)
-    if any(_spills(manifest)) and opts.transposed_rows > 1:
-        # Several rows per lane for transposed LDS stores take more registers (their row
-        # addresses); where that spills, the kernel is better off storing one element at a time.
-        retry = _compile_once(arch_row, dataclasses.replace(opts, transposed_rows=1), filename, clean, source,
-                              kind)
-        if _spills(retry[2]) < _spills(manifest):
-            ctx, hsaco, manifest = retry
+    ctx, hsaco, manifest = _compile_fitting(arch_row, opts, filename, clean, source, kind)
+    target = ctx.bound.occupancy if ctx.bound is not None else 0
+    for cap in range(target - 1, -1, -1):
+        if _fits(manifest, ctx):
+            break
+        # occupancy(N) is a target: where N waves per SIMD spill registers or are out of LLVM's
+        # reach, one wave fewer, down to no target at all; the manifest says what was asked.
+        ctx, hsaco, manifest = _compile_fitting(arch_row, dataclasses.replace(opts, occupancy_cap=cap), filename,
+                                                clean, source, kind)
+        manifest["occupancy_target"] = target
+        manifest["occupancy_lowered_to"] = cap
     _check_spills(manifest, ctx, opts)
     result = CompiledKernel(manifest["kernel"], arch_row.name, hsaco, ctx.asm or "", manifest,
                             from_cache=False, timings=ctx.timings)
@@ -343,6 +348,34 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
         manifest = mf.manifest_from_code_object(hsaco, arch_row)
     ctx.timings["manifest"] = time.perf_counter() - t0
     return ctx, hsaco, manifest
+
+
+FEW_SPILLS = 8  # registers: about what the row addresses of transposed LDS stores take
+
+
+def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
+                     kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
+    """_compile_once, again with fewer rows per lane for transposed LDS stores while it spills a
+    few registers: several rows take more registers (their row addresses), so fewer (down to one
+    element at a time) may not spill. A kernel that spills more than row addresses can explain is
+    not compiled again (an occupancy target out of reach: the caller lowers it)."""
+    ctx, hsaco, manifest = _compile_once(arch_row, opts, filename, clean, source, kind)
+    rows = opts.transposed_rows
+    while 0 < sum(_spills(manifest)) <= FEW_SPILLS and rows > 1:
+        rows //= 2
+        retry = _compile_once(arch_row, dataclasses.replace(opts, transposed_rows=rows), filename, clean, source,
+                              kind)
+        if _spills(retry[2]) < _spills(manifest):
+            ctx, hsaco, manifest = retry
+    return ctx, hsaco, manifest
+
+
+def _fits(manifest: dict[str, Any], ctx: StageContext) -> bool:
+    """Does the code object reach its occupancy(...) target without spilling? A target never
+    justifies spills, allowed or not: VGPRs spilled to scratch memory, or SGPRs spilled to VGPR
+    lanes (a lane write and read each), cost more than the extra waves gain."""
+    asked = ctx.bound.occupancy if ctx.bound is not None else 0
+    return not any(_spills(manifest)) and ctx.arch.occupancy(manifest.get("vgpr_count") or 0) >= asked
 
 
 def _spills(manifest: dict[str, Any]) -> tuple[int, int]:

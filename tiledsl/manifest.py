@@ -105,6 +105,8 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
         "arch": arch.name,
         "wave_size": arch.wave_size,
         "waves": bound.waves,
+        # occupancy(N): the waves per SIMD the registers were capped for (0: no target)
+        "occupancy_target": bound.occupancy,
         "workgroup_size": [bound.waves * arch.wave_size, 1, 1],
         "grid": render_grid(kernel.grid),
         # Conditions the launcher checks before a launch (requires(...)), as host expressions.

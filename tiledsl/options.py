@@ -22,7 +22,8 @@ class CompileOptions:
     lds_padding: bool = True  # pad LDS rows to avoid bank conflicts in layout conversions
     # Rows per lane of a 16/8-bit load that a dot takes as its B operand [K, N] on CDNA (staged
     # through LDS transposed): stored that many elements at once (assign-layouts). The driver
-    # compiles again with 1 when a kernel spills with more (the extra row addresses take SGPRs).
+    # compiles again with half as many (down to 1) while a kernel spills with more (the extra row
+    # addresses take registers).
     transposed_rows: int = 4
     allow_spills: bool = False  # accept a kernel that spills registers to scratch (normally an error)
     # Every tensor's last dim has stride 1 (a compile-time constant, checked by the launcher): the
@@ -34,6 +35,9 @@ class CompileOptions:
     # (shape symbol, unit): that symbol is a multiple of `unit` (checked by the launcher, which
     # passes size / unit), so masks like `arange(0, N) < D` are uniform over vectors of `unit`.
     dim_units: tuple[tuple[str, int], ...] = ()
+    # Set by the driver only: a kernel's occupancy(N) target lowered to this when N waves per SIMD
+    # would spill or cannot be reached (the driver compiles again with N-1, ... 0 = no target).
+    occupancy_cap: int | None = None
 
     def stride_unit(self, tensor: str) -> int:
         return dict(self.stride_units).get(tensor, 1)

@@ -7,11 +7,13 @@ process, and a subprocess turns that into an error message we can show.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from tiledsl.backends.rocm.arch import Arch
@@ -109,7 +111,32 @@ def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
                                       "lowered to a device-library call instead of an intrinsic")
     # Codegen rewrites the IR module in place (control-flow annotation intrinsics), so the second
     # emission must start again from the optimized IR text.
-    return tm.emit_assembly(module), tm.emit_object(llvm.parse_assembly(optimized))
+    with _llvm_warnings_filtered():
+        return tm.emit_assembly(module), tm.emit_object(llvm.parse_assembly(optimized))
+
+
+# LLVM's warnings that the driver turns into something better: an occupancy(N) target LLVM could not
+# reach is compiled again for fewer waves (tiledsl.driver), so its warning is noise to the user.
+_HANDLED_WARNINGS = ("failed to meet occupancy target",)
+
+
+@contextlib.contextmanager
+def _llvm_warnings_filtered() -> Iterator[None]:
+    """LLVM prints diagnostics straight to file descriptor 2: capture them for the duration and
+    pass on every line but the ones the driver handles."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode(errors="replace").splitlines(keepends=True):
+                if not any(w in line for w in _HANDLED_WARNINGS):
+                    sys.stderr.write(line)
 
 
 def make_hsaco(obj: bytes) -> bytes:

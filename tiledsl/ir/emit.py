@@ -85,6 +85,8 @@ class _Emitter:
             fn = func.FuncOp(self.kernel.name, ir.FunctionType.get(types, []))
             fn.attributes["tile.kernel"] = ir.UnitAttr.get()
             fn.attributes["tile.waves"] = i32_attr(self.bound.waves)
+            if self.bound.occupancy:
+                fn.attributes["tile.occupancy"] = i32_attr(self.bound.occupancy)
             entry = fn.add_entry_block()
         args = dict(zip([f.name for f in layout], entry.arguments, strict=True))
         for a in self.kernel.args:

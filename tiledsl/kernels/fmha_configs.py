@@ -2,19 +2,31 @@
 
 One row per (arch, padded head dim); masked variants (causal, window) have their own rows where
 they differ. Chosen with `benchmarks/fmha_tune.py`, which compiles candidates under every
-feature mix a row serves (tests/_fmha_util.py) plus the plain contiguous variant and keeps the
-one with the fewest instructions per MFMA/WMMA that spills nothing (neither VGPRs nor SGPRs) and
-fits the arch's LDS; `tests/test_fmha_compile.py` re-checks the rows for hdim 64 and 128. Why
-the rows look the way they do, with today's compiler:
+feature mix a row serves (tests/_fmha_util.py) plus the plain contiguous variant: among those
+that spill nothing (neither VGPRs nor SGPRs) in any mix and fit the arch's LDS, the CDNA rows
+for hdim 64 and 128 are the ones with the highest modeled TFLOP/s (`--model`, the emulator's
+timing model at B 2, H 16, S 2048), the others the fewest instructions per MFMA/WMMA;
+`tests/test_fmha_compile.py` re-checks the rows for hdim 64 and 128. Why the rows look the way
+they do, with today's compiler:
 
 * Scores use the transposed accumulator, so P stays in registers for P @ V on CDNA and gfx12,
   and K/V fragments are read from LDS next to each matrix instruction: registers grow with
   BLOCK_M * BLOCK_N (scores) and BLOCK_M * HDIM (accumulator) per wave.
-* CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): 32 query rows per wave, 4 waves, BLOCK_N
-  128 (64 when masked at hdim 64, where 128 spills scalar registers). STAGES 2 (the next K/V
-  tile is loaded while this one computes) even where the tuner counts fewer instructions at
-  STAGES 1: that count includes the prefetch's prologue, and at 1-2 waves per SIMD nothing else
-  hides a global load's latency on hardware.
+* CDNA (wave64, 512 VGPR+AGPR per lane, 32x32 MFMA): 32 query rows per wave, STAGES 2 (the
+  next K/V tile is loaded while this one computes), and the last field, occupancy 2: the
+  kernel's registers are capped at 256 so two waves share each SIMD and hide each other's LDS
+  and memory waits (the timing model found one wave per SIMD waiting on LDS 39 % of its
+  cycles). That needs BLOCK_N 64 at hdim 128 (128x128 takes 316 VGPRs), and two workgroups per
+  CU need at most half of the CU's LDS: Q is loaded straight into its MFMA operand layout
+  (assign-layouts), so only K's or V's staging (17 KiB) takes LDS. At hdim 64, 128x128 in
+  one stage fits two waves by itself (288 VGPRs on the plain variant; 256x128 over 8 waves
+  models faster, but 8 waves cap a wave at 256 VGPRs whatever the target, and the paged KV
+  cache variant spills there). Masked rows are smaller because the mask's registers and the feature
+  mixes (soft-cap, group mode, padded dims) must not spill; where a mix cannot reach occupancy
+  2 without spilling, the driver compiles it for 1 (the occupancy clause is a target:
+  docs/language.md). Modeled (B 2, H 16, S 2048, f16), one wave per SIMD to two: gfx942 d128
+  371 -> 549 TFLOP/s, causal 184 -> 234, d64 301 -> 473; gfx950 d128 650 -> 908, causal 321
+  -> 434, d64 669 -> 736; gfx90a d128 103 -> 123, causal 67 -> 79, d64 90 -> 127.
 * RDNA (wave32, 256 VGPRs, 16x16 WMMA): 16 query rows per wave, 8 waves per workgroup and 4-8
   waves per SIMD, which hide load latency without a prefetch: STAGES 1 (STAGES 2 costs
   registers, and spills at 128x128). The second wave axis splits the keys when BLOCK_M is 64
@@ -47,21 +59,22 @@ class FmhaConfig:
     block_n: int
     waves: int
     stages: int
+    occupancy: int = 0  # waves per SIMD the kernel is compiled to fit (occupancy(...)); 0: LLVM's choice
 
     def defines(self) -> dict[str, str]:
         return {"BLOCK_M": str(self.block_m), "BLOCK_N": str(self.block_n), "WAVES": str(self.waves),
-                "STAGES": str(self.stages)}
+                "STAGES": str(self.stages), "OCCUPANCY": str(self.occupancy)}
 
 
-def _c(block_m: int, block_n: int, waves: int, stages: int) -> FmhaConfig:
-    return FmhaConfig(block_m, block_n, waves, stages)
+def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0) -> FmhaConfig:
+    return FmhaConfig(block_m, block_n, waves, stages, occupancy)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 2)},
-    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(64, 32, 4, 2)},
-    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2), 128: _c(128, 128, 4, 2), 256: _c(128, 64, 4, 2)},
+    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2), 256: _c(64, 32, 4, 2)},
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2), 256: _c(64, 32, 4, 2)},
+    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2), 256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
 }
@@ -78,9 +91,9 @@ def padded_hdim(d: int) -> int:
 # Rows for masked variants (causal / window) where they differ from CONFIGS (tuned separately:
 # the mask's registers change which tile is largest without spilling).
 MASKED: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {64: _c(128, 64, 4, 2)},
-    "gfx942": {64: _c(128, 64, 4, 2)},
-    "gfx950": {64: _c(128, 64, 4, 2)},
+    "gfx90a": {64: _c(128, 32, 4, 2, 2), 128: _c(128, 32, 4, 2, 2)},
+    "gfx942": {64: _c(128, 64, 4, 2, 2), 128: _c(128, 64, 4, 2, 2)},
+    "gfx950": {64: _c(128, 64, 4, 2, 2), 128: _c(128, 64, 4, 2, 2)},
     "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(128, 64, 8, 1), 128: _c(64, 64, 8, 1), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 64, 8, 1)},
 }

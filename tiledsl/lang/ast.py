@@ -273,6 +273,9 @@ class Kernel:
     # requires(...): conditions over shape symbols, i32 scalar args and constexprs, checked by the
     # launcher before every launch; `SYM % K == 0` also lets the compiler assume the divisibility.
     requires: list[Expr] = field(default_factory=list)
+    # occupancy(E): waves per SIMD the compiled kernel must fit (registers capped to match, as
+    # LLVM's amdgpu-waves-per-eu); None or 0 = the compiler's choice.
+    occupancy: Expr | None = None
 
 
 @dataclass
@@ -284,6 +287,7 @@ class BoundKernel:
     shape_symbols: list[str]  # run-time i32 dims, in first-appearance order over the tensor args
     waves: int
     dim_units: dict[str, int] = field(default_factory=dict)  # from requires(SYM % K == 0), K a power of 2
+    occupancy: int = 0  # occupancy(...): waves per SIMD to fit; 0 = the compiler's choice
 
 
 def walk(root: object) -> Iterator[object]:

@@ -73,11 +73,11 @@ def bind(kernel: Kernel, constexprs: dict[str, str | int | bool], arch: Arch) ->
     shape_symbols = resolve_args(k, values)
     check_scopes(k, shape_symbols)
     k.body = fold_ifs(k.body)
-    waves = infer_types(k, arch)
+    waves, occupancy = infer_types(k, arch)
     check_tile_sizes(k, arch, waves)
     k.requires = check_requirements(k, values)
     return BoundKernel(kernel=k, constexpr_values=values, shape_symbols=shape_symbols, waves=waves,
-                       dim_units=declared_dim_units(k, shape_symbols))
+                       dim_units=declared_dim_units(k, shape_symbols), occupancy=occupancy)
 
 
 def check_requirements(kernel: Kernel, values: dict[str, ConstexprValue]) -> list[Expr]:
@@ -350,6 +350,7 @@ def substitute_constexprs(kernel: Kernel, values: dict[str, ConstexprValue]) -> 
 
     kernel.grid = [sub(g) for g in kernel.grid]
     kernel.waves = sub(kernel.waves) if kernel.waves is not None else None
+    kernel.occupancy = sub(kernel.occupancy) if kernel.occupancy is not None else None
     kernel.requires = [sub(r) for r in kernel.requires]
     _map_exprs(kernel, kernel.body, sub)
 
@@ -530,6 +531,8 @@ def check_scopes(kernel: Kernel, shape_symbols: list[str]) -> None:
         checker.expr(g, host="grid(...)")
     if kernel.waves is not None:
         checker.expr(kernel.waves, host="waves(...)")
+    if kernel.occupancy is not None:
+        checker.expr(kernel.occupancy, host="occupancy(...)")
     for r in kernel.requires:
         checker.expr(r, host="requires(...)")
     checker.block(kernel.body)
@@ -556,6 +559,7 @@ def fold_ifs(body: list[Stmt]) -> list[Stmt]:
 # ---------------------------------------------------------------------------------------------
 # Pass 6: types and shapes. The rules live in typer.py only to keep each file readable.
 
-def infer_types(kernel: Kernel, arch: Arch) -> int:
-    """Type the grid and body in place; return the number of waves per workgroup."""
+def infer_types(kernel: Kernel, arch: Arch) -> tuple[int, int]:
+    """Type the grid and body in place; return the waves per workgroup and the occupancy asked for
+    (waves per SIMD, 0 when the kernel leaves it to the compiler)."""
     return Typer(kernel, arch).run()

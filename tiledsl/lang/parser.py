@@ -189,9 +189,9 @@ class _ToAst(Transformer):
         return list(kernels)
 
     def kernel(self, meta, c):
-        kw, name, constexprs, args, grid, waves, requires, body = c
+        kw, name, constexprs, args, grid, waves, occupancy, requires, body = c
         return ast.Kernel(name=str(name), constexprs=constexprs or [], args=args, grid=grid,
-                          waves=waves, body=body, loc=self._loc(kw), source=self.source,
+                          waves=waves, occupancy=occupancy, body=body, loc=self._loc(kw), source=self.source,
                           file=self.filename, requires=requires or [])
 
     def constexpr_list(self, meta, params):
@@ -238,6 +238,9 @@ class _ToAst(Transformer):
         return list(c[1:])
 
     def waves(self, meta, c):
+        return c[1]
+
+    def occupancy(self, meta, c):
         return c[1]
 
     def requires(self, meta, c):

@@ -134,7 +134,7 @@ class Typer:
     def fail(self, message: str, loc: SourceLocation, hint: str | None = None) -> NoReturn:
         raise SourceError(message, loc, self.src, hint)
 
-    def run(self) -> int:
+    def run(self) -> tuple[int, int]:
         for g in self.kernel.grid:
             t = self.value(g, self.globals)
             if _weak(g):
@@ -156,8 +156,14 @@ class Typer:
             if waves not in WAVES_CHOICES:
                 self.fail(f"waves must be one of {', '.join(map(str, WAVES_CHOICES))}, got {waves}",
                           self.kernel.waves.loc)
+        occupancy = 0
+        if self.kernel.occupancy is not None:
+            occupancy = self.const_int(self.kernel.occupancy, "occupancy(...)")
+            if not 0 <= occupancy <= self.arch.max_waves_per_simd:
+                self.fail(f"occupancy is waves per SIMD, 1 to {self.arch.max_waves_per_simd} on {self.arch.name} "
+                          f"(0: the compiler's choice), got {occupancy}", self.kernel.occupancy.loc)
         self.block(self.kernel.body, dict(self.globals))
-        return waves
+        return waves, occupancy
 
     # ---- statements ------------------------------------------------------------------------
     def block(self, body: list[Stmt], env: Env) -> None:
