@@ -418,14 +418,16 @@ class _Assigner:
 
     def retarget_operands(self, block: ir.Block, in_loop: bool = False) -> bool:
         """Give a load outside every loop that becomes a dot operand (attention's Q, loaded once
-        and read by every iteration) the operand's own layout, when that layout reads vectors of
-        at least 8 bytes along the tensor's contiguous axis and holds no value twice (gfx11's
-        WMMA operands do: there the tile stays resident in LDS, hoist-conversions). The load then
-        needs no conversion, whose LDS staging of the whole tile would set the kernel's LDS
-        size (a 128x128 f16 Q takes 33 KiB, more than half of a CDNA CU's 64 KiB: one workgroup
-        per CU). CDNA only: RDNA's 256 registers per lane are the scarcer resource there (the
-        gfx1201 forward spilled with Q in registers and modeled no faster). Records them in
-        `retarget`; True if any was new."""
+        and read by every iteration) the operand's own layout, when staging it through LDS would
+        take half of the arch's LDS or more, so that it alone would keep a second workgroup off
+        the CU (a 128x128 f16 Q takes 33 KiB of a CDNA3 CU's 64 KiB), when the operand layout
+        reads vectors of at least 8 bytes along the tensor's contiguous axis, and when it holds
+        no value twice (gfx11's WMMA operands do: there the tile stays resident in LDS,
+        hoist-conversions). The load then needs no conversion and the tile no LDS. Smaller
+        tiles keep the staging: a direct load's per-lane addresses cost registers, and wave64
+        kernels near their limit spilled scalar registers with it. CDNA only: RDNA's 256
+        registers per lane are the scarcer resource there (the gfx1201 forward spilled with Q
+        loaded this way and modeled no faster). Records them in `retarget`; True if any was new."""
         found = False
         if not self.arch.is_cdna:
             return found
@@ -440,9 +442,12 @@ class _Assigner:
                 if load is None or load.result in self.retarget or _inside_loop(load):
                     continue
                 shape = tile_shape(load.result.type)
+                eb = DTYPE_BYTES[tile_dtype(load.result.type)]
+                if 2 * int(np.prod(shape)) * eb < self.arch.lds_bytes:
+                    continue
                 if L.num_regs(need, shape, self.threads) > L.num_regs(self.blocked(load.result), shape, self.threads):
                     continue
-                if _last_axis_run(L.linear(need, shape, self.threads)) * DTYPE_BYTES[tile_dtype(load.result.type)] >= 8:
+                if _last_axis_run(L.linear(need, shape, self.threads)) * eb >= 8:
                     self.retarget[load.result] = need
                     found = True
         return found

@@ -3,10 +3,16 @@
 The global loads of iteration i+S-1 are issued at the top of iteration i and carried in registers
 through the loop, so their latency overlaps the math of S-1 iterations:
 
-    prologue:  p0 = load(it 0) ... p(S-2) = load(it S-2)
-    loop i:    next = load(it i+S-1)         (masked off past the end of the loop)
+    prologue:  p0 = load(it 0) ... p(S-2) = load(it S-2)     (masked off past the end)
+    loop i:    next = load(it min(i+S-1, last))
                body, using p0 instead of load(it i)
                yield ..., p1, ..., p(S-2), next
+
+Inside the loop the look-ahead is clamped to the last iteration rather than masked: the loop runs
+that iteration, so its addresses are as valid as the program's own, and the final S-1 iterations
+load the last tile again (values never used) instead of testing a mask around every vector
+access of every iteration (a branch and zeroed registers per access on the GPU). Loops with a
+step that is not a positive constant keep the mask.
 
 A load qualifies when its address/mask computation depends only on the induction variable and
 values defined outside the loop, and the loop does not write to the same tensor.
@@ -70,19 +76,26 @@ def _clone(op: ir.Operation, mapping: dict) -> ir.Operation:
 
 
 def _issue(load: ir.Operation, deps: list[ir.Operation], iv_value: ir.Value, iv: ir.Value,
-           ub: ir.Value) -> ir.Value:
-    """Clone the load and its address computation with `iv` := iv_value, masked off past `ub`."""
+           ub: ir.Value | None) -> ir.Value:
+    """Clone the load and its address computation with `iv` := iv_value, masked off past `ub`
+    (None: iv_value is a valid iteration, no mask)."""
     mapping: dict = {iv: iv_value}
     for op in deps:
         new = _clone(op, mapping)
         for old, nv in zip(op.results, new.results, strict=True):
             mapping[old] = nv
-    in_range = arith.CmpIOp(arith.CmpIPredicate.slt, iv_value, ub).result
-    mask = mapping.get(load.operands[2], load.operands[2])
-    if is_tile(mask):
-        in_range = tile_op("splat", [in_range], [mask.type]).result
-    mapping[load.operands[2]] = arith.AndIOp(mask, in_range).result
+    if ub is not None:
+        in_range = arith.CmpIOp(arith.CmpIPredicate.slt, iv_value, ub).result
+        mask = mapping.get(load.operands[2], load.operands[2])
+        if is_tile(mask):
+            in_range = tile_op("splat", [in_range], [mask.type]).result
+        mapping[load.operands[2]] = arith.AndIOp(mask, in_range).result
     return _clone(load, mapping).result
+
+
+def _positive_constant(v: ir.Value) -> bool:
+    owner = defining_op(v)
+    return owner is not None and owner.name == "arith.constant" and ir.IntegerAttr(owner.attributes["value"]).value > 0
 
 
 def _pipeline(loop: ir.Operation, stages: int) -> int:
@@ -105,6 +118,11 @@ def _pipeline(loop: ir.Operation, stages: int) -> int:
             at = arith.AddIOp(lb, arith.MulIOp(step, arith.ConstantOp(step.type, d).result).result).result
             prefetched.append([_issue(ld, deps, at, iv, ub) for ld, deps in loads])
         flat = [v for stage in prefetched for v in stage]
+        last = None
+        if _positive_constant(step):  # the last iteration lb + (ub - lb - 1) // step * step
+            one = arith.ConstantOp(step.type, 1).result
+            trips = arith.DivSIOp(arith.SubIOp(arith.SubIOp(ub, lb).result, one).result, step).result
+            last = arith.AddIOp(lb, arith.MulIOp(trips, step).result).result
         new_loop = scf.ForOp(lb, ub, step, inits + flat)
         new_loop.operation.attributes["tile.pipelined"] = ir.IntegerAttr.get(
             ir.IntegerType.get_signless(32), stages)
@@ -121,7 +139,9 @@ def _pipeline(loop: ir.Operation, stages: int) -> int:
     first = ops_in(new_body)[0]
     with ir.InsertionPoint(first), loop.location:
         ahead = arith.AddIOp(new_iv, arith.MulIOp(step, arith.ConstantOp(step.type, stages - 1).result).result).result
-        nxt = [_issue(ld, deps, ahead, new_iv, ub) for ld, deps in loads]
+        if last is not None:
+            ahead = arith.MinSIOp(ahead, last).result
+        nxt = [_issue(ld, deps, ahead, new_iv, None if last is not None else ub) for ld, deps in loads]
     for i, (ld, _) in enumerate(loads):
         ld.result.replace_all_uses_with(carried[i])
         ld.erase()

@@ -1,31 +1,32 @@
 // PASS: assign-layouts gfx942
-// The Q tile of attention: loaded once before the loop, read by the dot in every iteration. It is
+// The Q tile of attention (128x128 f16: its staging would take half of a gfx942 CU's LDS): loaded
+// once before the loop, read by the dot in every iteration. It is
 // loaded straight in the MFMA A-operand layout (4 consecutive f16 per lane: 8-byte loads), so it
 // needs no conversion, whose LDS staging of the whole tile would size the kernel's LDS. The K
 // tile, loaded in the loop, keeps the coalesced layout and its conversion.
-// CHECK: "tile.load"{{.*}} -> tensor<128x64xf16, "opa(mfma,32,32,8,4,f16,4,1)">
-// CHECK-NOT: "tile.convert_layout"{{.*}}tensor<128x64xf16
+// CHECK: "tile.load"{{.*}} -> tensor<128x128xf16, "opa(mfma,32,32,8,4,f16,4,1)">
+// CHECK-NOT: "tile.convert_layout"{{.*}}tensor<128x128xf16
 // CHECK: scf.for
-// CHECK: "tile.load"{{.*}} -> tensor<64x64xf16, "blocked(8)">
-// CHECK-NEXT: "tile.convert_layout"{{.*}} -> tensor<64x64xf16, "opbt(
+// CHECK: "tile.load"{{.*}} -> tensor<64x128xf16, "blocked(8)">
+// CHECK-NEXT: "tile.convert_layout"{{.*}} -> tensor<64x128xf16, "opbt(
 // CHECK-NEXT: "tile.dot"
 #loc1 = loc("/tmp/scratch/qloop.tile":1:1)
 module attributes {tile.arch = "gfx942"} {
   func.func @qloop(%arg0: !llvm.ptr<1> loc("/tmp/scratch/qloop.tile":1:1), %arg1: i32 loc("/tmp/scratch/qloop.tile":1:1), %arg2: !llvm.ptr<1> loc("/tmp/scratch/qloop.tile":1:1), %arg3: i32 loc("/tmp/scratch/qloop.tile":1:1), %arg4: !llvm.ptr<1> loc("/tmp/scratch/qloop.tile":1:1), %arg5: i32 loc("/tmp/scratch/qloop.tile":1:1), %arg6: i32 loc("/tmp/scratch/qloop.tile":1:1), %arg7: i32 loc("/tmp/scratch/qloop.tile":1:1)) attributes {tile.kernel, tile.waves = 4 : i32} {
     %0 = "tile.arange"() {start = 0 : i32} : () -> tensor<128xi32> loc(#loc2)
-    %1 = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32> loc(#loc3)
+    %1 = "tile.arange"() {start = 0 : i32} : () -> tensor<128xi32> loc(#loc3)
     %2 = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32> loc(#loc4)
     %3 = "tile.expand_dims"(%0) {axis = 1 : i32} : (tensor<128xi32>) -> tensor<128x1xi32> loc(#loc5)
-    %4 = "tile.broadcast"(%3) : (tensor<128x1xi32>) -> tensor<128x64xi32> loc(#loc6)
-    %5 = "tile.splat"(%arg1) : (i32) -> tensor<128x64xi32> loc(#loc6)
-    %6 = arith.muli %4, %5 : tensor<128x64xi32> loc(#loc6)
-    %7 = "tile.expand_dims"(%1) {axis = 0 : i32} : (tensor<64xi32>) -> tensor<1x64xi32> loc(#loc7)
-    %8 = "tile.broadcast"(%7) : (tensor<1x64xi32>) -> tensor<128x64xi32> loc(#loc6)
-    %9 = arith.addi %6, %8 : tensor<128x64xi32> loc(#loc6)
+    %4 = "tile.broadcast"(%3) : (tensor<128x1xi32>) -> tensor<128x128xi32> loc(#loc6)
+    %5 = "tile.splat"(%arg1) : (i32) -> tensor<128x128xi32> loc(#loc6)
+    %6 = arith.muli %4, %5 : tensor<128x128xi32> loc(#loc6)
+    %7 = "tile.expand_dims"(%1) {axis = 0 : i32} : (tensor<128xi32>) -> tensor<1x128xi32> loc(#loc7)
+    %8 = "tile.broadcast"(%7) : (tensor<1x128xi32>) -> tensor<128x128xi32> loc(#loc6)
+    %9 = arith.addi %6, %8 : tensor<128x128xi32> loc(#loc6)
     %true = arith.constant true loc(#loc8)
-    %10 = "tile.splat"(%true) : (i1) -> tensor<128x64xi1> loc(#loc8)
+    %10 = "tile.splat"(%true) : (i1) -> tensor<128x128xi1> loc(#loc8)
     %cst = arith.constant 0.000000e+00 : f16 loc(#loc8)
-    %11 = "tile.load"(%arg0, %9, %10, %cst) : (!llvm.ptr<1>, tensor<128x64xi32>, tensor<128x64xi1>, f16) -> tensor<128x64xf16> loc(#loc8)
+    %11 = "tile.load"(%arg0, %9, %10, %cst) : (!llvm.ptr<1>, tensor<128x128xi32>, tensor<128x128xi1>, f16) -> tensor<128x128xf16> loc(#loc8)
     %cst_0 = arith.constant 0.000000e+00 : f32 loc(#loc9)
     %12 = "tile.splat"(%cst_0) : (f32) -> tensor<128x64xf32> loc(#loc9)
     %c0_i32 = arith.constant 0 : i32 loc(#loc10)
@@ -34,17 +35,17 @@ module attributes {tile.arch = "gfx942"} {
       %22 = "tile.splat"(%arg8) : (i32) -> tensor<64xi32> loc(#loc13)
       %23 = arith.addi %22, %2 : tensor<64xi32> loc(#loc13)
       %24 = "tile.expand_dims"(%23) {axis = 1 : i32} : (tensor<64xi32>) -> tensor<64x1xi32> loc(#loc14)
-      %25 = "tile.broadcast"(%24) : (tensor<64x1xi32>) -> tensor<64x64xi32> loc(#loc15)
-      %26 = "tile.splat"(%arg3) : (i32) -> tensor<64x64xi32> loc(#loc15)
-      %27 = arith.muli %25, %26 : tensor<64x64xi32> loc(#loc15)
-      %28 = "tile.expand_dims"(%1) {axis = 0 : i32} : (tensor<64xi32>) -> tensor<1x64xi32> loc(#loc16)
-      %29 = "tile.broadcast"(%28) : (tensor<1x64xi32>) -> tensor<64x64xi32> loc(#loc15)
-      %30 = arith.addi %27, %29 : tensor<64x64xi32> loc(#loc15)
+      %25 = "tile.broadcast"(%24) : (tensor<64x1xi32>) -> tensor<64x128xi32> loc(#loc15)
+      %26 = "tile.splat"(%arg3) : (i32) -> tensor<64x128xi32> loc(#loc15)
+      %27 = arith.muli %25, %26 : tensor<64x128xi32> loc(#loc15)
+      %28 = "tile.expand_dims"(%1) {axis = 0 : i32} : (tensor<128xi32>) -> tensor<1x128xi32> loc(#loc16)
+      %29 = "tile.broadcast"(%28) : (tensor<1x128xi32>) -> tensor<64x128xi32> loc(#loc15)
+      %30 = arith.addi %27, %29 : tensor<64x128xi32> loc(#loc15)
       %true_2 = arith.constant true loc(#loc17)
-      %31 = "tile.splat"(%true_2) : (i1) -> tensor<64x64xi1> loc(#loc17)
+      %31 = "tile.splat"(%true_2) : (i1) -> tensor<64x128xi1> loc(#loc17)
       %cst_3 = arith.constant 0.000000e+00 : f16 loc(#loc17)
-      %32 = "tile.load"(%arg2, %30, %31, %cst_3) : (!llvm.ptr<1>, tensor<64x64xi32>, tensor<64x64xi1>, f16) -> tensor<64x64xf16> loc(#loc17)
-      %33 = "tile.dot"(%11, %32, %arg9) {trans_b = true} : (tensor<128x64xf16>, tensor<64x64xf16>, tensor<128x64xf32>) -> tensor<128x64xf32> loc(#loc18)
+      %32 = "tile.load"(%arg2, %30, %31, %cst_3) : (!llvm.ptr<1>, tensor<64x128xi32>, tensor<64x128xi1>, f16) -> tensor<64x128xf16> loc(#loc17)
+      %33 = "tile.dot"(%11, %32, %arg9) {trans_b = true} : (tensor<128x128xf16>, tensor<64x128xf16>, tensor<128x64xf32>) -> tensor<128x64xf32> loc(#loc18)
       scf.yield %33 : tensor<128x64xf32> loc(#loc12)
     } loc(#loc12)
     %14 = "tile.expand_dims"(%0) {axis = 1 : i32} : (tensor<128xi32>) -> tensor<128x1xi32> loc(#loc19)

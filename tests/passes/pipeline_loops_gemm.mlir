@@ -1,11 +1,16 @@
 // PASS: pipeline-loops gfx942
 // The gemm main loop (stages = 2): both operand loads of the next iteration are issued at the
-// top of the body, masked off past the loop end, and carried in registers as extra iter_args;
-// the prologue loads iteration 0.
-// CHECK: "tile.load"
-// CHECK: "tile.load"
-// CHECK: scf.for {{.*}} iter_args({{.*}}, {{.*}}, {{.*}}) -> (tensor<64x64xf32, "acc{{.*}}">, tensor<64x32xf16, "blocked(8)">, tensor<64x32xf16, "blocked(8)">)
+// top of the body, at min(k0 + 32, the last iteration) -- an iteration the loop runs, so no mask
+// is needed -- and carried in registers as extra iter_args; the prologue loads iteration 0,
+// masked off when the loop is empty.
 // CHECK: arith.cmpi slt
+// CHECK: "tile.load"
+// CHECK: "tile.load"
+// CHECK: %[[TRIPS:.*]] = arith.divsi
+// CHECK: %[[STEPS:.*]] = arith.muli %[[TRIPS]]
+// CHECK: %[[LAST:.*]] = arith.addi {{.*}}, %[[STEPS]]
+// CHECK: scf.for {{.*}} iter_args({{.*}}, {{.*}}, {{.*}}) -> (tensor<64x64xf32, "acc{{.*}}">, tensor<64x32xf16, "blocked(8)">, tensor<64x32xf16, "blocked(8)">)
+// CHECK: arith.minsi {{.*}}, %[[LAST]]
 // CHECK: "tile.load"
 // CHECK: "tile.load"
 // CHECK: "tile.dot"
