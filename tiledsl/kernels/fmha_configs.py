@@ -24,9 +24,11 @@ they do, with today's compiler:
   cache variant spills there). Masked rows are smaller because the mask's registers and the feature
   mixes (soft-cap, group mode, padded dims) must not spill; where a mix cannot reach occupancy
   2 without spilling, the driver compiles it for 1 (the occupancy clause is a target:
-  docs/language.md). Modeled (B 2, H 16, S 2048, f16), one wave per SIMD to two: gfx942 d128
-  371 -> 549 TFLOP/s, causal 184 -> 234, d64 301 -> 473; gfx950 d128 650 -> 908, causal 321
-  -> 434, d64 669 -> 736; gfx90a d128 103 -> 123, causal 67 -> 79, d64 90 -> 127.
+  docs/language.md). Modeled (B 2, H 16, S 2048, f16), one wave per SIMD to two (with the
+  unmasked look-ahead of pipeline-loops): gfx942 d128 371 -> 561 TFLOP/s, causal 184 -> 248,
+  d64 301 -> 475, causal 191 -> 208; gfx950 d128 650 -> 987, causal 321 -> 481, d64 669 ->
+  737, causal 291 -> 339; gfx90a d128 103 -> 126, causal 67 -> 82, d64 90 -> 126, causal 74
+  -> 84.
 * RDNA (wave32, 256 VGPRs, 16x16 WMMA): 16 query rows per wave, 8 waves per workgroup and 4-8
   waves per SIMD, which hide load latency without a prefetch: STAGES 1 (STAGES 2 costs
   registers, and spills at 128x128). The second wave axis splits the keys when BLOCK_M is 64
