@@ -416,7 +416,7 @@ class _Assigner:
                 found = True
         return found
 
-    def retarget_operands(self, block: ir.Block, in_loop: bool = False) -> bool:
+    def retarget_operands(self, block: ir.Block) -> bool:
         """Give a load outside every loop that becomes a dot operand (attention's Q, loaded once
         and read by every iteration) the operand's own layout, when staging it through LDS would
         take half of the arch's LDS or more, so that it alone would keep a second workgroup off
@@ -434,7 +434,7 @@ class _Assigner:
         for op in ops_in(block):
             for region in op.regions:
                 for b in region.blocks:
-                    found |= self.retarget_operands(b, in_loop or op.name == "scf.for")
+                    found |= self.retarget_operands(b)
             if op.name != "tile.dot":
                 continue
             for i, need in enumerate(self.needs(op)[:2]):

@@ -314,9 +314,11 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
                                       entry.manifest, from_cache=True)
     ctx, hsaco, manifest = _compile_fitting(arch_row, opts, filename, clean, source, kind)
     target = ctx.bound.occupancy if ctx.bound is not None else 0
-    # Caps at or below what a wave gets with every register (CDNA: 1, RDNA: 6) restrict nothing.
+    # Targets at or below what a wave gets with every register (CDNA: 1, RDNA: 6) restrict nothing,
+    # so they are neither tried as caps nor lowered (compiling again would give the same code).
     floor = arch_row.occupancy(arch_row.vgprs_per_lane)
-    for cap in [c for c in range(target - 1, 0, -1) if c > floor] + [0] if target else []:
+    caps = [*range(target - 1, floor, -1), 0] if target > floor else []
+    for cap in caps:
         if _fits(manifest, ctx):
             break
         # occupancy(N) is a target: where N waves per SIMD spill registers or are out of LLVM's
