@@ -4,12 +4,14 @@ arch: its plan and workspace, every feature, determinism across schedules, and b
 from __future__ import annotations
 
 import struct
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
 import pytest
 from _fmha_util import assert_grads_close
 
+import tiledsl.fmha_bwd as bwd_module
 from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.cli import main
@@ -247,3 +249,60 @@ def test_bwd_device_arrays_with_general_strides():
     dq, dk, dv = fmha_bwd(views[3], views[0], views[1], views[2], out_d, lse_d, device=dev)
     assert all(isinstance(g, DeviceArray) for g in (dq, dk, dv))
     assert_grads_close([g.numpy() for g in (dq, dk, dv)], fmha_bwd_reference(do, q, k, v), np.float16)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_paired_key_blocks_cover_every_block_once(arch, monkeypatch):
+    """Paired workgroups (key blocks x and nblocks - 1 - x) on sequences of odd, even and single
+    key-block counts: every block's dK/dV and dQ share exactly once, deterministic and bitwise
+    stable across schedules."""
+    monkeypatch.setattr(bwd_module, "pair_key_blocks", lambda *args: True)
+    monkeypatch.setattr(bwd_module, "paired_fits", lambda *args: True)
+    bwd_module.build_plan.cache_clear()
+    try:
+        bn = bwd_config(arch, 32, 32).block_n
+        lens_k = [5 * bn - 7, 2 * bn, 1, 4 * bn]
+        lens_q = [45, 20, 3, 2 * bn + 5]
+        cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+        cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+        q, k, v, do = inputs(hq=2, hk=1, d=32, total=(int(cu_q[-1]), int(cu_k[-1])), seed=11)
+        mask = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        dev = EmulatorDevice(arch, schedule="shuffle", seed=3)
+        # Float atomics add a block's dQ share as often as the block runs: a duplicate shows.
+        got, ref = run(arch, do, q, k, v, device=dev, **mask)
+        assert_grads_close(got, ref, np.float16)
+        out, lse = fmha_fwd(q, k, v, return_lse=True, device=dev, **mask)
+        plan = fmha_bwd_plan(do, q, k, v, out, lse, device=dev, deterministic=True, **mask)
+        assert plan.info["key_blocks_per_workgroup"] == 2
+        runs = [fmha_bwd(do, q, k, v, out, lse, deterministic=True, **mask,
+                         device=EmulatorDevice(arch, schedule="shuffle", seed=s)) for s in (4, 5)]
+        assert_grads_close(runs[0], ref, np.float16)
+        for a, b in zip(*runs, strict=True):
+            assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    finally:
+        bwd_module.build_plan.cache_clear()
+
+
+def test_pairing_follows_the_grid_against_the_resident_workgroups():
+    """Pairs only under a causal mask, and only once the unpaired grid outnumbers the workgroups
+    the compute units hold at once (gfx942: 304 CUs, one 8-wave workgroup each at 2 waves/SIMD)."""
+    cfg = bwd_config("gfx942", 128, 128)
+    kernel = SimpleNamespace(manifest={"vgpr_count": 256, "lds_bytes": 32768})
+
+    def shape(mask, b, h, s):
+        return bwd_module.BwdShape(arch="gfx942", dtype="f16", hdim_q=128, hdim_v=128, hq=h, hk=h, mask=mask,
+                                   softcap=False, sink=False, deterministic=False, varlen=False, b=b, sq=s,
+                                   seqlens_q=(s,) * b, seqlens_k=(s,) * b, contiguous=True)
+
+    causal, full = fmha_mask_params("bottom_right"), fmha_mask_params(False)
+    assert bwd_module.pair_key_blocks(shape(causal, 2, 16, 2048), cfg, kernel)  # 512 workgroups
+    assert not bwd_module.pair_key_blocks(shape(causal, 1, 16, 2048), cfg, kernel)  # 256
+    assert not bwd_module.pair_key_blocks(shape(full, 2, 16, 2048), cfg, kernel)
+    # The paired kernel is taken when it keeps the occupancy and spills nothing more to scratch.
+    s = shape(causal, 2, 16, 2048)
+    paired = SimpleNamespace(manifest={"vgpr_count": 256, "lds_bytes": 32768, "sgpr_spill_count": 40})
+    assert bwd_module.paired_fits(s, cfg, kernel, paired)
+    fewer_waves = SimpleNamespace(manifest={"vgpr_count": 300, "lds_bytes": 32768})
+    assert not bwd_module.paired_fits(s, cfg, kernel, fewer_waves)
+    scratch = SimpleNamespace(manifest={"vgpr_count": 256, "lds_bytes": 32768, "vgpr_spill_count": 4})
+    assert not bwd_module.paired_fits(s, cfg, kernel, scratch)

@@ -13,6 +13,7 @@ import functools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -214,15 +215,20 @@ def build_plan(shape: BwdShape) -> Plan:
     rows_v, rows_q = (str(max(16, min(64, 8192 // hd))) for hd in (hd_v, hd_q))
     dot_do_o = _compile("fmha_bwd_dot_do_o", shape.arch,
                         {**common, "HDIM_V": str(hd_v), "BLOCK_M": rows_v, "PAD_D": pad}, shape, ("D_V",))
-    dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch,
-                        {**common, "HDIM": str(hd_q), "HDIM_V": str(hd_v), "BLOCK_M": str(cfg.block_m),
-                         "BLOCK_N": str(cfg.block_n), "WAVES": str(cfg.waves), "MASK": shape.mask.kind,
-                         "DETERMINISTIC": _flag(shape.deterministic), "PER_SEQ_SPLITS": per_seq,
-                         "SOFTCAP": _flag(shape.softcap), "BIAS": BIAS_KINDS[shape.bias],
-                         "BIAS_DT": shape.bias_dtype if shape.bias == "tensor" else "f32",
-                         "HAS_DBIAS": _flag(shape.dbias != "none"), "DROPOUT": _flag(shape.dropout),
-                         "PAD_D": pad}, shape, ("D_QK", "D_V"),
-                        allow_spills=cfg.spills or shape.bias != "none" or shape.dropout)
+    dq_dk_dv_defines = {
+        **common, "HDIM": str(hd_q), "HDIM_V": str(hd_v), "BLOCK_M": str(cfg.block_m), "BLOCK_N": str(cfg.block_n),
+        "WAVES": str(cfg.waves), "MASK": shape.mask.kind, "DETERMINISTIC": _flag(shape.deterministic),
+        "PER_SEQ_SPLITS": per_seq, "SOFTCAP": _flag(shape.softcap), "BIAS": BIAS_KINDS[shape.bias],
+        "BIAS_DT": shape.bias_dtype if shape.bias == "tensor" else "f32", "HAS_DBIAS": _flag(shape.dbias != "none"),
+        "DROPOUT": _flag(shape.dropout), "PAD_D": pad}
+    spills_ok = cfg.spills or shape.bias != "none" or shape.dropout
+    dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch, dq_dk_dv_defines, shape, ("D_QK", "D_V"), spills_ok)
+    paired_blocks = False
+    if pair_key_blocks(shape, cfg, dq_dk_dv):
+        paired = _compile("fmha_bwd_dq_dk_dv", shape.arch, {**dq_dk_dv_defines, "PASSES": "2"}, shape,
+                          ("D_QK", "D_V"), allow_spills=True)
+        if paired_fits(shape, cfg, dq_dk_dv, paired):
+            dq_dk_dv, paired_blocks = paired, True
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,
                           {**common, "HDIM": str(hd_q), "BLOCK_M": rows_q, "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
                           shape, ("D_QK",))
@@ -254,6 +260,8 @@ def build_plan(shape: BwdShape) -> Plan:
     info = {"arch": shape.arch, "deterministic": shape.deterministic,
             "nsplits": nsplits[0] if len(nsplits) == 1 else list(nsplits),
             "tiles": f"{cfg.block_m}x{cfg.block_n}x{cfg.waves}"}
+    if paired_blocks:
+        info["key_blocks_per_workgroup"] = 2
     if shape.bias != "none":
         info["bias"] = shape.bias
     if shape.dropout:
@@ -261,6 +269,39 @@ def build_plan(shape: BwdShape) -> Plan:
     if shape.dbias != "none":
         info.update(dbias=shape.dbias, dbias_zeroed=dbias_zeroed(shape))
     return Plan("fmha_bwd", stages, workspace, info)
+
+
+def pair_key_blocks(shape: BwdShape, cfg: BwdConfig, kernel: Any) -> bool:
+    """Whether dq_dk_dv's workgroups take two key blocks each (x and nblocks - 1 - x). Under a
+    causal mask key block x walks about nblocks - x query blocks: a compute unit that runs two of
+    the first blocks one after the other sets the time while others idle. Pairs do equal work, so
+    they pay once the grid holds more workgroups than the compute units run at once; below that
+    every workgroup already has a compute unit of its own and the longest block sets the time."""
+    if shape.mask.kind not in ("causal_top_left", "causal_bottom_right"):
+        return False
+    arch = get_arch(shape.arch)
+    resident = arch.compute_units * max(_occupancy(shape, cfg, kernel) * arch.simds_per_cu // cfg.waves, 1)
+    workgroups = -(-max(shape.seqlens_k, default=0) // cfg.block_n) * shape.hk * len(shape.seqlens_k)
+    return workgroups > resident
+
+
+def paired_fits(shape: BwdShape, cfg: BwdConfig, unpaired: Any, paired: Any) -> bool:
+    """The paired kernel's outer loop keeps more values live across the walks (LLVM hoists the
+    per-pass invariants out of it): pairs are taken only where that costs no occupancy and no
+    scratch. Scalars spilled into vector register lanes are read back between query walks,
+    outside the hot loop."""
+    return (_spills(paired.manifest)[0] <= _spills(unpaired.manifest)[0]
+            and _occupancy(shape, cfg, paired) >= _occupancy(shape, cfg, unpaired))
+
+
+def _occupancy(shape: BwdShape, cfg: BwdConfig, kernel: Any) -> int:
+    """Waves per SIMD the compiled kernel keeps resident."""
+    m = kernel.manifest
+    return get_arch(shape.arch).occupancy(int(m.get("vgpr_count") or 0), int(m.get("lds_bytes") or 0), cfg.waves)
+
+
+def _spills(manifest: dict[str, Any]) -> tuple[int, int]:
+    return int(manifest.get("vgpr_spill_count") or 0), int(manifest.get("sgpr_spill_count") or 0)
 
 
 def _bias_args(shape: BwdShape) -> tuple[tuple[str, object], ...]:
