@@ -1,0 +1,42 @@
+// PASS: lower-to-gpu gfx1201
+// sum(x, 0) of a 64x64 f32 tile on 4 wave32 waves: each lane holds 4 rows of 8 columns, so the
+// reduction adds in the lane first (3 adds per column), then across the lanes that share a column
+// (xor 8 and xor 16 shuffles, width 32), then across waves through LDS between two barriers. The
+// result is replicated over lanes and waves: only the owners (row lanes and wave 0) store it, as
+// two 16-byte vectors.
+// CHECK: gpu.func @col_sum({{.*}}) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
+// CHECK-COUNT-24: arith.addf %{{.*}}, %{{.*}} : f32
+// CHECK-NOT: gpu.shuffle {{.*}}%c4_i32
+// CHECK-COUNT-8: gpu.shuffle  xor %{{.*}}, %c8_i32{{[_0-9]*}}, %c32_i32{{[_0-9]*}} : f32
+// CHECK-COUNT-8: gpu.shuffle  xor %{{.*}}, %c16_i32{{[_0-9]*}}, %c32_i32{{[_0-9]*}} : f32
+// CHECK-NOT: gpu.shuffle
+// CHECK: gpu.barrier
+// CHECK-COUNT-8: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr<3>
+// CHECK: gpu.barrier
+// CHECK-COUNT-32: llvm.load %{{.*}} : !llvm.ptr<3> -> f32
+// CHECK: scf.if %{{.*}} {
+// CHECK-COUNT-2: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<1>
+// CHECK-NOT: llvm.store
+// CHECK: gpu.return
+module attributes {tile.arch = "gfx1201", tile.lds_arena = 0 : i32, tile.lds_bytes = 4096 : i32} {
+  func.func @col_sum(%arg0: !llvm.ptr<1>, %arg1: i32, %arg2: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32} {
+    %0 = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32, "slice(1,64,blocked(4))">
+    %1 = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32, "slice(0,64,blocked(4))">
+    %2 = "tile.expand_dims"(%0) {axis = 1 : i32} : (tensor<64xi32, "slice(1,64,blocked(4))">) -> tensor<64x1xi32, "expand(1,slice(1,64,blocked(4)))">
+    %3 = "tile.broadcast"(%2) : (tensor<64x1xi32, "expand(1,slice(1,64,blocked(4)))">) -> tensor<64x64xi32, "blocked(4)">
+    %4 = "tile.splat"(%arg1) : (i32) -> tensor<64x64xi32, "blocked(4)">
+    %5 = arith.muli %3, %4 : tensor<64x64xi32, "blocked(4)">
+    %6 = "tile.expand_dims"(%1) {axis = 0 : i32} : (tensor<64xi32, "slice(0,64,blocked(4))">) -> tensor<1x64xi32, "expand(0,slice(0,64,blocked(4)))">
+    %7 = "tile.broadcast"(%6) : (tensor<1x64xi32, "expand(0,slice(0,64,blocked(4)))">) -> tensor<64x64xi32, "blocked(4)">
+    %8 = arith.addi %5, %7 : tensor<64x64xi32, "blocked(4)">
+    %true = arith.constant true
+    %9 = "tile.splat"(%true) : (i1) -> tensor<64x64xi1, "blocked(4)">
+    %cst = arith.constant 0.000000e+00 : f32
+    %10 = "tile.load"(%arg0, %8, %9, %cst) : (!llvm.ptr<1>, tensor<64x64xi32, "blocked(4)">, tensor<64x64xi1, "blocked(4)">, f32) -> tensor<64x64xf32, "blocked(4)">
+    %11 = "tile.reduce"(%10) {axis = 0 : i32, kind = "sum"} : (tensor<64x64xf32, "blocked(4)">) -> tensor<64xf32, "slice(0,64,blocked(4))">
+    %true_0 = arith.constant true
+    %12 = "tile.splat"(%true_0) : (i1) -> tensor<64xi1, "slice(0,64,blocked(4))">
+    "tile.store"(%arg2, %1, %11, %12) : (!llvm.ptr<1>, tensor<64xi32, "slice(0,64,blocked(4))">, tensor<64xf32, "slice(0,64,blocked(4))">, tensor<64xi1, "slice(0,64,blocked(4))">) -> ()
+    return
+  }
+}
