@@ -224,3 +224,14 @@ def test_profile_models_every_stage_of_the_backward_plan() -> None:
     assert all(t.seconds > 0 for t in r["launches"]) and r["seconds"] == sum(t.seconds for t in r["launches"])
     assert r["flops"] == useful_flops("fmha_bwd", 1, 2, 128, 128, 64, True) == 5 * 2.0 * 2 * (128 * 129 // 2) * 64
     assert r["launches"][1].matrix_flops > 0 and r["launches"][0].matrix_flops == 0
+
+
+def test_slots_freed_together_start_only_the_waiting_workgroups() -> None:
+    """Two resident workgroups finish at once with one still waiting: one start, not two (the
+    second one popped an empty queue)."""
+    prog = _program([tm.VALU] * 4 + [tm.END])
+    traces = [WorkgroupTrace((g, 0, 0), [WaveTrace(0, list(range(5)), [])]) for g in range(3)]
+    r = tm.simulate_cu(get_arch("gfx942"), prog, traces, groups_per_cu=2)
+    one = tm.simulate_cu(get_arch("gfx942"), prog, traces[:1], groups_per_cu=2)
+    launch = get_arch("gfx942").timing.workgroup_launch_cycles
+    assert one.cycles < r.cycles <= 2 * one.cycles + launch  # the third ran once, after the first two

@@ -21,6 +21,7 @@ The model (docs/profile.md says what it leaves out; it ranks kernels, it does no
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import deque
@@ -378,8 +379,10 @@ def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_
                     # The wave is done when its pipes drain and its memory operations complete.
                     done = max([t, *pipe_free[s]] + [dq[-1] for dq in w.cnt if dq])
                     end = max(end, done)
-                    if g.alive == 0 and pending:
-                        starts.append(done + t_.workgroup_launch_cycles)
+                    # A freed slot starts a waiting workgroup; several groups can finish before
+                    # the next start, so only as many starts as workgroups are still waiting.
+                    if g.alive == 0 and len(starts) < len(pending):
+                        bisect.insort(starts, done + t_.workgroup_launch_cycles)
                     elif g.arrived and len(g.arrived) >= g.alive:
                         _release(g, t + t_.barrier_cycles, pc_stall)
                     continue
