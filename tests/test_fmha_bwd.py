@@ -285,7 +285,8 @@ def test_paired_key_blocks_cover_every_block_once(arch, monkeypatch):
 
 def test_pairing_follows_the_grid_against_the_resident_workgroups():
     """Pairs only under a causal mask, and only once the unpaired grid outnumbers the workgroups
-    the compute units hold at once (gfx942: 304 CUs, one 8-wave workgroup each at 2 waves/SIMD)."""
+    the compute units hold at once, up to twice that (gfx942: 304 CUs, one 8-wave workgroup each
+    at 2 waves/SIMD)."""
     cfg = bwd_config("gfx942", 128, 128)
     kernel = SimpleNamespace(manifest={"vgpr_count": 256, "lds_bytes": 32768})
 
@@ -297,6 +298,7 @@ def test_pairing_follows_the_grid_against_the_resident_workgroups():
     causal, full = fmha_mask_params("bottom_right"), fmha_mask_params(False)
     assert bwd_module.pair_key_blocks(shape(causal, 2, 16, 2048), cfg, kernel)  # 512 workgroups
     assert not bwd_module.pair_key_blocks(shape(causal, 1, 16, 2048), cfg, kernel)  # 256
+    assert not bwd_module.pair_key_blocks(shape(causal, 4, 16, 2048), cfg, kernel)  # 1024
     assert not bwd_module.pair_key_blocks(shape(full, 2, 16, 2048), cfg, kernel)
     # The paired kernel is taken when it keeps the occupancy and spills nothing more to scratch.
     s = shape(causal, 2, 16, 2048)
