@@ -365,11 +365,11 @@ def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean:
     not compiled again (an occupancy target out of reach: the caller lowers it)."""
     ctx, hsaco, manifest = _compile_once(arch_row, opts, filename, clean, source, kind)
     rows = opts.transposed_rows
-    while 0 < sum(_spills(manifest)) <= FEW_SPILLS and rows > 1:
+    while 0 < sum(spill_counts(manifest)) <= FEW_SPILLS and rows > 1:
         rows //= 2
         retry = _compile_once(arch_row, dataclasses.replace(opts, transposed_rows=rows), filename, clean, source,
                               kind)
-        if _spills(retry[2]) < _spills(manifest):
+        if spill_counts(retry[2]) < spill_counts(manifest):
             ctx, hsaco, manifest = retry
     return ctx, hsaco, manifest
 
@@ -379,10 +379,10 @@ def _fits(manifest: dict[str, Any], ctx: StageContext) -> bool:
     justifies spills, allowed or not: VGPRs spilled to scratch memory, or SGPRs spilled to VGPR
     lanes (a lane write and read each), cost more than the extra waves gain."""
     asked = ctx.bound.occupancy if ctx.bound is not None else 0
-    return not any(_spills(manifest)) and ctx.arch.occupancy(manifest.get("vgpr_count") or 0) >= asked
+    return not any(spill_counts(manifest)) and ctx.arch.occupancy(manifest.get("vgpr_count") or 0) >= asked
 
 
-def _spills(manifest: dict[str, Any]) -> tuple[int, int]:
+def spill_counts(manifest: dict[str, Any]) -> tuple[int, int]:
     """(VGPR spills, SGPR spills): VGPR spills go to scratch memory, SGPR ones to VGPR lanes."""
     return manifest.get("vgpr_spill_count", 0), manifest.get("sgpr_spill_count", 0)
 

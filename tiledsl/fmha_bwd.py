@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tiledsl.backends.rocm.arch import get_arch
+from tiledsl.driver import spill_counts
 from tiledsl.errors import TileError
 from tiledsl.fmha_dropout import dropout_scalars
 from tiledsl.kernels.fmha_configs import BIAS_KINDS, fmha_dim_units, padded_hdim
@@ -282,8 +283,9 @@ def pair_key_blocks(shape: BwdShape, cfg: BwdConfig, kernel: Any) -> bool:
     CUs model at 53.2 TFLOP/s unpaired, 52.2 paired)."""
     if shape.mask.kind not in ("causal_top_left", "causal_bottom_right"):
         return False
-    arch = get_arch(shape.arch)
-    resident = arch.compute_units * max(_occupancy(shape, cfg, kernel) * arch.simds_per_cu // cfg.waves, 1)
+    arch, m = get_arch(shape.arch), kernel.manifest
+    resident = arch.compute_units * arch.workgroups_per_cu(int(m.get("vgpr_count") or 0), int(m.get("lds_bytes") or 0),
+                                                           cfg.waves)
     workgroups = -(-max(shape.seqlens_k, default=0) // cfg.block_n) * shape.hk * len(shape.seqlens_k)
     return resident < workgroups <= 2 * resident
 
@@ -293,7 +295,7 @@ def paired_fits(shape: BwdShape, cfg: BwdConfig, unpaired: Any, paired: Any) -> 
     per-pass invariants out of it): pairs are taken only where that costs no occupancy and no
     scratch. Scalars spilled into vector register lanes are read back between query walks,
     outside the hot loop."""
-    return (_spills(paired.manifest)[0] <= _spills(unpaired.manifest)[0]
+    return (spill_counts(paired.manifest)[0] <= spill_counts(unpaired.manifest)[0]
             and _occupancy(shape, cfg, paired) >= _occupancy(shape, cfg, unpaired))
 
 
@@ -301,10 +303,6 @@ def _occupancy(shape: BwdShape, cfg: BwdConfig, kernel: Any) -> int:
     """Waves per SIMD the compiled kernel keeps resident."""
     m = kernel.manifest
     return get_arch(shape.arch).occupancy(int(m.get("vgpr_count") or 0), int(m.get("lds_bytes") or 0), cfg.waves)
-
-
-def _spills(manifest: dict[str, Any]) -> tuple[int, int]:
-    return int(manifest.get("vgpr_spill_count") or 0), int(manifest.get("sgpr_spill_count") or 0)
 
 
 def _bias_args(shape: BwdShape) -> tuple[tuple[str, object], ...]:

@@ -134,6 +134,12 @@ class Arch:
             waves = min(waves, groups_per_cu * waves_per_group // self.simds_per_cu)
         return max(waves, 0)
 
+    def workgroups_per_cu(self, vgprs: int, lds_bytes: int, waves_per_group: int) -> int:
+        """Workgroups one compute unit keeps resident: its SIMDs' waves at this kernel's occupancy
+        (at least one workgroup), within the CU's LDS."""
+        groups = max(self.occupancy(vgprs, lds_bytes, waves_per_group) * self.simds_per_cu // waves_per_group, 1)
+        return min(groups, self.lds_bytes // lds_bytes) if lds_bytes else groups
+
 
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m

@@ -107,9 +107,7 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
     occupancy = arch.occupancy(vgprs, lds, waves_per_group)
     if occupancy < 1:
         raise TimingError(f"kernel '{bk.image.name}' fits no SIMD ({vgprs} VGPRs, {lds} bytes of LDS)")
-    groups_per_cu = max(occupancy * arch.simds_per_cu // waves_per_group, 1)
-    if lds:
-        groups_per_cu = min(groups_per_cu, arch.lds_bytes // lds)
+    groups_per_cu = arch.workgroups_per_cu(vgprs, lds, waves_per_group)
     cus = arch.compute_units
     chosen = sample_cus(len(order), cus, options.sample_cus, g[0])
     prog = classify(arch, bk.image.insts)
