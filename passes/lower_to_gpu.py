@@ -20,6 +20,7 @@ from tiledsl.passes import layouts as L
 from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import (
     PassContext,
+    constant_int,
     is_tile,
     kernel_funcs,
     op_error,
@@ -655,9 +656,29 @@ def rule_barrier(lw: _Lowering, op: ir.Operation) -> None:
     gpu.barrier()
 
 
+# Loops that run at most this many times keep their loop-invariant code inside (LLVM's LICM is
+# told so through the loop's metadata): hoisting saves at most one evaluation per extra
+# iteration, but holds every hoisted value across the whole body. The paired key blocks of the
+# backward (a 2-pass loop around the query walk) lost ~130 scalar registers to it.
+_SHORT_LOOP_TRIPS = 2
+
+
+def _trip_count(op: ir.Operation) -> int | None:
+    lb, ub, step = (constant_int(x) for x in op.operands[:3])
+    if lb is None or ub is None or not step:
+        return None
+    return max(0, -(-(ub - lb) // step))
+
+
 def rule_for(lw: _Lowering, op: ir.Operation) -> None:
     lb, ub, step, *inits = (lw.v(x) for x in op.operands)
     loop = scf.ForOp(lb, ub, step, inits)
+    trips = _trip_count(op)
+    if trips is not None and trips <= _SHORT_LOOP_TRIPS:
+        # Carried by scf-to-cf onto the loop's back edge (backends/rocm/codegen.py moves it into
+        # the branch's loop_annotation, which becomes !llvm.loop metadata).
+        loop.operation.attributes["llvm.loop_annotation"] = ir.Attribute.parse(
+            "#llvm.loop_annotation<licm = <disable = true>>")
     body = op.regions[0].blocks[0]
     for old, new in zip(body.arguments, loop.body.arguments, strict=True):
         lw.vmap[old] = new

@@ -291,10 +291,11 @@ def pair_key_blocks(shape: BwdShape, cfg: BwdConfig, kernel: Any) -> bool:
 
 
 def paired_fits(shape: BwdShape, cfg: BwdConfig, unpaired: Any, paired: Any) -> bool:
-    """The paired kernel's outer loop keeps more values live across the walks (LLVM hoists the
-    per-pass invariants out of it): pairs are taken only where that costs no occupancy and no
-    scratch. Scalars spilled into vector register lanes are read back between query walks,
-    outside the hot loop."""
+    """The paired kernel keeps more values live across its query walks: pairs are taken only
+    where that costs no occupancy and no scratch. (LICM is off for the 2-pass loop, see
+    passes/lower_to_gpu.rule_for; splats of scalars that LLVM shares between blocks are still held
+    as one scalar register per element, and some spill into vector register lanes, read back
+    between query walks, outside the hot loop.)"""
     return (spill_counts(paired.manifest)[0] <= spill_counts(unpaired.manifest)[0]
             and _occupancy(shape, cfg, paired) >= _occupancy(shape, cfg, unpaired))
 

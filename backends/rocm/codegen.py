@@ -72,7 +72,22 @@ def extract_gpu_module(container_mlir: str) -> str:
         for op in list(gpu_module.regions[0].blocks[0].operations):
             if op.operation.name != "gpu.module_end":
                 plain.body.append(op.detach_from_parent())
+        _annotate_loops(plain.operation)
         return plain.operation.get_asm(enable_debug_info=True)
+
+
+def _annotate_loops(op) -> None:
+    """scf-to-cf carries an scf.for's `llvm.loop_annotation` (lower-to-gpu sets it) onto the loop's
+    back-edge branch as a discardable attribute; mlir-translate emits !llvm.loop metadata only
+    from the branch's own `loop_annotation`, so move it there."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                if inner.name in ("llvm.br", "llvm.cond_br") and "llvm.loop_annotation" in inner.attributes:
+                    inner.attributes["loop_annotation"] = inner.attributes["llvm.loop_annotation"]
+                    del inner.attributes["llvm.loop_annotation"]
+                _annotate_loops(inner)
 
 
 def make_llir(rocdl_mlir: str) -> str:
