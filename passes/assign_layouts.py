@@ -417,17 +417,18 @@ class _Assigner:
         return found
 
     def retarget_operands(self, block: ir.Block) -> bool:
-        """Give a load outside every loop that becomes a dot operand (attention's Q, loaded once
-        and read by every iteration) the operand's own layout, when staging it through LDS would
-        take half of the arch's LDS or more, so that it alone would keep a second workgroup off
-        the CU (a 128x128 f16 Q takes 33 KiB of a CDNA3 CU's 64 KiB), when the operand layout
-        reads vectors of at least 8 bytes along the tensor's contiguous axis, and when it holds
-        no value twice (gfx11's WMMA operands do: there the tile stays resident in LDS,
-        hoist-conversions). The load then needs no conversion and the tile no LDS. Smaller
-        tiles keep the staging: a direct load's per-lane addresses cost registers, and wave64
-        kernels near their limit spilled scalar registers with it. CDNA only: RDNA's 256
-        registers per lane are the scarcer resource there (the gfx1201 forward spilled with Q
-        loaded this way and modeled no faster). Records them in `retarget`; True if any was new."""
+        """Give a load outside the dot's loop that becomes a dot operand (attention's Q, loaded
+        once and read by every iteration, `_loaded_outside_the_loop`) the operand's own layout,
+        when staging it through LDS would take half of the arch's LDS or more, so that it alone
+        would keep a second workgroup off the CU (a 128x128 f16 Q takes 33 KiB of a CDNA3 CU's
+        64 KiB), when the operand layout reads vectors of at least 8 bytes along the tensor's
+        contiguous axis, and when it holds no value twice (gfx11's WMMA operands do: there the
+        tile stays resident in LDS, hoist-conversions). The load then needs no conversion and the
+        tile no LDS. Smaller tiles keep the staging: a direct load's per-lane addresses cost
+        registers, and wave64 kernels near their limit spilled scalar registers with it. CDNA
+        only: RDNA's 256 registers per lane are the scarcer resource there (the gfx1201 forward
+        spilled with Q loaded this way and modeled no faster). Records them in `retarget`; True
+        if any was new."""
         found = False
         if not self.arch.is_cdna:
             return found
@@ -439,7 +440,7 @@ class _Assigner:
                 continue
             for i, need in enumerate(self.needs(op)[:2]):
                 load = self.load_chain(op.operands[i])
-                if load is None or load.result in self.retarget or _inside_loop(load):
+                if load is None or load.result in self.retarget or not _loaded_outside_the_loop(load, op):
                     continue
                 shape = tile_shape(load.result.type)
                 eb = DTYPE_BYTES[tile_dtype(load.result.type)]
@@ -532,13 +533,22 @@ def _reduced_along_columns(v: ir.Value) -> bool:
     return False
 
 
-def _inside_loop(op: ir.Operation) -> bool:
-    parent = op.parent
+def _enclosing_loops(op: ir.Operation) -> list[ir.Operation]:
+    """The scf.for ops around op, innermost first."""
+    loops, parent = [], op.parent
     while parent is not None and parent.name not in ("func.func", "builtin.module"):
         if parent.name == "scf.for":
-            return True
+            loops.append(parent)
         parent = parent.parent
-    return False
+    return loops
+
+
+def _loaded_outside_the_loop(load: ir.Operation, dot: ir.Operation) -> bool:
+    """The load runs outside every loop, or only in loops that also hold the dot, which runs in a
+    loop of its own inside them: attention's Q, loaded once per query block (per pass of the
+    forward's paired blocks) and read by every key block."""
+    outer, inner = _enclosing_loops(load), _enclosing_loops(dot)
+    return not outer or (len(inner) > len(outer) and inner[len(inner) - len(outer):] == outer)
 
 
 def _last_axis_run(lin: L.Linear) -> int:

@@ -283,10 +283,10 @@ def test_paired_key_blocks_cover_every_block_once(arch, monkeypatch):
         bwd_module.build_plan.cache_clear()
 
 
-def test_pairing_follows_the_grid_against_the_resident_workgroups():
-    """Pairs only under a causal mask, and only once the unpaired grid outnumbers the workgroups
-    the compute units hold at once, up to twice that (gfx942: 304 CUs, one 8-wave workgroup each
-    at 2 waves/SIMD)."""
+def test_pairing_follows_the_grid_against_the_compute_units():
+    """Pairs only under a causal mask, and only once the unpaired grid outnumbers the compute
+    units, up to twice the workgroups they hold at once (gfx942: 304 CUs, one 8-wave workgroup
+    each at 2 waves/SIMD at hdim 128, two 4-wave ones at hdim 64)."""
     cfg = bwd_config("gfx942", 128, 128)
     kernel = SimpleNamespace(manifest={"vgpr_count": 256, "lds_bytes": 32768})
 
@@ -300,11 +300,20 @@ def test_pairing_follows_the_grid_against_the_resident_workgroups():
     assert not bwd_module.pair_key_blocks(shape(causal, 1, 16, 2048), cfg, kernel)  # 256
     assert not bwd_module.pair_key_blocks(shape(causal, 4, 16, 2048), cfg, kernel)  # 1024
     assert not bwd_module.pair_key_blocks(shape(full, 2, 16, 2048), cfg, kernel)
-    # The paired kernel is taken when it keeps the occupancy and spills nothing more to scratch.
+    # Two workgroups per CU: 512 share 304 CUs (paired), 1216 is twice the 608 resident, 1280 more.
+    cfg64, kernel64 = bwd_config("gfx942", 64, 64), SimpleNamespace(manifest={"vgpr_count": 256, "lds_bytes": 17408})
+    assert bwd_module.pair_key_blocks(shape(causal, 2, 16, 2048), cfg64, kernel64)
+    assert not bwd_module.pair_key_blocks(shape(causal, 1, 16, 2048), cfg64, kernel64)
+    assert bwd_module.pair_key_blocks(shape(causal, 2, 38, 2048), cfg64, kernel64)
+    assert not bwd_module.pair_key_blocks(shape(causal, 2, 40, 2048), cfg64, kernel64)
+    # The paired kernel is taken when it spills nothing more to scratch and keeps the occupancy,
+    # or loses only occupancy its grid does not use: 256 paired workgroups at one wave per SIMD
+    # (one workgroup per CU) still all run at once on 304 CUs, 608 do not.
     s = shape(causal, 2, 16, 2048)
     paired = SimpleNamespace(manifest={"vgpr_count": 256, "lds_bytes": 32768, "sgpr_spill_count": 40})
     assert bwd_module.paired_fits(s, cfg, kernel, paired)
     fewer_waves = SimpleNamespace(manifest={"vgpr_count": 300, "lds_bytes": 32768})
-    assert not bwd_module.paired_fits(s, cfg, kernel, fewer_waves)
+    assert bwd_module.paired_fits(s, cfg, kernel, fewer_waves)
+    assert not bwd_module.paired_fits(shape(causal, 2, 38, 2048), cfg, kernel, fewer_waves)
     scratch = SimpleNamespace(manifest={"vgpr_count": 256, "lds_bytes": 32768, "vgpr_spill_count": 4})
     assert not bwd_module.paired_fits(s, cfg, kernel, scratch)

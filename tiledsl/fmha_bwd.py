@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from tiledsl.backends.rocm.arch import get_arch
-from tiledsl.driver import spill_counts
 from tiledsl.errors import TileError
 from tiledsl.fmha_dropout import dropout_scalars
 from tiledsl.kernels.fmha_configs import BIAS_KINDS, fmha_dim_units, padded_hdim
 from tiledsl.library import plan_builder
+from tiledsl.pairing import paired_fits as pairing_fits
+from tiledsl.pairing import pairs_pay
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import MaskParams
 
@@ -273,37 +274,18 @@ def build_plan(shape: BwdShape) -> Plan:
 
 
 def pair_key_blocks(shape: BwdShape, cfg: BwdConfig, kernel: Any) -> bool:
-    """Whether dq_dk_dv's workgroups take two key blocks each (x and nblocks - 1 - x). Under a
-    causal mask key block x walks about nblocks - x query blocks: a compute unit that runs two of
-    the first blocks one after the other sets the time while others idle. Pairs do equal work, so
-    they pay once the grid holds more workgroups than the compute units run at once, and up to
-    twice that: below, every workgroup already has a compute unit of its own and the longest block
-    sets the time; well above, each compute unit runs several workgroups in turn and the dispatch
-    order mixes heavy blocks with light ones (gfx90a d128, B2 H16 S2048: 512 workgroups on 104
-    CUs model at 53.2 TFLOP/s unpaired, 52.2 paired)."""
-    if shape.mask.kind not in ("causal_top_left", "causal_bottom_right"):
-        return False
-    arch, m = get_arch(shape.arch), kernel.manifest
-    resident = arch.compute_units * arch.workgroups_per_cu(int(m.get("vgpr_count") or 0), int(m.get("lds_bytes") or 0),
-                                                           cfg.waves)
+    """Whether dq_dk_dv's workgroups take two key blocks each (x and nblocks - 1 - x, the
+    kernel's PASSES = 2): key block x walks about nblocks - x query blocks under a causal mask
+    (tiledsl.pairing)."""
     workgroups = -(-max(shape.seqlens_k, default=0) // cfg.block_n) * shape.hk * len(shape.seqlens_k)
-    return resident < workgroups <= 2 * resident
+    return pairs_pay(shape.arch, shape.mask.kind, workgroups, kernel.manifest, cfg.waves)
 
 
 def paired_fits(shape: BwdShape, cfg: BwdConfig, unpaired: Any, paired: Any) -> bool:
-    """The paired kernel keeps more values live across its query walks: pairs are taken only
-    where that costs no occupancy and no scratch. (LICM is off for the 2-pass loop, see
-    passes/lower_to_gpu.rule_for; splats of scalars that LLVM shares between blocks are still held
-    as one scalar register per element, and some spill into vector register lanes, read back
-    between query walks, outside the hot loop.)"""
-    return (spill_counts(paired.manifest)[0] <= spill_counts(unpaired.manifest)[0]
-            and _occupancy(shape, cfg, paired) >= _occupancy(shape, cfg, unpaired))
-
-
-def _occupancy(shape: BwdShape, cfg: BwdConfig, kernel: Any) -> int:
-    """Waves per SIMD the compiled kernel keeps resident."""
-    m = kernel.manifest
-    return get_arch(shape.arch).occupancy(int(m.get("vgpr_count") or 0), int(m.get("lds_bytes") or 0), cfg.waves)
+    """The paired kernel costs no occupancy and no scratch (tiledsl.pairing.paired_fits)."""
+    nblocks = -(-max(shape.seqlens_k, default=0) // cfg.block_n)
+    return pairing_fits(shape.arch, cfg.waves, unpaired.manifest, paired.manifest,
+                        -(-nblocks // 2) * shape.hk * len(shape.seqlens_k))
 
 
 def _bias_args(shape: BwdShape) -> tuple[tuple[str, object], ...]:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.fmha_dropout import dropout_scalars
-from tiledsl.kernels.fmha_configs import fmha_config, fmha_dim_units, pack_gqa, padded_hdim
+from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_config, fmha_dim_units, pack_gqa, padded_hdim
 from tiledsl.library import plan_builder
+from tiledsl.pairing import paired_fits, pairs_pay
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import MaskParams
 
@@ -86,6 +88,28 @@ class SplitShape:
     dropout: bool = False  # P is dropped (docs/dropout.md): the call's seed_lo .. drop_scale
     dropout_mask: bool = False  # a last stage writes the keep bits into the call's "dropout_mask"
     out_dtype: str | None = None  # fp8 (dtype f8e4m3): the output's dtype (docs/fp8.md); else dtype
+    # The sequences and the longest query sequence, for pairing query blocks (tiledsl.pairing);
+    # 0 when the caller does not pair (the KV-cache plans).
+    batch: int = 0
+    max_seqlen_q: int = 0
+
+
+def query_block_config(shape: SplitShape) -> FmhaConfig:
+    """The tile config the one-stage forward of `shape` compiles with."""
+    return fmha_config(shape.arch, shape.hdim_q, shape.hdim_v, masked=shape.mask.kind != "none", bias=shape.bias,
+                       dropout=shape.dropout, fp8=shape.dtype == "f8e4m3")
+
+
+def pair_query_blocks(shape: SplitShape, kernel: Any) -> bool:
+    """Whether the one-stage forward's workgroups take two query blocks each (x and
+    nblocks - 1 - x, fmha_fwd.tile's PASSES = 2): under a causal mask query block x sees about
+    x + 1 key blocks (tiledsl.pairing). Not with split-KV or packed GQA heads (decode-sized
+    queries), nor for callers that leave `batch` 0 (the KV-cache plans)."""
+    if shape.num_splits > 1 or shape.heads_per_block > 1 or not shape.batch:
+        return False
+    cfg = query_block_config(shape)
+    workgroups = -(-shape.max_seqlen_q // cfg.block_m) * shape.hq * shape.batch
+    return pairs_pay(shape.arch, shape.mask.kind, workgroups, kernel.manifest, cfg.waves)
 
 
 def splitkv_workspace(shape: SplitShape, at: int = 0) -> tuple[Region, ...]:
@@ -141,13 +165,19 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
 
     split = shape.num_splits > 1
     # With splits the sink joins the denominator once, in the combine: the producers run without it.
-    kernel = compile_fmha_fwd(shape.arch, dtype=shape.dtype, hdim_q=shape.hdim_q, hdim_v=shape.hdim_v,
-                              mask=shape.mask, varlen=shape.varlen, lse=shape.lse and not split,
-                              sink=shape.sink and not split, softcap=1.0 if shape.softcap else 0.0,
-                              contiguous=shape.contiguous, aligned=shape.aligned, split=split,
-                              kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size,
-                              bias=shape.bias, bias_dtype=shape.bias_dtype, dropout=shape.dropout,
-                              out_dtype=shape.out_dtype)
+    variant = functools.partial(
+        compile_fmha_fwd, shape.arch, dtype=shape.dtype, hdim_q=shape.hdim_q, hdim_v=shape.hdim_v, mask=shape.mask,
+        varlen=shape.varlen, lse=shape.lse and not split, sink=shape.sink and not split,
+        softcap=1.0 if shape.softcap else 0.0, contiguous=shape.contiguous, aligned=shape.aligned, split=split,
+        kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size, bias=shape.bias,
+        bias_dtype=shape.bias_dtype, dropout=shape.dropout, out_dtype=shape.out_dtype)
+    kernel = variant()
+    if pair_query_blocks(shape, kernel):
+        paired, cfg = variant(passes=2), query_block_config(shape)
+        nblocks = -(-shape.max_seqlen_q // cfg.block_m)
+        if paired_fits(shape.arch, cfg.waves, kernel.manifest, paired.manifest,
+                       -(-nblocks // 2) * shape.hq * shape.batch):
+            kernel = paired
     args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
         ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block)) + bias_args(shape) + \
         dropout_args(shape) + tuple((n, Ref(n) if shape.dtype == "f8e4m3" else 1.0) for n in ("p_scale", "o_scale"))
@@ -178,5 +208,7 @@ def build_attention_plan(shape: SplitShape) -> Plan:
     """fmha_fwd's plan: one kernel, or split-KV producers and combine over one workspace."""
     op = "fmha_fwd split-KV" if shape.num_splits > 1 else "fmha_fwd"
     stages = attention_stages(shape) + ([dropout_mask_stage(shape)] if shape.dropout_mask else [])
-    return Plan(op, stages, WorkspaceLayout(splitkv_workspace(shape)),
-                {"arch": shape.arch, "num_splits": shape.num_splits, "heads_per_block": shape.heads_per_block})
+    info = {"arch": shape.arch, "num_splits": shape.num_splits, "heads_per_block": shape.heads_per_block}
+    if stages[0].kernel.manifest["constexprs"].get("PASSES", 1) == 2:
+        info["query_blocks_per_workgroup"] = 2
+    return Plan(op, stages, WorkspaceLayout(splitkv_workspace(shape)), info)

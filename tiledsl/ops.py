@@ -484,7 +484,7 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None
             num_splits=_splits_count(num_splits, arch, batch=batch, hq=hq, hk=c.hk, max_q=max_q, max_k=c.max_k,
                                      d=d, dv=dv, masked=masked), b=b, hq=hq, sq=sq,
             heads_per_block=hq // c.hk if packed else 1, bias=bc.kind, bias_dtype=bc.dtype, dropout=dc.on,
-            dropout_mask=dc.return_mask, out_dtype=fc.out_dtype if fc else None))
+            dropout_mask=dc.return_mask, out_dtype=fc.out_dtype if fc else None, batch=batch, max_seqlen_q=max_q))
         plan.run(device, env)
     result = (out,)
     if return_lse:
@@ -536,23 +536,28 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
                      lse: bool = False, sink: bool = False, softcap: float = 0.0, contiguous: bool = True,
                      aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False, kv_cache: str = "none",
                      pack_gqa: bool = False, page_size: int = 0, bias: str = "none",
-                     bias_dtype: str = "f32", dropout: bool = False, out_dtype: str | None = None) -> CompiledKernel:
+                     bias_dtype: str = "f32", dropout: bool = False, out_dtype: str | None = None,
+                     passes: int = 1) -> CompiledKernel:
     """The fmha_fwd variant `fmha_fwd` launches for these features, from a kernel package or
     compiled through the compile cache (`tiledsl.library.library_kernel`). contiguous: the head
-    dim of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes."""
+    dim of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes;
+    passes: 2 for paired query blocks (tiledsl.pairing; compiled with spills allowed, the caller
+    checks `pairing.paired_fits`)."""
     from tiledsl.library import library_kernel
     from tiledsl.options import CompileOptions
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
                            sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa,
                            page_size=page_size, bias=bias, bias_dtype=bias_dtype, dropout=dropout, out_dtype=out_dtype)
+    if passes != 1:
+        defines["PASSES"] = str(passes)
     # Bias variants accept spills rather than fail: the tile rows keep the tested feature mixes free
     # of VGPR spills up to hdim 128 (tests/test_fmha_bias.py), not every combination of strides.
     # Dropout variants do at hdim 256 (fmha_configs.DROPPED).
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v),
-                                  allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128))
+                                  allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1)
     return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 
 

@@ -165,6 +165,17 @@ class _Emitter:
     def for_loop(self, s: A.For) -> None:
         lb, ub = self.scalar(s.start), self.scalar(s.end)
         step = self.scalar(s.step) if s.step is not None else self.const_i32(1)
+        bounds = [uniform_constant_int(v) for v in (lb, ub, step)]
+        if None not in bounds and bounds[2] > 0 and bounds[0] < bounds[1] <= bounds[0] + bounds[2]:
+            # One iteration known at compile time (a constexpr-sized loop such as PASSES = 1): the
+            # body runs inline, so the passes see no loop (a loop changes their choices, e.g. which
+            # loads count as loaded once, assign-layouts).
+            self.env.append({s.var: lb})
+            self.env.append({})
+            self.block(s.body)
+            self.env.pop()
+            self.env.pop()
+            return
         names = self.carried(s.body)
         inits = [self.lookup(n, s.loc) for n in names]
         loop = scf.ForOp(lb, ub, step, inits)  # type: ignore[arg-type]

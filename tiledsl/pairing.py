@@ -1,0 +1,62 @@
+"""Paired blocks under a causal mask: when a workgroup should take two blocks of one sequence.
+
+Under a causal mask the blocks of a sequence do unequal work: the forward's query block x sees
+about x + 1 key blocks, the backward's key block x about nblocks - x query blocks. With one
+workgroup per block, a compute unit that runs two of the heavy blocks (side by side, sharing its
+SIMDs, or one after the other) sets the time while others idle. Paired (the kernels' PASSES = 2),
+workgroup x takes blocks x and nblocks - 1 - x of its sequence in turn, so every workgroup does
+the same work, in half as many workgroups. Shared by the forward (tiledsl.fmha_splitkv) and the
+backward (tiledsl.fmha_bwd); measured with the timing model (docs/backward.md, docs/profile.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tiledsl.backends.rocm.arch import get_arch
+from tiledsl.driver import spill_counts
+
+CAUSAL_KINDS = ("causal_top_left", "causal_bottom_right")
+
+
+def _occupancy(arch_name: str, manifest: dict[str, Any], waves: int) -> int:
+    """Waves per SIMD the compiled kernel (`waves` per workgroup) keeps resident."""
+    return get_arch(arch_name).occupancy(int(manifest.get("vgpr_count") or 0), int(manifest.get("lds_bytes") or 0),
+                                         waves)
+
+
+def pairs_pay(arch_name: str, mask_kind: str, workgroups: int, manifest: dict[str, Any], waves: int) -> bool:
+    """Whether pairing the blocks of an unpaired grid of `workgroups` (of the kernel whose
+    manifest is given, `waves` per workgroup) shortens it: only under a causal mask, once the
+    grid holds more workgroups than there are compute units, and up to twice the workgroups they
+    hold at once. At most one workgroup per compute unit, the longest block sets the time either
+    way; well above, each compute unit runs several workgroups in turn and the dispatch order
+    mixes heavy blocks with light ones. Modeled backward at B2 H16 S2048 (512 workgroups),
+    unpaired vs paired TFLOP/s: gfx942 d64 (304 CUs, 2 workgroups each) 194.7 vs 221.3, gfx950
+    d64 (256 CUs) 309.9 vs 328.7; gfx90a d64 (110 CUs x 2) 67.3 vs 61.8, gfx90a d128 (110 x 1)
+    53.2 vs 52.2."""
+    if mask_kind not in CAUSAL_KINDS:
+        return False
+    arch = get_arch(arch_name)
+    resident = arch.compute_units * arch.workgroups_per_cu(
+        int(manifest.get("vgpr_count") or 0), int(manifest.get("lds_bytes") or 0), waves)
+    return arch.compute_units < workgroups <= 2 * resident
+
+
+def paired_fits(arch_name: str, waves: int, unpaired: dict[str, Any], paired: dict[str, Any],
+                paired_workgroups: int) -> bool:
+    """The paired kernel keeps more values live across its two passes: it is taken when that
+    costs no more scratch, and either no occupancy or only occupancy its grid does not use (all
+    `paired_workgroups` still resident at once: a compute unit with one workgroup runs its waves
+    whatever the limit). The forward at B2 H16 S2048 hdim 128, causal, modeled TFLOP/s: gfx942
+    247.5 unpaired (2 waves/SIMD) vs 359.3 paired (1 wave/SIMD, 256 workgroups on 304 CUs), gfx950
+    480.6 vs 574.5. (Scalars spilled into vector register lanes are read back between passes,
+    outside the hot loop.)"""
+    if spill_counts(paired)[0] > spill_counts(unpaired)[0]:
+        return False
+    if _occupancy(arch_name, paired, waves) >= _occupancy(arch_name, unpaired, waves):
+        return True
+    arch = get_arch(arch_name)
+    resident = arch.compute_units * arch.workgroups_per_cu(
+        int(paired.get("vgpr_count") or 0), int(paired.get("lds_bytes") or 0), waves)
+    return paired_workgroups <= resident
