@@ -430,7 +430,10 @@ class _Assigner:
         spilled with Q loaded this way and modeled no faster). Records them in `retarget`; True
         if any was new."""
         found = False
-        if not self.arch.is_cdna:
+        # A second workgroup shares the CU only if both fit at two waves per SIMD, the most these
+        # kernels' registers allow: with more waves than SIMDs (the backward's 8) the LDS is not
+        # what keeps it off, and the tile would hold registers for nothing.
+        if not self.arch.is_cdna or self.threads.waves > self.arch.simds_per_cu:
             return found
         for op in ops_in(block):
             for region in op.regions:

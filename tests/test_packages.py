@@ -59,8 +59,9 @@ def test_package_layout(package, capsys):
     assert index["format"] == "tiledsl-kernel-package" and index["version"] == 1
     assert index["tiledsl"] == tiledsl.__version__ and index["archs"] == [ARCH]
     assert set(index["variants"]) == {FWD, BWD}
-    assert len(index["variants"][FWD]["kernels"]) == 2  # with and without GQA packing
-    assert len(index["variants"][BWD]["kernels"]) == 3  # dot_do_o, dq_dk_dv, convert_dq
+    # With and without GQA packing, and paired query blocks (causal: tiledsl.pairing).
+    assert len(index["variants"][FWD]["kernels"]) == 3
+    assert len(index["variants"][BWD]["kernels"]) == 4  # dot_do_o, dq_dk_dv unpaired and paired, convert_dq
     assert index["variants"][BWD]["signature"]["family"] == "fmha_bwd"
     names = set()
     for key, entry in index["kernels"].items():

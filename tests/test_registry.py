@@ -142,7 +142,9 @@ def test_prebuilt_receipt_variants_run_without_compiling(tmp_path, monkeypatch):
               Variant("gfx1201", Signature("fmha_fwd_kvcache", dropout=True))]
     results = prebuild_variants(wanted, jobs=2, progress=False)  # in worker processes: nothing stays in memory here
     assert [r.key for r in results] == [v.key() for v in wanted]
-    assert results[0].kernels == 2 and results[1].kernels == 3 and not results[0].error and not results[1].error
+    # Causal: the forward packed and not, unpaired and paired (tiledsl.pairing); the backward's three
+    # stages and the paired dq_dk_dv.
+    assert results[0].kernels == 3 and results[1].kernels == 4 and not results[0].error and not results[1].error
     assert "dropout" in results[2].error
 
     def no_compiling(*args, **kwargs):
@@ -155,6 +157,20 @@ def test_prebuilt_receipt_variants_run_without_compiling(tmp_path, monkeypatch):
     out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=dev)
     dq, dk, dv = fmha_bwd(do, q, k, v, out, lse, causal=True, device=dev)
     assert_grads_close((dq, dk, dv), fmha_bwd_reference(do, q, k, v, causal=True), np.float16)
+    # A grid large enough to pair loads the paired kernels from the package too.
+    import tiledsl.fmha_bwd as bwd_module
+    import tiledsl.fmha_splitkv as splitkv
+    monkeypatch.setattr(splitkv, "pair_query_blocks", lambda *args: True)
+    monkeypatch.setattr(bwd_module, "pair_key_blocks", lambda *args: True)
+    splitkv.build_attention_plan.cache_clear()
+    bwd_module.build_plan.cache_clear()
+    try:
+        out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=dev)
+        assert_grads_close(fmha_bwd(do, q, k, v, out, lse, causal=True, device=dev),
+                           fmha_bwd_reference(do, q, k, v, causal=True), np.float16)
+    finally:
+        splitkv.build_attention_plan.cache_clear()
+        bwd_module.build_plan.cache_clear()
     with pytest.raises(AssertionError, match="prebuilt"):  # a variant not prebuilt would compile
         fmha_fwd(q, k, v, causal=False, device=dev)
 

@@ -22,8 +22,8 @@ from tiledsl.errors import TileError
 from tiledsl.fmha_dropout import dropout_scalars
 from tiledsl.kernels.fmha_configs import BIAS_KINDS, fmha_dim_units, padded_hdim
 from tiledsl.library import plan_builder
+from tiledsl.pairing import CAUSAL_KINDS, pairs_pay
 from tiledsl.pairing import paired_fits as pairing_fits
-from tiledsl.pairing import pairs_pay
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import MaskParams
 
@@ -118,6 +118,9 @@ class BwdShape:
     dbias_sum: tuple[int, ...] = ()
     dbias_cols: int = 0  # the key columns of dbias (group mode: the bias's, >= the longest sequence)
     dropout: bool = False  # P was dropped (docs/dropout.md): the call's seed_lo .. drop_scale
+    # Paired key blocks (tiledsl.pairing): "auto" where they pay and fit, "always" (kernel packages
+    # build the paired variant this way: a call's sizes decide at run time).
+    pair_blocks: str = "auto"
 
 
 def nsplits_of(shape: BwdShape, block_n: int) -> tuple[int, ...]:
@@ -226,10 +229,10 @@ def build_plan(shape: BwdShape) -> Plan:
     spills_ok = cfg.spills or shape.bias != "none" or shape.dropout
     dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch, dq_dk_dv_defines, shape, ("D_QK", "D_V"), spills_ok)
     paired_blocks = False
-    if pair_key_blocks(shape, cfg, dq_dk_dv):
+    if shape.pair_blocks == "always" or pair_key_blocks(shape, cfg, dq_dk_dv):
         paired = _compile("fmha_bwd_dq_dk_dv", shape.arch, {**dq_dk_dv_defines, "PASSES": "2"}, shape,
                           ("D_QK", "D_V"), allow_spills=True)
-        if paired_fits(shape, cfg, dq_dk_dv, paired):
+        if shape.pair_blocks == "always" or paired_fits(shape, cfg, dq_dk_dv, paired):
             dq_dk_dv, paired_blocks = paired, True
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,
                           {**common, "HDIM": str(hd_q), "BLOCK_M": rows_q, "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
@@ -301,8 +304,12 @@ def plan_from_sizes(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, hq: int,
                     seqlens_q: tuple[int, ...], seqlens_k: tuple[int, ...], varlen: bool, mask: MaskParams,
                     softcap: bool = False, sink: bool = False, deterministic: bool = False,
                     contiguous: bool = True, bias: str = "none", bias_dtype: str = "f32", dbias: str = "none",
-                    dbias_sum: tuple[int, ...] = (), dropout: bool = False) -> Plan:
-    """The backward plan for sizes alone (what `tiledsl plan fmha_bwd` prints): no tensors needed."""
+                    dbias_sum: tuple[int, ...] = (), dropout: bool = False, pair_blocks: str = "auto") -> Plan:
+    """The backward plan for sizes alone (what `tiledsl plan fmha_bwd` prints): no tensors needed.
+    pair_blocks: "auto" (the sizes decide, tiledsl.pairing) or "always" (a causal mask's paired
+    key blocks whatever the sizes)."""
+    if pair_blocks not in ("auto", "always"):
+        raise ValueError(f"pair_blocks: expected auto or always, got {pair_blocks!r}")
     if dtype not in ("f16", "bf16"):
         raise ValueError(f"dtype: expected f16 or bf16, got {dtype}")
     for name, d in (("hdim_q", hdim_q), ("hdim_v", hdim_v)):
@@ -317,4 +324,5 @@ def plan_from_sizes(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, hq: int,
                                softcap=softcap, sink=sink, deterministic=deterministic, varlen=varlen, b=b, sq=sq,
                                seqlens_q=tuple(seqlens_q), seqlens_k=tuple(seqlens_k), contiguous=contiguous,
                                bias=bias, bias_dtype=bias_dtype, dbias=dbias, dbias_sum=dbias_sum,
-                               dbias_cols=max(seqlens_k) if dbias != "none" else 0, dropout=dropout))
+                               dbias_cols=max(seqlens_k) if dbias != "none" else 0, dropout=dropout,
+                               pair_blocks=pair_blocks if mask.kind in CAUSAL_KINDS else "auto"))

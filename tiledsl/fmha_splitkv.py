@@ -18,7 +18,7 @@ from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.fmha_dropout import dropout_scalars
 from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_config, fmha_dim_units, pack_gqa, padded_hdim
 from tiledsl.library import plan_builder
-from tiledsl.pairing import paired_fits, pairs_pay
+from tiledsl.pairing import CAUSAL_KINDS, paired_fits, pairs_pay
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import MaskParams
 
@@ -92,6 +92,7 @@ class SplitShape:
     # 0 when the caller does not pair (the KV-cache plans).
     batch: int = 0
     max_seqlen_q: int = 0
+    pair_blocks: str = "auto"  # "always": a causal one-stage plan pairs whatever the sizes (kernel packages)
 
 
 def query_block_config(shape: SplitShape) -> FmhaConfig:
@@ -100,12 +101,17 @@ def query_block_config(shape: SplitShape) -> FmhaConfig:
                        dropout=shape.dropout, fp8=shape.dtype == "f8e4m3")
 
 
+def pairable(shape: SplitShape) -> bool:
+    """A one-stage forward without packed GQA heads, under a causal mask: its query blocks can pair."""
+    return shape.num_splits == 1 and shape.heads_per_block == 1 and shape.mask.kind in CAUSAL_KINDS
+
+
 def pair_query_blocks(shape: SplitShape, kernel: Any) -> bool:
     """Whether the one-stage forward's workgroups take two query blocks each (x and
     nblocks - 1 - x, fmha_fwd.tile's PASSES = 2): under a causal mask query block x sees about
     x + 1 key blocks (tiledsl.pairing). Not with split-KV or packed GQA heads (decode-sized
     queries), nor for callers that leave `batch` 0 (the KV-cache plans)."""
-    if shape.num_splits > 1 or shape.heads_per_block > 1 or not shape.batch:
+    if not pairable(shape) or not shape.batch:
         return False
     cfg = query_block_config(shape)
     workgroups = -(-shape.max_seqlen_q // cfg.block_m) * shape.hq * shape.batch
@@ -172,7 +178,9 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
         kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size, bias=shape.bias,
         bias_dtype=shape.bias_dtype, dropout=shape.dropout, out_dtype=shape.out_dtype)
     kernel = variant()
-    if pair_query_blocks(shape, kernel):
+    if pairable(shape) and shape.pair_blocks == "always":
+        kernel = variant(passes=2)
+    elif pair_query_blocks(shape, kernel):
         paired, cfg = variant(passes=2), query_block_config(shape)
         nblocks = -(-shape.max_seqlen_q // cfg.block_m)
         if paired_fits(shape.arch, cfg.waves, kernel.manifest, paired.manifest,

@@ -10,7 +10,8 @@ the tables as JSON (`tiledsl registry export`), and `Variant.build` compiles eve
 of that signature may launch, through the same functions the ops use at run time.
 
 Shape-driven choices are built both ways: the forward's GQA packing (short queries), split-KV
-producers and the combine's decode tile (the split heuristic), small and large KV-cache pages.
+producers and the combine's decode tile (the split heuristic), small and large KV-cache pages,
+and under a causal mask the paired query and key blocks of large grids (tiledsl.pairing).
 Prebuilt variants serve calls with contiguous head dims and 16-byte aligned strides; other
 strides compile their own variant on first use.
 """
@@ -22,6 +23,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.pairing import CAUSAL_KINDS
 
 FAMILIES: dict[str, str] = {
     "fmha_fwd": "forward, one stage (tiledsl.ops.fmha_fwd with num_splits=1)",
@@ -195,10 +197,13 @@ def _build_fwd(arch: str, sig: Signature) -> list[Any]:
 
     # One stage, with and without GQA packing (chosen from the call's shapes); with dropout, also
     # the keep-mask stage of return_dropout_mask.
-    kernels = [k for bdt, hpb, mask, out in itertools.product(_bias_dtypes(sig), (1, 2), (False, sig.dropout),
-                                                              _out_dtypes(sig))
+    # Under a causal mask also the paired query blocks a large grid takes (tiledsl.pairing).
+    pairs = ("auto", "always") if _mask_params(sig).kind in CAUSAL_KINDS else ("auto",)
+    kernels = [k for bdt, hpb, mask, out, pair in itertools.product(_bias_dtypes(sig), (1, 2), (False, sig.dropout),
+                                                                    _out_dtypes(sig), pairs)
                for k in _kernels(build_attention_plan(_split_shape(arch, sig, heads_per_block=hpb, bias_dtype=bdt,
-                                                                   dropout_mask=mask, out_dtype=out)))]
+                                                                   dropout_mask=mask, out_dtype=out,
+                                                                   pair_blocks=pair)))]
     return list({id(k): k for k in kernels}.values())
 
 
@@ -235,12 +240,14 @@ def _build_bwd(arch: str, sig: Signature) -> list[Any]:
     if sig.bias == "tensor":
         dbias += [("reduce", dims) for dims in ((0,), (1,), (0, 1), ())]
     out = []
-    for bdt, (mode, dims) in itertools.product(_bias_dtypes(sig), dbias):
+    # Under a causal mask also the paired key blocks a large grid takes (tiledsl.pairing).
+    pairs = ("auto", "always") if _mask_params(sig).kind in CAUSAL_KINDS else ("auto",)
+    for bdt, (mode, dims), pair in itertools.product(_bias_dtypes(sig), dbias, pairs):
         out += _kernels(plan_from_sizes(arch, dtype=sig.dtype, hdim_q=sig.hdim_q, hdim_v=sig.hdim_v, hq=1, hk=1,
                                         seqlens_q=(64,), seqlens_k=(64,), varlen=sig.mode == "group",
                                         mask=_mask_params(sig), softcap=sig.softcap, sink=sig.sink,
                                         deterministic=sig.deterministic, bias=sig.bias, bias_dtype=bdt,
-                                        dbias=mode, dbias_sum=dims, dropout=sig.dropout))
+                                        dbias=mode, dbias_sum=dims, dropout=sig.dropout, pair_blocks=pair))
     return list({id(k): k for k in out}.values())
 
 
