@@ -25,6 +25,13 @@ def _occupancy(arch_name: str, manifest: dict[str, Any], waves: int) -> int:
                                          waves)
 
 
+def _resident(arch_name: str, manifest: dict[str, Any], waves: int) -> int:
+    """Workgroups of the compiled kernel all the compute units hold at once."""
+    arch = get_arch(arch_name)
+    return arch.compute_units * arch.workgroups_per_cu(int(manifest.get("vgpr_count") or 0),
+                                                       int(manifest.get("lds_bytes") or 0), waves)
+
+
 def pairs_pay(arch_name: str, mask_kind: str, workgroups: int, manifest: dict[str, Any], waves: int) -> bool:
     """Whether pairing the blocks of an unpaired grid of `workgroups` (of the kernel whose
     manifest is given, `waves` per workgroup) shortens it: only under a causal mask, once the
@@ -37,10 +44,7 @@ def pairs_pay(arch_name: str, mask_kind: str, workgroups: int, manifest: dict[st
     53.2 vs 52.2."""
     if mask_kind not in CAUSAL_KINDS:
         return False
-    arch = get_arch(arch_name)
-    resident = arch.compute_units * arch.workgroups_per_cu(
-        int(manifest.get("vgpr_count") or 0), int(manifest.get("lds_bytes") or 0), waves)
-    return arch.compute_units < workgroups <= 2 * resident
+    return get_arch(arch_name).compute_units < workgroups <= 2 * _resident(arch_name, manifest, waves)
 
 
 def paired_fits(arch_name: str, waves: int, unpaired: dict[str, Any], paired: dict[str, Any],
@@ -56,7 +60,4 @@ def paired_fits(arch_name: str, waves: int, unpaired: dict[str, Any], paired: di
         return False
     if _occupancy(arch_name, paired, waves) >= _occupancy(arch_name, unpaired, waves):
         return True
-    arch = get_arch(arch_name)
-    resident = arch.compute_units * arch.workgroups_per_cu(
-        int(paired.get("vgpr_count") or 0), int(paired.get("lds_bytes") or 0), waves)
-    return paired_workgroups <= resident
+    return paired_workgroups <= _resident(arch_name, paired, waves)
