@@ -81,6 +81,14 @@ def uniform_constant_int(v: ir.Value) -> int | None:
     return constant_int(op.operands[0] if op is not None and op.name == "tile.splat" else v)
 
 
+def constant_trip_count(lb: ir.Value, ub: ir.Value, step: ir.Value) -> int | None:
+    """Iterations of a loop whose bounds and positive step are integer constants, else None."""
+    start, end, stride = (uniform_constant_int(v) for v in (lb, ub, step))
+    if start is None or end is None or stride is None or stride <= 0:
+        return None
+    return max(0, -(-(end - start) // stride))
+
+
 def source_location(op: ir.Operation) -> SourceLocation | None:
     """The DSL file:line:col an op was emitted from (from its MLIR location), if known."""
     m = re.search(r'loc\("([^"]+)":(\d+):(\d+)', str(op.location))

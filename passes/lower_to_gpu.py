@@ -20,7 +20,7 @@ from tiledsl.passes import layouts as L
 from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import (
     PassContext,
-    constant_int,
+    constant_trip_count,
     is_tile,
     kernel_funcs,
     op_error,
@@ -663,17 +663,10 @@ def rule_barrier(lw: _Lowering, op: ir.Operation) -> None:
 _SHORT_LOOP_TRIPS = 2
 
 
-def _trip_count(op: ir.Operation) -> int | None:
-    lb, ub, step = (constant_int(x) for x in op.operands[:3])
-    if lb is None or ub is None or not step:
-        return None
-    return max(0, -(-(ub - lb) // step))
-
-
 def rule_for(lw: _Lowering, op: ir.Operation) -> None:
     lb, ub, step, *inits = (lw.v(x) for x in op.operands)
     loop = scf.ForOp(lb, ub, step, inits)
-    trips = _trip_count(op)
+    trips = constant_trip_count(*op.operands[:3])
     if trips is not None and trips <= _SHORT_LOOP_TRIPS:
         # Carried by scf-to-cf onto the loop's back edge (backends/rocm/codegen.py moves it into
         # the branch's loop_annotation, which becomes !llvm.loop metadata).

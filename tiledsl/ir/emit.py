@@ -20,7 +20,7 @@ from tiledsl.ir.abi import kernarg_layout
 from tiledsl.ir.dialect import element_type, i32_attr, new_context, tensor_type, tile_op
 from tiledsl.lang import ast as A
 from tiledsl.options import CompileOptions
-from tiledsl.passes.common import uniform_constant_int
+from tiledsl.passes.common import constant_trip_count, uniform_constant_int
 from tiledsl.passes.philox import philox_rounds
 
 
@@ -165,8 +165,7 @@ class _Emitter:
     def for_loop(self, s: A.For) -> None:
         lb, ub = self.scalar(s.start), self.scalar(s.end)
         step = self.scalar(s.step) if s.step is not None else self.const_i32(1)
-        bounds = [uniform_constant_int(v) for v in (lb, ub, step)]
-        if None not in bounds and bounds[2] > 0 and bounds[0] < bounds[1] <= bounds[0] + bounds[2]:
+        if constant_trip_count(lb, ub, step) == 1:
             # One iteration known at compile time (a constexpr-sized loop such as PASSES = 1): the
             # body runs inline, so the passes see no loop (a loop changes their choices, e.g. which
             # loads count as loaded once, assign-layouts).
