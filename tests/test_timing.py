@@ -15,7 +15,7 @@ from tiledsl.backends.rocm.emulator import timing as tm
 from tiledsl.backends.rocm.emulator.trace import WaveTrace, WorkgroupTrace, cache_lines, lds_cycles
 from tiledsl.backends.rocm.runtime.device import DeviceError
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
-from tiledsl.backends.rocm.runtime.timing_model import TimingOptions, sample_cus
+from tiledsl.backends.rocm.runtime.timing_model import TimingOptions, dispatch, interpolate, most_loaded, probe_costs
 from tiledsl.device_array import DeviceArray
 from tiledsl.driver import compile_source
 from tiledsl.launcher import launch
@@ -86,12 +86,36 @@ def test_cache_lines_count_distinct_lines() -> None:
     assert cache_lines(np.array([126], np.uint64), 4, 128) == 2  # straddles a line
 
 
-def test_sampled_cus_are_the_most_loaded_ones_spanning_x() -> None:
-    assert sample_cus(10, 304, 4) == [0, 3, 6, 9]  # fewer workgroups than CUs: spread over them
-    assert sample_cus(304 + 20, 304, 3) == [0, 10, 19]  # CUs 0..19 get two workgroups
-    assert sample_cus(512, 304, 2, grid_x=16) == [0, 15]  # the first and the last query block
-    assert sample_cus(512, 304, 1, grid_x=16) == [15]
-    assert sample_cus(512, 304, 4, grid_x=2) == [0, 1, 2, 3]  # x spans two CUs: two more loaded ones
+def test_equal_workgroups_are_dealt_round_robin() -> None:
+    per_cu, finish = dispatch([1.0] * 10, 4, 2)
+    assert per_cu == [[0, 4, 8], [1, 5, 9], [2, 6], [3, 7]]
+    assert finish == [2.0, 2.0, 1.0, 1.0]
+    assert most_loaded(finish, 3) == [0, 1, 2]
+
+
+def test_workgroups_go_to_the_slot_that_frees_first() -> None:
+    """A causal grid's heavy blocks come last in x: with a fixed round-robin the CU that gets
+    every head's heaviest block sets the time; handed out as slots free up, the light CUs take more."""
+    per_cu, finish = dispatch([1.0, 4.0] * 4, 2, 1)  # 4 heads of 2 blocks on 2 CUs, one slot each
+    assert per_cu == [[0, 2, 3, 6, 7], [1, 4, 5]]
+    assert finish == [11.0, 9.0]  # round-robin: 4 and 16
+
+
+def test_probes_follow_a_linear_cost_with_a_few_measurements() -> None:
+    seen = []
+
+    def linear(x: int) -> tuple[float, float]:
+        seen.append(x)
+        return 100.0 + 10.0 * x, 0.0
+
+    xs, got = probe_costs(linear, 64, 32)
+    assert len(seen) == 3 and xs[0] == 0 and xs[-1] == 63
+    assert interpolate(xs, [g[0] for g in got], 64) == [100.0 + 10.0 * x for x in range(64)]
+    step = {x: (500.0 if x >= 40 else 100.0, 0.0) for x in range(64)}
+    xs, got = probe_costs(step.__getitem__, 64, 32)
+    assert 39 in xs and 40 in xs  # refined down to the step
+    xs, _ = probe_costs(step.__getitem__, 64, 4)
+    assert len(xs) == 4  # the budget holds
 
 
 # -- the CU model on hand-made instruction streams --------------------------------------------
@@ -173,7 +197,8 @@ def test_a_timing_device_computes_the_same_results(arch: str) -> None:
 
 def test_a_timing_only_device_refuses_to_hand_out_results() -> None:
     dev, t = _matrix_loop("gfx942", 2)
-    assert t.sampled_workgroups == 2 and t.workgroups == 2 * get_arch("gfx942").compute_units
+    # the simulated CU's two workgroups (the first is x = 0) and x = 303, 607 probed for their cost
+    assert t.sampled_workgroups == 4 and t.workgroups == 2 * get_arch("gfx942").compute_units
     buf = dev.alloc(16)
     with pytest.raises(DeviceError, match="models time only"):
         dev.copy_out(buf)
@@ -182,6 +207,8 @@ def test_a_timing_only_device_refuses_to_hand_out_results() -> None:
 def test_timing_options_are_checked() -> None:
     with pytest.raises(ValueError, match="sample_cus"):
         TimingOptions(sample_cus=0)
+    with pytest.raises(ValueError, match="probe_x"):
+        TimingOptions(probe_x=True)
     with pytest.raises(DeviceError, match="timing"):
         EmulatorDevice("gfx942", timing="yes")  # type: ignore[arg-type]
 

@@ -1,9 +1,11 @@
 """Modeled time of one launch: sampled workgroups traced on the emulator, replayed on the CU model.
 
-Workgroups go to the arch's compute units round-robin in launch order (x fastest), up to the
-kernel's occupancy resident per CU. A few CUs are simulated with all the workgroups they get (the
-most loaded ones, spanning the grid's x index: `TimingOptions.sample_cus`, see `sample_cus`); the
-launch takes as long as the slowest simulated CU, or as long as its compulsory memory traffic
+Each workgroup's cost is estimated first: a workgroup at a few x indices (`probe_costs`) runs
+alone on the CU model, the x in between are interpolated. Workgroups then go to the arch's compute
+units as the hardware's dispatcher hands them out: in launch order (x fastest), the first round-robin
+up to the kernel's occupancy, each later one to the slot that frees first (`dispatch`). The CUs that
+finish last by that estimate (`TimingOptions.sample_cus`) are simulated with all the workgroups they
+got; the launch takes as long as the slowest of them, or as long as its compulsory memory traffic
 (every tensor argument moved once) takes at the arch's memory bandwidth, whichever is longer.
 docs/profile.md describes the model and its limits: it ranks kernels and finds their bottlenecks,
 it does not predict clocks.
@@ -11,14 +13,17 @@ it does not predict clocks.
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.backends.rocm.emulator.executor import BoundKernel, run_workgroup
 from tiledsl.backends.rocm.emulator.memory import Heap, Regions
 from tiledsl.backends.rocm.emulator.timing import CuResult, TimingError, classify, simulate_cu
-from tiledsl.backends.rocm.emulator.trace import Tracer
+from tiledsl.backends.rocm.emulator.trace import Tracer, WorkgroupTrace
 from tiledsl.backends.rocm.runtime.device import launch_dims
 
 
@@ -27,17 +32,22 @@ class TimingOptions:
     """How `EmulatorDevice(arch, timing=...)` models launches.
 
     sample_cus: CUs simulated per launch (each with every workgroup it gets).
+    probe_x: at most this many x indices have a workgroup traced to estimate the others' cost
+        (which decides which CU gets which workgroup; see `probe_costs`).
     execute: False runs only the sampled workgroups, for profiling full-size launches quickly:
         the launch's results are then not computed, and the device refuses to copy memory out.
     timeline: keep the first simulated workgroup's instructions by pipe (for `tiledsl profile --plot`)."""
 
     sample_cus: int = 4
+    probe_x: int = 32
     execute: bool = True
     timeline: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.sample_cus, int) or self.sample_cus < 1:
-            raise ValueError(f"sample_cus: expected a positive int, got {self.sample_cus!r}")
+        for name in ("sample_cus", "probe_x"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
 
 
 @dataclass
@@ -72,27 +82,64 @@ class LaunchTiming:
                 f"{self.waves_per_simd} waves/SIMD")
 
 
-def sample_cus(workgroups: int, cus: int, n: int, grid_x: int | None = None) -> list[int]:
-    """The CUs to simulate: `n` among those that get the most workgroups, spanning the grid's x
-    index (workgroup k goes to CU k % cus, so CU c < grid_x first gets x = c): the x index is where
-    a kernel's work per workgroup varies most (attention's query or key blocks under a causal
-    mask), so the lightest and the heaviest x are both simulated."""
-    loaded = workgroups % cus if workgroups % cus else min(workgroups, cus)
-    span = min(grid_x or loaded, loaded)
-    n = min(n, loaded)
-    if n <= 1:
-        return [span - 1]
-    chosen = {round(i * (span - 1) / (n - 1)) for i in range(n)}
-    extra = (c for c in range(loaded) if c not in chosen)
-    while len(chosen) < n:  # x spans fewer CUs than asked for: spread the rest over the loaded ones
-        chosen.add(next(extra))
-    return sorted(chosen)
+def probe_costs(measure, grid_x: int, budget: int, tolerance: float = 0.02) -> tuple[list[int], list[tuple]]:
+    """The x indices measured to estimate every workgroup's cost, and what `measure(x)` returned
+    for them (its first item the cost). The first and last x are measured, then the middle of an
+    interval, and the middles of its halves if the interpolation between the interval's ends missed
+    it by more than `tolerance` of the largest cost, at most `budget` in all: a cost linear in x (a
+    causal mask's blocks) or constant takes three measurements."""
+    got = {x: measure(x) for x in {0, grid_x - 1}}
+    todo = [(0, grid_x - 1)]
+    while todo and len(got) < budget:
+        a, b = todo.pop(0)
+        if b - a < 2:
+            continue
+        m = (a + b) // 2
+        got[m] = measure(m)
+        top = max(v[0] for v in got.values()) or 1.0
+        guess = got[a][0] + (got[b][0] - got[a][0]) * (m - a) / (b - a)
+        if abs(got[m][0] - guess) > tolerance * top:
+            todo += [(a, m), (m, b)]
+    xs = sorted(got)
+    return xs, [got[x] for x in xs]
+
+
+def interpolate(xs: list[int], values: list[float], grid_x: int) -> list[float]:
+    """`values` measured at the sorted indices `xs`, linearly interpolated for every x < grid_x."""
+    return [float(v) for v in np.interp(np.arange(grid_x), xs, values)]
+
+
+def dispatch(costs: list[float], cus: int, slots_per_cu: int) -> tuple[list[list[int]], list[float]]:
+    """Which workgroups each CU runs, in start order, and when each CU finishes, if workgroup k
+    takes `costs[k]` and the dispatcher hands workgroups out in launch order: the first `cus x
+    slots_per_cu` round-robin over the CUs, then each to the slot that frees first (ties to the
+    lower CU, so that equal costs give workgroup k to CU k % cus). A slot's workgroups run one
+    after another, each as long as its cost: the CU's other slots are not modeled here (the CU
+    model does that for the sampled CUs); this only decides who goes where."""
+    per_cu: list[list[int]] = [[] for _ in range(cus)]
+    finish = [0.0] * cus
+    free: list[tuple[float, int, int]] = []  # (time a slot frees, its rank, its CU)
+    for k, cost in enumerate(costs):
+        if k < cus * slots_per_cu:
+            at, rank, cu = 0.0, k, k % cus
+        else:
+            at, rank, cu = heapq.heappop(free)
+        per_cu[cu].append(k)
+        finish[cu] = max(finish[cu], at + cost)
+        heapq.heappush(free, (at + cost, rank, cu))
+    return per_cu, finish
+
+
+def most_loaded(finish: list[float], n: int) -> list[int]:
+    """The `n` CUs that finish last (ties: the lower CU), in CU order: the launch takes as long
+    as its slowest CU."""
+    return sorted(sorted(range(len(finish)), key=lambda c: (-finish[c], c))[:n])
 
 
 def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_lds: int, karg: int, packet: int,
                  mem: Regions, options: TimingOptions) -> LaunchTiming:
     """Model one launch whose kernargs and dispatch packet are at `karg`/`packet` in `heap`
-    (runtime.emulator_device.write_launch); the sampled workgroups run on `heap`."""
+    (runtime.emulator_device.write_launch); the traced workgroups run on `heap`."""
     t_start = time.perf_counter()
     arch: Arch = bk.image.arch
     tp = arch.timing
@@ -109,24 +156,41 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
         raise TimingError(f"kernel '{bk.image.name}' fits no SIMD ({vgprs} VGPRs, {lds} bytes of LDS)")
     groups_per_cu = arch.workgroups_per_cu(vgprs, lds, waves_per_group)
     cus = arch.compute_units
-    chosen = sample_cus(len(order), cus, options.sample_cus, g[0])
     prog = classify(arch, bk.image.insts)
     tracer = Tracer(bk, tp.lds_bytes_per_clk // 4, tp.vmem_line_bytes)
+    traces: dict[tuple[int, int, int], WorkgroupTrace] = {}
+
+    def trace(wg: tuple[int, int, int]) -> WorkgroupTrace:
+        if wg not in traces:
+            run_workgroup(tracer.kernel, heap, wg, g, b, karg, packet, dynamic_lds, None, mem)
+            traces[wg] = tracer.take(wg)
+        return traces[wg]
+
+    # Each workgroup's cost, estimated from the x index (where attention's work per workgroup
+    # varies: query or key blocks under a causal mask): a workgroup per probed x runs alone on
+    # the CU model.
+    def alone(x: int) -> tuple[float, float]:
+        r = simulate_cu(arch, prog, [trace((x, 0, 0))], 1)
+        return r.cycles, r.matrix_flops
+
+    xs, measured = probe_costs(alone, g[0], options.probe_x)
+    cost_x = interpolate(xs, [m[0] for m in measured], g[0])
+    flops_x = interpolate(xs, [m[1] for m in measured], g[0])
+    per_cu, finish = dispatch([cost_x[wg[0]] for wg in order], cus, groups_per_cu)
+    chosen = most_loaded(finish, options.sample_cus)
     results: list[tuple[int, CuResult]] = []
     sampled = 0
     for n, c in enumerate(chosen):
-        traces = []
-        for wg in order[c::cus]:
-            run_workgroup(tracer.kernel, heap, wg, g, b, karg, packet, dynamic_lds, None, mem)
-            traces.append(tracer.take(wg))
-        sampled += len(traces)
-        results.append((c, simulate_cu(arch, prog, traces, groups_per_cu, timeline=options.timeline and n == 0)))
+        cu_traces = [trace(order[k]) for k in per_cu[c]]
+        sampled += len(cu_traces)
+        results.append((c, simulate_cu(arch, prog, cu_traces, groups_per_cu,
+                                       timeline=options.timeline and n == 0)))
     slowest = max(results, key=lambda r: r[1].cycles)[1]
     cu_seconds = slowest.cycles / (tp.clock_ghz * 1e9)
     dram_bytes = sum(r.size for r in mem.regions)  # each pointer argument's extent, moved once
     dram_seconds = dram_bytes / (tp.hbm_tb_s * 1e12 / tp.dies)
     seconds = max(cu_seconds, dram_seconds)
-    flops = sum(r.matrix_flops for _, r in results) / max(sampled, 1) * len(order)
+    flops = sum(flops_x[wg[0]] for wg in order)
     peak = arch.peak_tflops_f16 * 1e12 / tp.dies
     cus_used = min(len(order), cus)
     sim_cycles = slowest.cycles * arch.simds_per_cu
@@ -139,7 +203,7 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
     return LaunchTiming(
         kernel=bk.image.name, arch=arch.name, seconds=seconds, cu_seconds=cu_seconds, dram_seconds=dram_seconds,
         bound="compute units" if cu_seconds >= dram_seconds else "memory bandwidth", workgroups=len(order),
-        cus_used=cus_used, sampled_cus=tuple(chosen), sampled_workgroups=sampled, waves_per_simd=occupancy,
+        cus_used=cus_used, sampled_cus=tuple(chosen), sampled_workgroups=len(traces), waves_per_simd=occupancy,
         groups_per_cu=groups_per_cu, matrix_flops=flops, matrix_tflops=flops / seconds / 1e12 if seconds else 0.0,
         peak_fraction=flops / seconds / peak if seconds else 0.0, dram_bytes=dram_bytes, pipes=pipes, slots=slots,
         hot=hot, timeline=timeline, model_seconds=time.perf_counter() - t_start)
