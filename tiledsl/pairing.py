@@ -38,10 +38,11 @@ def pairs_pay(arch_name: str, mask_kind: str, workgroups: int, manifest: dict[st
     grid holds more workgroups than there are compute units, and up to twice the workgroups they
     hold at once. At most one workgroup per compute unit, the longest block sets the time either
     way; well above, each compute unit runs several workgroups in turn and the dispatch order
-    mixes heavy blocks with light ones. Modeled backward at B2 H16 S2048 (512 workgroups),
-    unpaired vs paired TFLOP/s: gfx942 d64 (304 CUs, 2 workgroups each) 194.7 vs 221.3, gfx950
-    d64 (256 CUs) 309.9 vs 328.7; gfx90a d64 (110 CUs x 2) 67.3 vs 61.8, gfx90a d128 (110 x 1)
-    53.2 vs 52.2."""
+    mixes heavy blocks with light ones, while the paired grid's equal workgroups end in a partly
+    filled last round. Modeled backward at B2 H16 S2048 (512 workgroups), unpaired vs paired
+    TFLOP/s: gfx942 d64 (304 CUs, 2 workgroups each) 194.7 vs 221.3, gfx950 d64 (256 CUs) 309.9 vs
+    328.7; gfx90a d64 (110 CUs x 2) 65.9 vs 61.8, gfx90a d128 (110 x 1) 54.2 vs 53.4. Forward,
+    gfx942 d128 at B4 H32 S4096 (4096 workgroups, 608 resident): 552.3 vs 448.6."""
     if mask_kind not in CAUSAL_KINDS:
         return False
     return get_arch(arch_name).compute_units < workgroups <= 2 * _resident(arch_name, manifest, waves)
