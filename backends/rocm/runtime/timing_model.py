@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,7 +83,8 @@ class LaunchTiming:
                 f"{self.waves_per_simd} waves/SIMD")
 
 
-def probe_costs(measure, grid_x: int, budget: int, tolerance: float = 0.02) -> tuple[list[int], list[tuple]]:
+def probe_costs(measure: Callable[[int], tuple], grid_x: int, budget: int,
+                tolerance: float = 0.02) -> tuple[list[int], list[tuple]]:
     """The x indices measured to estimate every workgroup's cost, and what `measure(x)` returned
     for them (its first item the cost). The first and last x are measured, then the middle of an
     interval, and the middles of its halves if the interpolation between the interval's ends missed
