@@ -44,20 +44,23 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False) -> BwdConfi
 
 
 # dq_dk_dv tiles per arch and padded head dim, chosen with the emulator (executed wave-instructions
-# per (query, key) pair, benchmarks/fmha_bwd.py) among the tiles that compile without spills: dK
-# and dV of BLOCK_N keys stay in registers for the whole walk, and more keys per workgroup amortise
-# the per-query-block work (loads of Q, dO, LSE, D and the dQ adds). CDNA takes 128 keys (8 waves
-# at hdim 128 to keep two waves per SIMD); RDNA, with half the registers per lane, 64. gfx1100
-# spills at hdim 128 with every tile (its WMMA operands are held in both lane halves), gfx1201 at
-# hdim 128 only in its fullest variant (bf16, causal and soft-cap: one register), and RDNA at
-# hdim 256: those rows compile with spills allowed.
+# per (query, key) pair, benchmarks/fmha_bwd.py; since session 14 the timing model, tiledsl
+# profile) among the tiles that compile without spills: dK and dV of BLOCK_N keys stay in registers
+# for the whole walk, and more keys per workgroup amortise the per-query-block work (loads of Q,
+# dO, LSE, D and the dQ adds). CDNA takes 128 keys (8 waves at hdim 128 to keep two waves per
+# SIMD); RDNA, with half the registers per lane, 64. gfx1201 at hdim 64 walks 16 query rows per
+# step with 4 waves: three workgroups share a CU (one 8-wave 32x64 workgroup did, and waited 41 %
+# of its cycles at barriers with no other workgroup to run), modeled at B2 H16 S2048 75.0 -> 87.6
+# TFLOP/s full, 44.2 -> 70.1 causal. gfx1100 spills at hdim 128 with every tile (its WMMA operands
+# are held in both lane halves), gfx1201 at hdim 128 only in its fullest variant (bf16, causal and
+# soft-cap: one register), and RDNA at hdim 256: those rows compile with spills allowed.
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx1100": {32: _b(32, 32, 4), 64: _b(32, 64, 8), 128: _b(32, 64, 8, spills=True),
                 256: _b(32, 16, 2, spills=True)},
-    "gfx1201": {32: _b(32, 32, 4), 64: _b(32, 64, 8), 128: _b(32, 64, 8, spills=True),
+    "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, spills=True),
                 256: _b(32, 16, 2, spills=True)},
 }
 
