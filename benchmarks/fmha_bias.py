@@ -103,7 +103,7 @@ def bwd_row(arch: str, hdim: int, causal: bool, variant: str, emulate: bool) -> 
     plan = plan_from_sizes(arch, dtype="f16", hdim_q=hdim, hdim_v=hdim, hq=1, hk=1, seqlens_q=(SEQ,),
                            seqlens_k=(SEQ,), varlen=False, mask=fmha_mask_params(causal), bias=bias, bias_dtype="f16",
                            dbias="reduce" if variant == "dbias" else "none", dropout=dropout)
-    cfg = bwd_config(arch, hdim, hdim, variant == "dbias", dropout)
+    cfg = bwd_config(arch, hdim, hdim, variant == "dbias", dropout, bias != "none")
     row = {**_stats(plan.stages[1].kernel), "tiles": f"{cfg.block_m}x{cfg.block_n} w{cfg.waves}", "dyn": None}
     if emulate:
         q, k, v, do, kw = problem(hdim, variant)

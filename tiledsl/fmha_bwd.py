@@ -48,17 +48,19 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False) -> BwdConfi
 # profile) among the tiles that compile without spills: dK and dV of BLOCK_N keys stay in registers
 # for the whole walk, and more keys per workgroup amortise the per-query-block work (loads of Q,
 # dO, LSE, D and the dQ adds). CDNA takes 128 keys (8 waves at hdim 128 to keep two waves per
-# SIMD); RDNA, with half the registers per lane, 64. gfx1201 at hdim 64 walks 16 query rows per
-# step with 4 waves: three workgroups share a CU (one 8-wave 32x64 workgroup did, and waited 41 %
-# of its cycles at barriers with no other workgroup to run), modeled at B2 H16 S2048 75.0 -> 87.6
-# TFLOP/s full, 44.2 -> 70.1 causal. gfx1100 spills at hdim 128 with every tile (its WMMA operands
-# are held in both lane halves), gfx1201 at hdim 128 only in its fullest variant (bf16, causal and
-# soft-cap: one register), and RDNA at hdim 256: those rows compile with spills allowed.
+# SIMD); RDNA, with half the registers per lane, 64. RDNA at hdim 64 walks 16 query rows per step
+# with 4 waves: two (gfx1100) or three (gfx1201) workgroups share a CU where one 8-wave 32x64
+# workgroup did, and waited 41 % of its cycles at barriers with no other workgroup to run; modeled
+# at B2 H16 S2048, TFLOP/s full / causal: gfx1201 75.0 -> 87.6 / 44.2 -> 70.1, gfx1100 40.2 ->
+# 48.3 / 35.2 -> 40.5 (gfx1100 keeps 32x64 with a bias or dropout, below). gfx1100 spills at hdim
+# 128 with every tile (its WMMA operands are held in both lane halves), gfx1201 at hdim 128 only
+# in its fullest variant (bf16, causal and soft-cap: one register), and RDNA at hdim 256: those
+# rows compile with spills allowed.
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
-    "gfx1100": {32: _b(32, 32, 4), 64: _b(32, 64, 8), 128: _b(32, 64, 8, spills=True),
+    "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, spills=True),
                 256: _b(32, 16, 2, spills=True)},
     "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, spills=True),
                 256: _b(32, 16, 2, spills=True)},
@@ -78,17 +80,27 @@ BWD_DBIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {arch: {128: _b(16, 128, 8)
 # registers into VGPR lanes, 8 waves spill at most 18 and run two waves per SIMD. Elsewhere the
 # rows above serve (CDNA hdim 128 spills 13-25 SGPRs, no VGPRs); RDNA at hdim 128 spills as without
 # dropout on gfx1100, and dropout variants compile with spills allowed.
-BWD_DROPOUT_CONFIGS: dict[str, dict[int, BwdConfig]] = {arch: {64: _b(32, 128, 8)}
-                                                         for arch in ("gfx90a", "gfx942", "gfx950")}
+BWD_DROPOUT_CONFIGS: dict[str, dict[int, BwdConfig]] = {
+    **{arch: {64: _b(32, 128, 8)} for arch in ("gfx90a", "gfx942", "gfx950")}, "gfx1100": {64: _b(32, 64, 8)}}
 
 
-def bwd_config(arch: str, hdim_q: int, hdim_v: int, dbias: bool = False, dropout: bool = False) -> BwdConfig:
+# gfx1100 at hdim 64 with a bias (tensor or ALiBi, with or without dbias) or dropout keeps the
+# 8-wave 32x64 tile: its 16x64 4-wave row spills 4-15 VGPRs there, the 32x64 one none.
+BWD_BIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {"gfx1100": {64: _b(32, 64, 8)}}
+
+
+def bwd_config(arch: str, hdim_q: int, hdim_v: int, dbias: bool = False, dropout: bool = False,
+               bias: bool = False) -> BwdConfig:
+    """The dq_dk_dv tile for an arch and head dims; `bias` is any bias (a tensor or ALiBi),
+    `dbias` its gradient too."""
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
     name = get_arch(arch).name
     if dropout and hdim in BWD_DROPOUT_CONFIGS.get(name, {}):
         return BWD_DROPOUT_CONFIGS[name][hdim]
     if dbias and hdim in BWD_DBIAS_CONFIGS.get(name, {}):
         return BWD_DBIAS_CONFIGS[name][hdim]
+    if (bias or dbias) and hdim in BWD_BIAS_CONFIGS.get(name, {}):
+        return BWD_BIAS_CONFIGS[name][hdim]
     return BWD_CONFIGS[name][hdim]
 
 
@@ -208,7 +220,8 @@ def _flag(b: bool) -> str:
 @plan_builder
 def build_plan(shape: BwdShape) -> Plan:
     """Compile (or load from the cache) the three stages for `shape` and lay out the workspace."""
-    cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v, shape.dbias != "none", shape.dropout)
+    cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v, shape.dbias != "none", shape.dropout,
+                     shape.bias != "none")
     hd_q, hd_v = padded_hdim(shape.hdim_q), padded_hdim(shape.hdim_v)
     pad = _flag(hd_q != shape.hdim_q or hd_v != shape.hdim_v)
     per_seq = _flag(shape.deterministic and shape.varlen)

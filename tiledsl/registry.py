@@ -134,7 +134,7 @@ def algorithm(arch: str, sig: Signature) -> Algorithm:
         from tiledsl.fmha_bwd import bwd_config
 
         # (with dbias, CDNA's hdim 128 row has 16 query rows)
-        b = bwd_config(arch, sig.hdim_q, sig.hdim_v, dropout=sig.dropout)
+        b = bwd_config(arch, sig.hdim_q, sig.hdim_v, dropout=sig.dropout, bias=sig.bias != "none")
         return Algorithm(b.block_m, b.block_n, b.waves, 1, b.spills)
     from tiledsl.kernels.fmha_configs import fmha_config
 
