@@ -283,6 +283,18 @@ def test_paired_key_blocks_cover_every_block_once(arch, monkeypatch):
         bwd_module.build_plan.cache_clear()
 
 
+def test_rdna_hdim64_tiles_keep_the_8_wave_tile_where_the_small_one_spills():
+    """RDNA at hdim 64 walks 16 query rows with 4 waves; gfx1100 keeps 32x64 with 8 waves once a
+    bias (tensor or ALiBi, with or without dbias) or dropout is on, where 16x64 spills."""
+    for arch in ("gfx1100", "gfx1201"):
+        assert (bwd_config(arch, 64, 64).block_m, bwd_config(arch, 64, 64).waves) == (16, 4)
+    for flags in ({"bias": True}, {"dbias": True}, {"dropout": True}):
+        cfg = bwd_config("gfx1100", 64, 64, **flags)
+        assert (cfg.block_m, cfg.block_n, cfg.waves) == (32, 64, 8), flags
+    assert bwd_config("gfx1201", 64, 64, bias=True).waves == 4
+    assert bwd_config("gfx1100", 128, 128, bias=True) == BWD_CONFIGS["gfx1100"][128]
+
+
 def test_pairing_follows_the_grid_against_the_compute_units():
     """Pairs only under a causal mask, and only once the unpaired grid outnumbers the compute
     units, up to twice the workgroups they hold at once (gfx942: 304 CUs, one 8-wave workgroup
