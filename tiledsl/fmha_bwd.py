@@ -45,9 +45,9 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False) -> BwdConfi
 
 # dq_dk_dv tiles per arch and padded head dim, chosen with the emulator (executed wave-instructions
 # per (query, key) pair, benchmarks/fmha_bwd.py; RDNA's hdim 64 rows with the timing model,
-# tiledsl profile) among the tiles that compile without spills: dK and dV of BLOCK_N keys stay in registers
-# for the whole walk, and more keys per workgroup amortise the per-query-block work (loads of Q,
-# dO, LSE, D and the dQ adds). CDNA takes 128 keys (8 waves at hdim 128 to keep two waves per
+# tiledsl profile) among the tiles that compile without spills: dK and dV of BLOCK_N keys stay in
+# registers for the whole walk, and more keys per workgroup amortise the per-query-block work
+# (loads of Q, dO, LSE, D and the dQ adds). CDNA takes 128 keys (8 waves at hdim 128 to keep two waves per
 # SIMD); RDNA, with half the registers per lane, 64. RDNA at hdim 64 walks 16 query rows per step
 # with 4 waves: two (gfx1100) or three (gfx1201) workgroups share a CU where one 8-wave 32x64
 # workgroup did, and waited 41 % of its cycles at barriers with no other workgroup to run; modeled
