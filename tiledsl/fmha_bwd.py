@@ -47,15 +47,15 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False) -> BwdConfi
 # per (query, key) pair, benchmarks/fmha_bwd.py; RDNA's hdim 64 rows with the timing model,
 # tiledsl profile) among the tiles that compile without spills: dK and dV of BLOCK_N keys stay in
 # registers for the whole walk, and more keys per workgroup amortise the per-query-block work
-# (loads of Q, dO, LSE, D and the dQ adds). CDNA takes 128 keys (8 waves at hdim 128 to keep two waves per
-# SIMD); RDNA, with half the registers per lane, 64. RDNA at hdim 64 walks 16 query rows per step
-# with 4 waves: two (gfx1100) or three (gfx1201) workgroups share a CU where one 8-wave 32x64
-# workgroup did, and waited 41 % of its cycles at barriers with no other workgroup to run; modeled
-# at B2 H16 S2048, TFLOP/s full / causal: gfx1201 75.0 -> 87.6 / 44.2 -> 70.1, gfx1100 40.2 ->
-# 48.3 / 35.2 -> 40.5 (gfx1100 keeps 32x64 with a bias or dropout, below). gfx1100 spills at hdim
-# 128 with every tile (its WMMA operands are held in both lane halves), gfx1201 at hdim 128 only
-# in its fullest variant (bf16, causal and soft-cap: one register), and RDNA at hdim 256: those
-# rows compile with spills allowed.
+# (loads of Q, dO, LSE, D and the dQ adds). CDNA takes 128 keys (8 waves at hdim 128 to keep two
+# waves per SIMD); RDNA, with half the registers per lane, 64. RDNA at hdim 64 walks 16 query rows
+# per step with 4 waves: two (gfx1100) or three (gfx1201) workgroups share a CU where one 8-wave
+# 32x64 workgroup did, and waited 41 % of its cycles at barriers with no other workgroup to run;
+# modeled at B2 H16 S2048, TFLOP/s full / causal: gfx1201 75.0 -> 87.6 / 44.2 -> 70.1, gfx1100
+# 40.2 -> 48.3 / 35.2 -> 40.5 (gfx1100 keeps 32x64 with a bias or dropout, below). gfx1100 spills
+# at hdim 128 with every tile (its WMMA operands are held in both lane halves), gfx1201 at hdim 128
+# only in its fullest variant (bf16, causal and soft-cap: one register), and RDNA at hdim 256:
+# those rows compile with spills allowed.
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},

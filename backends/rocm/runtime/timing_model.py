@@ -181,10 +181,8 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
     per_cu, finish = dispatch([cost_x[wg[0]] for wg in order], cus, groups_per_cu)
     chosen = most_loaded(finish, options.sample_cus)
     results: list[tuple[int, CuResult]] = []
-    sampled = 0
     for n, c in enumerate(chosen):
         cu_traces = [trace(order[k]) for k in per_cu[c]]
-        sampled += len(cu_traces)
         results.append((c, simulate_cu(arch, prog, cu_traces, groups_per_cu,
                                        timeline=options.timeline and n == 0)))
     slowest = max(results, key=lambda r: r[1].cycles)[1]
