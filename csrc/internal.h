@@ -93,6 +93,7 @@ typedef struct {
     const char *sym[TD_MAX_DIMS];   /* shape symbol, or NULL */
     int unit_last_stride;           /* the last dim's stride is 1 and not passed */
     int64_t stride_unit;            /* passed strides are multiples of this, passed divided by it */
+    int buffer;                     /* addressed with buffer instructions: its byte span must be <= 2 GiB */
 } td_tensor_spec;
 
 typedef struct {

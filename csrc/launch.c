@@ -10,6 +10,7 @@
 #include "internal.h"
 
 #define I32_MAX 2147483647LL
+#define BUFFER_REACH 2147483648ULL /* bytes a buffer descriptor's 32-bit offsets reach */
 #define MAX_GRID_YZ 65535
 #define MAX_BLOCK_ITEMS 1024
 #define MAX_GRID_ITEMS_X 4294967295ULL
@@ -131,6 +132,12 @@ static td_status check_tensor(checker *c, int p) {
             __builtin_add_overflow(last, term, &last) || last > I32_MAX)
             return FAIL("argument %s: spans more than 2^31 elements; offsets must fit in i32", name);
     }
+    /* Buffer instructions' byte offsets are 32-bit with masked-off lanes at 2 GiB (the manifest's "buffer"). */
+    size_t item = td_dtype_size(spec->dtype);
+    if (spec->buffer && !empty && (uint64_t)(last + 1) * item > BUFFER_REACH)
+        return FAIL("argument %s: spans %llu bytes; this kernel variant addresses it with buffer instructions, which "
+                    "reach %llu bytes (2 GiB): compile it with CompileOptions(large_tensors=('%s',))", name,
+                    (unsigned long long)((uint64_t)(last + 1) * item), (unsigned long long)BUFFER_REACH, name);
     memcpy(c->strides[ti], t->strides, sizeof t->strides);
     return TD_OK;
 }

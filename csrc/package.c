@@ -128,7 +128,7 @@ static td_status read_tensors(td_kernel *k, const js_value *m, const char *path)
     k->ntensors = (int)list->n;
     for (size_t i = 0; i < list->n; i++) {
         const js_value *t = list->items[i], *dims = js_get(t, "dims"), *unit = js_get(t, "stride_unit");
-        const js_value *ulast = js_get(t, "unit_last_stride");
+        const js_value *ulast = js_get(t, "unit_last_stride"), *buffer = js_get(t, "buffer");
         td_tensor_spec *spec = &k->tensors[i];
         spec->name = str_field(t, "name");
         spec->dtype = td__dtype_from_name(str_field(t, "dtype"));
@@ -143,6 +143,7 @@ static td_status read_tensors(td_kernel *k, const js_value *m, const char *path)
         }
         spec->unit_last_stride = ulast && ulast->type == JS_BOOL && ulast->boolean;
         spec->stride_unit = unit && unit->is_int ? unit->i : 1;
+        spec->buffer = buffer && buffer->type == JS_BOOL && buffer->boolean;
         if (spec->stride_unit < 1) return BAD("manifest %s: tensor '%s' has stride_unit < 1", path, spec->name);
     }
     return TD_OK;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mlir import ir
 
@@ -21,6 +21,9 @@ class PassContext:
     arch: Arch
     options: CompileOptions
     source: str | None = None  # the DSL text, for error carets
+    # What the passes found that the manifest records: lower-to-gpu sets "buffer_args", the
+    # kernel arguments it addresses with buffer instructions (indices into the kernarg layout).
+    facts: dict[str, object] = field(default_factory=dict)
 
 
 def ops_in(block: ir.Block) -> list[ir.Operation]:
@@ -76,8 +79,12 @@ def constant_int(v: ir.Value) -> int | None:
 
 
 def uniform_constant_int(v: ir.Value) -> int | None:
-    """constant_int of v, or of the scalar a `tile.splat` v was made from."""
+    """constant_int of v, or of the scalar a `tile.splat` v was made from (through broadcasts and
+    expand_dims of it: where(PAD_D, mask, true)[None, :] is still true)."""
     op = defining_op(v)
+    while op is not None and op.name in ("tile.broadcast", "tile.expand_dims"):
+        v = op.operands[0]
+        op = defining_op(v)
     return constant_int(op.operands[0] if op is not None and op.name == "tile.splat" else v)
 
 

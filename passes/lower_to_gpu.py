@@ -21,6 +21,7 @@ from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import (
     PassContext,
     constant_trip_count,
+    defining_op,
     is_tile,
     kernel_funcs,
     op_error,
@@ -56,6 +57,9 @@ class _Lowering:
         self.bases: dict[str, list[ir.Value]] = {}
         self.splats: dict[ir.Value, ir.Value] = {}  # lowered splat vector -> its scalar
         self.axis = AxisAnalysis()
+        self.large_args = set(ir.DenseI32ArrayAttr(fn.attributes["tile.large_args"])) \
+            if "tile.large_args" in fn.attributes else set()
+        self.buffer_args: dict[int, ir.Value] = {}  # argument index -> its buffer descriptor
 
     # -- types -----------------------------------------------------------------------------------
     def regs(self, t: ir.Type) -> int:
@@ -349,14 +353,19 @@ def _access_groups(lw: _Lowering, op: ir.Operation, tile: ir.Value, runs: list[t
     return list(groups.values())
 
 
+def _group_deltas(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]]) -> list[int]:
+    """Each access's last-axis distance (elements) from the group's first: constant offsets."""
+    if not is_tile(tile):
+        return [0]
+    cols = lw.lin(tile).regs[:, -1]
+    return [int(cols[first]) - int(cols[group[0][0]]) for first, _ in group]
+
+
 def _group_addresses(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]], ptr: ir.Value,
                      offs: list[ir.Value], elt: ir.Type) -> list[ir.Value]:
     base = _gep(ptr, offs[group[0][0]], elt)
-    if not is_tile(tile):
-        return [base]
-    cols = lw.lin(tile).regs[:, -1]
-    deltas = [int(cols[first]) - int(cols[group[0][0]]) for first, _ in group]
-    return [base if d == 0 else llvm.getelementptr(base.type, base, [], [d], elt, 0) for d in deltas]
+    return [base if d == 0 else llvm.getelementptr(base.type, base, [], [d], elt, 0)
+            for d in _group_deltas(lw, tile, group)]
 
 
 def rule_load(lw: _Lowering, op: ir.Operation) -> None:
@@ -367,6 +376,10 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
     eb = DTYPE_BYTES[tile_dtype(op.result.type)]
     out: list[ir.Value] = [None] * len(offs)  # type: ignore[list-item]
+    # A lane-dependent mask whose masked-off elements read 0 goes through a buffer descriptor (a
+    # uniform one stays a branch: a scalar one, that skips the loads).
+    rsrc = _buffer_resource(lw, op.operands[0]) \
+        if masks is not None and _per_lane(lw, mask) and _is_zero(op.operands[3]) and _whole_bytes(elt, eb) else None
     runs = _vector_runs(lw, op, op.result, None if masks is None else mask)
     for group in _access_groups(lw, op, op.result, runs, None if masks is None else mask):
         types = [ir.VectorType.get([width], elt) if width > 1 else elt for _, width in group]
@@ -377,6 +390,8 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
 
         if masks is None:
             loaded = load_group()
+        elif rsrc is not None:
+            loaded = _buffer_loads(lw, rsrc, op.result, group, types, offs, eb, masks(group[0][0]))
         else:  # one test per group: a masked-off group reads nothing and takes `other`
             branch = scf.IfOp(masks(group[0][0]), types, has_else=True)
             with ir.InsertionPoint(branch.then_block):
@@ -405,10 +420,18 @@ def _rule_write(kind: str):
         runs = _vector_runs(lw, op, op.operands[2], None if masks is None else mask) if kind == "store" \
             else [(i, 1) for i in range(len(vals))]
         eb = DTYPE_BYTES[tile_dtype(op.operands[2].type)]
+        # A store under a lane-dependent mask goes through a buffer descriptor (atomics keep their
+        # branch, and so does a uniform mask).
+        per_lane = owner is not None or (masks is not None and _per_lane(lw, mask))
+        rsrc = _buffer_resource(lw, op.operands[0]) if kind == "store" and per_lane and _whole_bytes(elt, eb) \
+            else None
         for group in _access_groups(lw, op, op.operands[2], runs, None if masks is None else mask):
             cond = masks(group[0][0]) if masks is not None else None
             if owner is not None:
                 cond = owner if cond is None else arith.AndIOp(cond, owner).result
+            if rsrc is not None:
+                _buffer_stores(lw, rsrc, op.operands[2], group, vals, offs, eb, cond)
+                continue
             # One test per group (masked stores are branches: exec-masked, no value to keep).
             with ir.InsertionPoint.current if cond is None else ir.InsertionPoint(scf.IfOp(cond).then_block):
                 addrs = _group_addresses(lw, op.operands[2], group, ptr, offs, elt)
@@ -418,6 +441,88 @@ def _rule_write(kind: str):
                 if cond is not None:
                     scf.YieldOp([])
     return rule
+
+
+# Masked accesses through a buffer descriptor (CDNA3/CDNA4 ISA "buffer instructions", RDNA3/4
+# "vector memory buffer instructions"): the descriptor covers [base, base + 2 GiB) and a masked-off
+# lane's byte offset is moved to 2 GiB, out of range, where the hardware reads zeros and drops
+# writes. One select per group instead of a branch, and no divergent control flow in the loop.
+# The reach is the launchers' business: the manifest marks the tensors (see options.large_tensors).
+_BUFFER_REACH = 0x8000_0000
+
+
+def _is_zero(v: ir.Value) -> bool:
+    """v is the constant +0 (integer or float): what an out-of-range buffer load returns."""
+    op = defining_op(v)
+    if op is None or op.name != "arith.constant":
+        return False
+    attr = op.attributes["value"]
+    if isinstance(attr, ir.FloatAttr):
+        return attr.value == 0.0 and np.copysign(1.0, attr.value) > 0
+    return isinstance(attr, ir.IntegerAttr | ir.BoolAttr) and int(attr.value) == 0
+
+
+def _whole_bytes(elt: ir.Type, eb: int) -> bool:
+    """The element moves as `eb` whole bytes (not an i1, which memory holds as a byte)."""
+    return elt.width == 8 * eb  # types are downcast: IntegerType, F16Type, BF16Type, F32Type
+
+
+def _per_lane(lw: _Lowering, mask: ir.Value) -> bool:
+    """The mask (tile IR) may differ between lanes: not a scalar, nor a splat of one (through
+    broadcasts, expand_dims and layout conversions)."""
+    op = defining_op(mask)
+    while op is not None and op.name in ("tile.broadcast", "tile.expand_dims", "tile.convert_layout"):
+        op = defining_op(op.operands[0])
+    return is_tile(mask) and not (op is not None and op.name == "tile.splat")
+
+
+def _buffer_resource(lw: _Lowering, ptr: ir.Value) -> ir.Value | None:
+    """A raw buffer descriptor over the kernel argument `ptr` (tile IR), or None where buffer
+    instructions may not address it (a large tensor, or a pointer that is not an argument)."""
+    if not isinstance(ptr, ir.BlockArgument) or ptr.owner != lw.fn.regions[0].blocks[0]:
+        return None
+    index = ptr.arg_number
+    if index in lw.large_args:
+        return None
+    if index not in lw.buffer_args:
+        with ir.InsertionPoint(lw.anchor):
+            lw.buffer_args[index] = rocdl.make_buffer_rsrc(
+                ir.Type.parse("!llvm.ptr<8>"), lw.v(ptr), arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result,
+                arith.ConstantOp(ir.IntegerType.get_signless(64), _BUFFER_REACH).result, c32(lw.arch.buffer_word3))
+    return lw.buffer_args[index]
+
+
+def _buffer_int_type(nbytes: int) -> ir.Type:
+    """The integer type buffer intrinsics move `nbytes` as (a vector of dwords from 8 bytes)."""
+    if nbytes >= 8:
+        return ir.VectorType.get([nbytes // 4], i32())
+    return ir.IntegerType.get_signless(8 * nbytes)
+
+
+def _buffer_offsets(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]], offs: list[ir.Value], eb: int,
+                    cond: ir.Value | None) -> list[ir.Value]:
+    """Byte offsets of a group's accesses: one select on the first (out of range when `cond` is
+    false), the rest a constant past it (LLVM folds it into the instruction's offset field)."""
+    first = arith.MulIOp(offs[group[0][0]], c32(eb)).result
+    if cond is not None:
+        first = arith.SelectOp(cond, first, c32(_BUFFER_REACH - (1 << 32))).result
+    return [first if d == 0 else arith.AddIOp(first, c32(d * eb)).result for d in _group_deltas(lw, tile, group)]
+
+
+def _buffer_loads(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tuple[int, int]],
+                  types: list[ir.Type], offs: list[ir.Value], eb: int, cond: ir.Value) -> list[ir.Value]:
+    out = []
+    for (_, width), t, off in zip(group, types, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
+        raw = rocdl.raw_ptr_buffer_load(_buffer_int_type(width * eb), rsrc, off, c32(0), c32(0))
+        out.append(llvm.bitcast(t, raw))
+    return out
+
+
+def _buffer_stores(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tuple[int, int]],
+                   vals: list[ir.Value], offs: list[ir.Value], eb: int, cond: ir.Value | None) -> None:
+    for (first, width), off in zip(group, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
+        val = vals[first] if width == 1 else lw.pack(vals[first:first + width], vals[0].type)
+        rocdl.raw_ptr_buffer_store(llvm.bitcast(_buffer_int_type(width * eb), val), rsrc, off, c32(0), c32(0))
 
 
 def _write(kind: str, addr: ir.Value, val: ir.Value, align: int) -> None:
@@ -734,8 +839,12 @@ def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:
         if lds_bytes:
             llvm.mlir_global(ir.Type.parse(f"!llvm.array<{lds_bytes} x i8>"), LDS_SYMBOL,
                              ir.Attribute.parse("#llvm.linkage<internal>"), addr_space=3, alignment=16)
+    buffer_args: set[int] = set()
     for fn in kernel_funcs(module):
-        _Lowering(fn, arch, source, lds_bytes, arena).build(body)
+        lowering = _Lowering(fn, arch, source, lds_bytes, arena)
+        lowering.build(body)
+        buffer_args |= set(lowering.buffer_args)
+    ctx.facts["buffer_args"] = sorted(buffer_args)
     for op in ops_in(body):
         if op.name == "gpu.func":
             for blk in op.regions[0].blocks:

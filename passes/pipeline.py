@@ -35,8 +35,9 @@ PASSES: list[tuple[str, Callable[[ir.Module, PassContext], object]]] = [
 
 
 def make_gpu_mlir(tile_mlir: str, arch: Arch, options: CompileOptions, source: str | None = None,
-                  dump_prefix: str = "kernel") -> str:
-    context = PassContext(arch, options, source)
+                  dump_prefix: str = "kernel", facts: dict[str, object] | None = None) -> str:
+    """facts: filled with what the passes found for the manifest (PassContext.facts)."""
+    context = PassContext(arch, options, source, facts if facts is not None else {})
     with new_context(), ir.Location.unknown():
         module = ir.Module.parse(tile_mlir)
         check_arch(module, arch)

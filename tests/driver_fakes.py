@@ -73,7 +73,7 @@ def make_fake_modules(calls: Counter) -> dict[str, types.ModuleType]:
         return f"// fake tile mlir\n// kernel: {bound.kernel.name}\n// flags: {' '.join(flags)}\n"
 
     def make_gpu_mlir(tile_mlir: str, arch, options: object, source: str | None = None,
-                      dump_prefix: str = "kernel") -> str:
+                      dump_prefix: str = "kernel", facts: dict | None = None) -> str:
         calls["passes"] += 1
         if "FAIL_PASSES" in tile_mlir:
             raise TileError("the fake pass found nothing to lower")

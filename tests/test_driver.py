@@ -132,7 +132,7 @@ def test_manifest_matches_code_object(fake, arch):
     assert eval_grid(m["grid"], {"N": 1000}) == (16, 1, 1)
     assert m["constexprs"] == {"BLOCK": 64} and m["shape_symbols"] == ["N"]
     assert m["tensors"] == [{"name": "x", "dtype": "f32", "dims": ["N"], "written": False, "unit_last_stride": True,
-                             "stride_unit": 1}]
+                             "stride_unit": 1, "buffer": False}]
     assert m["vgpr_count"] > 0 and m["vgpr_spill_count"] == 0
     check_manifest(m, k.hsaco)
     json.dumps(m)  # the manifest must be plain JSON

@@ -62,8 +62,16 @@ kernel scal[BLOCK: int = 64, AT: int = 0](x: tensor[f32](N), n: tensor[i32](M), 
 
 
 @functools.cache
-def shifted(arch: str, **defines: int):
-    return compile_source(SHIFTED, "shifted.tile", arch, {k: str(v) for k, v in defines.items()})
+def shifted(arch: str, access: str = "buffer", **defines: int):
+    """access: "buffer" (the masked accesses through buffer descriptors, the default) or
+    "global" (CompileOptions.buffer_masks=False: 64-bit addresses and branches)."""
+    opts = CompileOptions.make(arch, {k: str(v) for k, v in defines.items()}, buffer_masks=access == "buffer")
+    return compile_source(SHIFTED, "shifted.tile", arch, {k: str(v) for k, v in defines.items()}, opts)
+
+
+def load_name(arch: str, access: str, nbytes: int = 4) -> str:
+    suffix = {4: ("dword", "b32"), 16: ("dwordx4", "b128")}[nbytes][arch != "gfx942"]
+    return f"{access}_load_{suffix}"
 
 
 @functools.cache
@@ -82,30 +90,41 @@ def f32(n: int, start: float = 0.0) -> np.ndarray:
     return np.arange(start, start + n, dtype=np.float32)
 
 
+@pytest.mark.parametrize("access", ["buffer", "global"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_reading_past_a_tensor_into_the_next_one_faults_naming_it(arch):
+def test_reading_past_a_tensor_into_the_next_one_faults_naming_it(arch, access):
     """x[i + 64] on a 64-element x: x and y are adjacent views of one buffer, so the read lands in
-    y's elements -- bytes the kernel may read, but not through x's pointer."""
+    y's elements -- bytes the kernel may read, but not through x's pointer. A buffer descriptor
+    (48-bit base, no room for the tag) is checked against the tensor whose pointer it starts at."""
     dev = EmulatorDevice(arch)
     buf = DeviceArray.from_numpy(dev, f32(128), "xy")
     x = DeviceArray(buf.buffer, (64,), buf.dtype, (1,), 0)
     y = DeviceArray(buf.buffer, (64,), buf.dtype, (1,), 64)
     out = np.zeros(64, np.float32)
-    msg = fault(shifted(arch, SHIFT=64), x, y, out, device=dev)
-    wave_load = "global_load_dword" if arch == "gfx942" else "global_load_b32"
-    assert re.search(rf"kernel 'shifted' \({arch}\), workgroup \(0, 0, 0\), wave 0, instruction '{wave_load}' at "
-                     r"0x[0-9a-f]+: global load of 4 bytes by lane 0 reads x\[64\]: past the end of x \(64 elements, "
-                     r"f32; a view at byte 0 of buffer 'xy' \(512 bytes\)\)$", msg), msg
+    msg = fault(shifted(arch, access, SHIFT=64), x, y, out, device=dev)
+    assert re.search(rf"kernel 'shifted' \({arch}\), workgroup \(0, 0, 0\), wave 0, instruction "
+                     rf"'{load_name(arch, access)}' at 0x[0-9a-f]+: global load of 4 bytes by lane 0 reads x\[64\]: "
+                     r"past the end of x \(64 elements, f32; a view at byte 0 of buffer 'xy' \(512 bytes\)\)$",
+                     msg), msg
     # The same kernel without the shift reads what it should, through the same views.
-    launch(shifted(arch), x, y, out, device=dev)
+    launch(shifted(arch, access), x, y, out, device=dev)
     np.testing.assert_array_equal(out, f32(64) + f32(64, 64))
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_negative_index_faults_before_the_start(arch):
     dev = EmulatorDevice(arch)
-    msg = fault(shifted(arch, SHIFT=-64), f32(64), f32(64), np.zeros(64, np.float32), device=dev)
+    msg = fault(shifted(arch, "global", SHIFT=-64), f32(64), f32(64), np.zeros(64, np.float32), device=dev)
     assert "by lane 0 reads x[-64]: before the start of x (64 elements, f32)" in msg, msg
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_negative_buffer_offsets_read_zero_like_the_hardware(arch):
+    """Through a buffer descriptor x[-64] is a byte offset above 2 GiB: out of the descriptor's
+    range, so the hardware reads 0 (and drops a store) -- the emulator does the same, no fault."""
+    out = np.zeros(64, np.float32)
+    launch(shifted(arch, SHIFT=-64), f32(64), f32(64, 1), out, device=EmulatorDevice(arch))
+    np.testing.assert_array_equal(out, f32(64, 1))
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -129,7 +148,7 @@ def test_store_past_the_end_faults(arch):
     dev = EmulatorDevice(arch)
     out = np.zeros(64, np.float32)
     msg = fault(shifted(arch, STORE_SHIFT=1), f32(64), f32(64), out, device=dev)
-    wave_store = "global_store_dword" if arch == "gfx942" else "global_store_b32"
+    wave_store = "buffer_store_dword" if arch == "gfx942" else "buffer_store_b32"
     assert re.search(rf"workgroup \(0, 0, 0\), wave 0, instruction '{wave_store}' at 0x[0-9a-f]+: global store of "
                      r"4 bytes by lane \d+ writes out\[64\]: past the end of out \(64 elements, f32\)$", msg), msg
     assert not out.any()  # a faulting launch copies nothing back
@@ -153,7 +172,7 @@ def test_view_inside_its_buffer(arch):
     view = DeviceArray(whole.buffer, (64,), whole.dtype, (1,), 64)
     out = np.zeros(64, np.float32)
     for shift, where in ((64, r"reads x\[64\]: past the end of x"), (-1, r"reads x\[-1\]: before the start of x")):
-        msg = fault(shifted(arch, SHIFT=shift), view, f32(64), out, device=dev)
+        msg = fault(shifted(arch, "global", SHIFT=shift), view, f32(64), out, device=dev)
         assert re.search(where + r" \(64 elements, f32; a view at byte 256 of buffer 'whole' \(1024 bytes\)\)$",
                          msg), msg
     launch(shifted(arch), view, np.zeros(64, np.float32), out, device=dev)
@@ -213,7 +232,7 @@ def test_the_hip_stand_in_checks_each_pointer_against_its_allocation(hip_backend
     assert by.addr == bx.addr + 256  # the stand-in's arena packs them back to back
     out = np.zeros(64, np.float32)
     with pytest.raises(DeviceError, match="hipErrorIllegalAddress"):
-        launch(shifted("gfx942", SHIFT=64), DeviceArray(bx, (64,), np.dtype(np.float32), (1,)),
+        launch(shifted("gfx942", "global", SHIFT=64), DeviceArray(bx, (64,), np.dtype(np.float32), (1,)),
                DeviceArray(by, (64,), np.dtype(np.float32), (1,)), out, device=dev)
     msg = str(hip_backend.stub.last_error)
     assert re.search(r"workgroup \(0, 0, 0\), wave 0, instruction 'global_load_dword' at 0x[0-9a-f]+: global load of "

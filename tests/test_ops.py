@@ -171,3 +171,28 @@ def test_api_any_strides(arch: str) -> None:
     out = fmha_fwd(q, k, v, causal=True, sink=sink, device=EmulatorDevice(arch))
     ref = fmha_fwd_reference(q, k, v, causal=True, sink=sink)
     np.testing.assert_allclose(out.astype(np.float64), ref, atol=2e-3, rtol=2e-3)
+
+
+def test_calls_past_the_buffer_reach_compile_without_buffer_accesses() -> None:
+    """A tensor spanning more than 2 GiB (a large KV cache, say) makes the call's plan compile
+    every stage with 64-bit global addresses: the launcher would refuse it to buffer accesses."""
+    import dataclasses
+
+    from tiledsl.fmha_splitkv import SplitShape, attention_stages
+    from tiledsl.ops import spans_large
+    from tiledsl.reference import fmha_mask_params
+
+    base = np.zeros(8, np.float16)
+    huge = np.lib.stride_tricks.as_strided(base, shape=(1, 2, 1, 64), strides=(0, 2**31, 128, 2))  # 2^31 + 128 bytes
+    assert spans_large(huge) and not spans_large(base, np.zeros((64, 1024, 8, 128), np.float16)[:, :, :, :80])
+    assert not spans_large(np.lib.stride_tricks.as_strided(base, shape=(1, 2, 1, 64), strides=(0, 2**31 - 128, 128, 2)))
+    shape = SplitShape(arch="gfx942", dtype="f16", hdim_q=80, hdim_v=80, mask=fmha_mask_params(True), varlen=False,
+                       lse=False, sink=False, softcap=False, contiguous=True, aligned=("k", "o", "q", "v"),
+                       num_splits=1, b=1, hq=2, sq=64)
+
+    def buffered(s: SplitShape) -> set[str]:
+        (stage,) = attention_stages(s)
+        return {t["name"] for t in stage.kernel.manifest["tensors"] if t["buffer"]}
+
+    assert {"k", "v"} <= buffered(shape)  # the padded head dim's masked K/V loads
+    assert buffered(dataclasses.replace(shape, large=True)) == set()

@@ -10,6 +10,7 @@ import pytest
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.device_array import DeviceArray
 from tiledsl.driver import compile_source
 from tiledsl.errors import TileError
 from tiledsl.isa_stats import count_instructions
@@ -30,16 +31,15 @@ def build(arch: str, aligned: bool):
 def test_aligned_rows_use_16_byte_accesses(arch: str) -> None:
     wide = count_instructions(build(arch, aligned=True).asm).mnemonics
     narrow = count_instructions(build(arch, aligned=False).asm).mnemonics
-    loads = [m for m in wide if m.startswith("global_load_") and (m.endswith("x4") or m.endswith("b128"))]
-    stores = [m for m in wide if m.startswith("global_store_") and (m.endswith("x4") or m.endswith("b128"))]
-    assert loads and stores, f"no 16-byte global accesses: {sorted(m for m in wide if 'global' in m)}"
-    # Without the stride facts our lowering emits element accesses, one mask test per row group
-    # (the mask is uniform there). LLVM may merge them into wider accesses anyway (HSA code
-    # objects run in unaligned access mode), so the test that matters is the emulator's on rows
-    # that are not 16-byte aligned (below); here, that each group was tested once, not per element.
-    branches, groups = narrow["s_cbranch_execz"], len(loads) + len(stores)
-    assert 0 < branches <= sum(wide[m] for m in loads + stores), \
-        f"{branches} mask branches for {groups} row groups: expected one test per group"
+    # The row mask makes them buffer accesses (a masked-off row's offset is out of range).
+    loads = [m for m in wide if m.startswith("buffer_load_") and (m.endswith("x4") or m.endswith("b128"))]
+    stores = [m for m in wide if m.startswith("buffer_store_") and (m.endswith("x4") or m.endswith("b128"))]
+    assert loads and stores, f"no 16-byte buffer accesses: {sorted(m for m in wide if 'buffer' in m)}"
+    # Without the stride facts our lowering emits element accesses; LLVM may merge them into wider
+    # ones anyway (HSA code objects run in unaligned access mode), so the test that matters is the
+    # emulator's on rows that are not 16-byte aligned (below). Either way no mask is a branch.
+    for counts in (wide, narrow):
+        assert not counts["s_cbranch_execz"] and not any(m.startswith("global_") for m in counts), sorted(counts)
 
 
 @pytest.mark.emulator
@@ -78,3 +78,53 @@ def test_dim_units_are_checked() -> None:
     with pytest.raises(TileError, match="dim_units: 'D' is not a shape symbol of kernel 'copy_rows'"):
         compile_source(SOURCE.read_text(), str(SOURCE), "gfx942", {},
                        CompileOptions.make("gfx942", {}, dim_units=(("D", 8),)))
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_masked_rows_read_zero_and_write_nothing(arch: str) -> None:
+    """The last row block's masked-off rows go out of the buffer descriptor's range: they write
+    nothing past the tensor (rows after it in the same device buffer keep their sentinel)."""
+    dev = EmulatorDevice(arch)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((64, 128)).astype(np.float16)
+    whole_y = DeviceArray.from_numpy(dev, np.full((64, 128), 7.0, np.float16))
+    y = DeviceArray(whole_y.buffer, (45, 128), whole_y.dtype, (128, 1), 0)  # rows 45..63 are not y's
+    launch(build(arch, aligned=True), DeviceArray.from_numpy(dev, x[:45]), y, device=dev)
+    out = whole_y.numpy()
+    np.testing.assert_array_equal(out[:45], x[:45] * np.float16(2))
+    np.testing.assert_array_equal(out[45:], np.float16(7.0))
+
+
+@pytest.mark.compile
+def test_large_tensors_keep_64_bit_addresses() -> None:
+    """Buffer instructions reach 2 GiB: the manifest marks the tensors they address, and a tensor
+    declared large is addressed with global instructions (its masks branch) instead."""
+    k = build("gfx942", aligned=True)
+    assert [(t["name"], t["buffer"]) for t in k.manifest["tensors"]] == [("x", True), ("y", True)]
+    opts = CompileOptions.make("gfx942", {}, stride_units=(("x", 8), ("y", 8)), large_tensors=("y",))
+    large = compile_source(SOURCE.read_text(), str(SOURCE), "gfx942", {}, opts)
+    assert [(t["name"], t["buffer"]) for t in large.manifest["tensors"]] == [("x", True), ("y", False)]
+    counts = count_instructions(large.asm).mnemonics
+    assert counts["buffer_load_dwordx4"] and counts["global_store_dwordx4"] and counts["s_cbranch_execz"]
+    with pytest.raises(TileError, match=r"large_tensors: 'z' is not a tensor argument of kernel 'copy_rows' "
+                                        r"\(its tensors: x, y\)"):
+        compile_source(SOURCE.read_text(), str(SOURCE), "gfx942", {},
+                       CompileOptions.make("gfx942", {}, large_tensors=("z",)))
+
+
+@pytest.mark.emulator
+def test_tensor_beyond_the_buffer_reach_is_refused() -> None:
+    """A tensor spanning more than 2 GiB (but fewer than 2^31 elements) cannot be addressed by a
+    buffer descriptor: refused before anything is copied or launched, naming the way out."""
+    k = build("gfx942", aligned=True)
+    base = np.zeros(8, np.float16)
+    # 45 rows 2^25 elements apart: 1.5e9 elements (i32 offsets reach them), 2.95e9 bytes.
+    x = np.lib.stride_tricks.as_strided(base, shape=(45, 128), strides=(2**26, 2))
+    y = np.zeros((45, 128), np.float16)
+    dev = EmulatorDevice("gfx942")
+    with pytest.raises(ValueError, match=r"argument 'x': spans 2952790272 bytes; this kernel variant addresses it "
+                                         r"with buffer instructions, which reach 2147483648 bytes \(2 GiB\): compile "
+                                         r"it with CompileOptions\(large_tensors=\('x',\)\)"):
+        launch(k, x, y, device=dev)
+    assert not dev.launches

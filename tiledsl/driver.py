@@ -64,6 +64,7 @@ class StageContext:
     prefix: str  # dump-file prefix: the file stem until the parser tells us the kernel's name
     source: str | None = None  # the .tile text, when the run starts from one (error carets)
     bound: Any = None  # the BoundKernel once the check stage ran
+    facts: dict[str, Any] = field(default_factory=dict)  # what the tile passes found (PassContext.facts)
     asm: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -101,7 +102,7 @@ def make_gpu_mlir(ctx: StageContext, tile_mlir: str) -> str:
     # The DSL source for error carets, and a prefix that files the per-pass dumps between this
     # run's "03-emit" and "04-tile-passes" dumps.
     return run_tile_passes(tile_mlir, ctx.arch, ctx.options, source=ctx.source,
-                           dump_prefix=f"{ctx.prefix}.{ctx.arch.name}.03")
+                           dump_prefix=f"{ctx.prefix}.{ctx.arch.name}.03", facts=ctx.facts)
 
 
 def make_rocdl_mlir(ctx: StageContext, gpu_mlir: str) -> str:
@@ -347,7 +348,8 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
     t0 = time.perf_counter()
     if ctx.bound is not None:
         manifest = mf.build_manifest(ctx.bound, arch_row, hsaco, clean, opts.unit_last_stride,
-                                     dict(opts.stride_units), dict(opts.dim_units))
+                                     dict(opts.stride_units), dict(opts.dim_units),
+                                     ctx.facts.get("buffer_args", ()))
     else:
         manifest = mf.manifest_from_code_object(hsaco, arch_row)
     ctx.timings["manifest"] = time.perf_counter() - t0
@@ -359,19 +361,36 @@ FEW_SPILLS = 8  # registers: about what the row addresses of transposed LDS stor
 
 def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
                      kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
-    """_compile_once, again with fewer rows per lane for transposed LDS stores while it spills a
-    few registers: several rows take more registers (their row addresses), so fewer (down to one
-    element at a time) may not spill. A kernel that spills more than row addresses can explain is
-    not compiled again (an occupancy target out of reach: the caller lowers it)."""
-    ctx, hsaco, manifest = _compile_once(arch_row, opts, filename, clean, source, kind)
-    rows = opts.transposed_rows
-    while 0 < sum(spill_counts(manifest)) <= FEW_SPILLS and rows > 1:
-        rows //= 2
-        retry = _compile_once(arch_row, dataclasses.replace(opts, transposed_rows=rows), filename, clean, source,
-                              kind)
-        if spill_counts(retry[2]) < spill_counts(manifest):
-            ctx, hsaco, manifest = retry
-    return ctx, hsaco, manifest
+    """_compile_once, again while it spills a few registers: with fewer rows per lane for
+    transposed LDS stores (several rows take more registers, their row addresses), down to one
+    element at a time, then with masked accesses as branches instead of buffer accesses (LLVM
+    keeps fewer loads in flight; pointers take half the scalar registers of descriptors). A
+    kernel that spills more than these can explain is not compiled again (an occupancy target
+    out of reach: the caller lowers it)."""
+    best = _compile_once(arch_row, opts, filename, clean, source, kind)
+
+    def few_spills() -> bool:
+        return 0 < sum(spill_counts(best[2])) <= FEW_SPILLS
+
+    def retry(retry_opts: CompileOptions) -> None:
+        nonlocal best
+        again = _compile_once(arch_row, retry_opts, filename, clean, source, kind)
+        if spill_counts(again[2]) < spill_counts(best[2]):
+            best = again
+
+    def fewer_rows(base: CompileOptions) -> None:
+        rows = base.transposed_rows
+        while few_spills() and rows > 1:
+            rows //= 2
+            retry(dataclasses.replace(base, transposed_rows=rows))
+
+    fewer_rows(opts)
+    # Buffer descriptors take 4 scalar registers where a pointer takes 2: any SGPR spill, too.
+    if (few_spills() or spill_counts(best[2])[1]) and opts.buffer_masks:
+        branches = dataclasses.replace(opts, buffer_masks=False)
+        retry(branches)
+        fewer_rows(branches)
+    return best
 
 
 def _fits(manifest: dict[str, Any], ctx: StageContext) -> bool:

@@ -9,6 +9,7 @@ plan and runs it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import struct
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.errors import TileError
 from tiledsl.fmha_dropout import dropout_scalars
 from tiledsl.kernels.fmha_configs import BIAS_KINDS, fmha_dim_units, padded_hdim
+from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
 from tiledsl.pairing import CAUSAL_KINDS, pairs_pay
 from tiledsl.pairing import paired_fits as pairing_fits
@@ -136,6 +138,9 @@ class BwdShape:
     # Paired key blocks (tiledsl.pairing): "auto" where they pay and fit, "always" (kernel packages
     # build the paired variant this way: a call's sizes decide at run time).
     pair_blocks: str = "auto"
+    # A tensor of the call (or the workspace) spans more than 2 GiB: no stage uses buffer accesses
+    # (CompileOptions.buffer_masks, tiledsl.ops.spans_large).
+    large: bool = False
 
 
 def nsplits_of(shape: BwdShape, block_n: int) -> tuple[int, ...]:
@@ -203,7 +208,7 @@ def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dim
 
     units = tuple((sym, unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v) if sym in dims)
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
-                                  dim_units=units)
+                                  dim_units=units, buffer_masks=not shape.large)
     try:
         return library_kernel(KERNELS / f"{name}.tile", arch, defines, options)
     except (KernelNotPrebuilt, PackageError):  # not a compile failure: say it as it is
@@ -227,6 +232,8 @@ def build_plan(shape: BwdShape) -> Plan:
     per_seq = _flag(shape.deterministic and shape.varlen)
     common = {"DT": shape.dtype, "VARLEN": _flag(shape.varlen), "WAVES": "4"}  # the elementwise stages
     workspace = bwd_workspace(shape, cfg.block_n)
+    if workspace.size > BUFFER_REACH:
+        shape = dataclasses.replace(shape, large=True)
     acc_base = workspace.region("dq_acc").offset
     offsets_base = workspace.region("offsets").offset if shape.varlen else 0
     batch = len(shape.seqlens_q)

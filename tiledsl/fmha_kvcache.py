@@ -14,6 +14,7 @@ its tensors (docs/inference.md).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, pack_gqa, padded_hdim
+from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import CausalArg
@@ -53,7 +55,7 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
                "TARGET": target, "PAGED": flag[a.kv_cache == "paged"], "ROTARY": shape.rotary,
                "POSITIONS": shape.q_positions if target == "query" else "rows",
                "VARLEN": flag[target == "query" and a.varlen]}
-    options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous)
+    options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous, buffer_masks=not a.large)
     return library_kernel(KERNELS / "fmha_kv_append.tile", a.arch, defines, options)
 
 
@@ -61,9 +63,12 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
 @plan_builder
 def build_kvcache_plan(shape: KvCacheShape) -> Plan:
     a = shape.attention
+    if kvcache_workspace(shape).size > BUFFER_REACH:  # no stage may address it with buffer instructions
+        a = dataclasses.replace(a, large=True)
+        shape = dataclasses.replace(shape, attention=a)
     common = tuple((n, Ref(n)) for n in ("cache_seqlens", "cache_batch_idx", "block_table"))
     rotary = (("rotary_cos", Ref("rotary_cos")), ("rotary_sin", Ref("rotary_sin")))
-    stages, regions = [], []
+    stages = []
     if shape.s_new:
         new = (shape.batch, shape.s_new, shape.hk)  # the new rows' sequences, rows and heads
         stages.append(Stage("append_kv", _append_kernel(shape, "cache"), (
@@ -72,19 +77,26 @@ def build_kvcache_plan(shape: KvCacheShape) -> Plan:
             *rotary, ("page_shift", Ref("page_shift")), ("batch", Ref("batch")), ("max_rows", shape.s_new))))
     if shape.rotary != "none":
         q_shape = (a.b, a.sq, a.hq)
-        words = align_words(-(-a.b * a.sq * a.hq * a.hdim_q // 2))
-        regions.append(Region("q_rot", 0, words, a.dtype, (*q_shape, a.hdim_q)))
         stages.append(Stage("rotary_q", _append_kernel(shape, "query"), (
             ("x", Ref("q")), ("v_new", unused((*q_shape, a.hdim_v), a.dtype)), ("x_rot", Ref("q_rot")),
             ("k_cache", unused((1, 1, a.hq, a.hdim_q), a.dtype)),
             ("v_cache", unused((1, 1, a.hq, a.hdim_v), a.dtype)),
             *common, ("cu_seqlens_q", Ref("cu_seqlens_q")), *rotary, ("page_shift", Ref("page_shift")),
             ("batch", Ref("batch")), ("max_rows", Ref("max_seqlen_q")))))
-    at = sum(r.words for r in regions)
-    regions.extend(splitkv_workspace(a, at))
     stages.extend(attention_stages(a))
     info = {"arch": a.arch, "kv_cache": a.kv_cache, "num_splits": a.num_splits, "heads_per_block": a.heads_per_block}
-    return Plan("fmha_fwd_kvcache", stages, WorkspaceLayout(tuple(regions)), info)
+    return Plan("fmha_fwd_kvcache", stages, kvcache_workspace(shape), info)
+
+
+def kvcache_workspace(shape: KvCacheShape) -> WorkspaceLayout:
+    """The rotated queries (with rotary), then the split-KV partials (with splits)."""
+    a = shape.attention
+    regions = []
+    if shape.rotary != "none":
+        words = align_words(-(-a.b * a.sq * a.hq * a.hdim_q // 2))
+        regions.append(Region("q_rot", 0, words, a.dtype, (a.b, a.sq, a.hq, a.hdim_q)))
+    regions.extend(splitkv_workspace(a, sum(r.words for r in regions)))
+    return WorkspaceLayout(tuple(regions))
 
 
 def _host_ints(name: str, x: Any, shape: tuple[int, ...] | None, what: str) -> np.ndarray:
@@ -139,6 +151,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         check_heads,
         check_options,
         resolve_device,
+        spans_large,
         unit_last_stride,
     )
 
@@ -299,7 +312,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                                page_size=s_cache if paged else 0,
                                heads_per_block=hq // hk if packed else 1,
                                q_name="q_rot" if rotary != "none" else "q",
-                               bias="alibi" if slopes is not None else "none")
+                               bias="alibi" if slopes is not None else "none",
+                               large=spans_large(q4, k_cache, v_cache, out4, k, v))
         plan = build_kvcache_plan(KvCacheShape(attention, batch=batch, hk=hk, s_new=s_new, rotary=rotary,
                                                q_positions="rows" if masked else "first"))
         owned = []

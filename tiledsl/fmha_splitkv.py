@@ -9,6 +9,7 @@ workspace, split-major, and fmha_fwd_combine folds them with LSE weights (docs/i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.fmha_dropout import dropout_scalars
 from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_config, fmha_dim_units, pack_gqa, padded_hdim
+from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
 from tiledsl.pairing import CAUSAL_KINDS, paired_fits, pairs_pay
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
@@ -93,6 +95,9 @@ class SplitShape:
     batch: int = 0
     max_seqlen_q: int = 0
     pair_blocks: str = "auto"  # "always": a causal one-stage plan pairs whatever the sizes (kernel packages)
+    # A tensor of the call (or the workspace) spans more than 2 GiB: no stage uses buffer accesses
+    # (CompileOptions.buffer_masks, tiledsl.ops.spans_large).
+    large: bool = False
 
 
 def query_block_config(shape: SplitShape) -> FmhaConfig:
@@ -156,7 +161,7 @@ def dropout_mask_stage(shape: SplitShape) -> Stage:
 
     defines = {"VARLEN": "true" if shape.varlen else "false"}
     kernel = library_kernel(KERNELS / "fmha_dropout_mask.tile", shape.arch, defines,
-                            CompileOptions.make(shape.arch, defines))
+                            CompileOptions.make(shape.arch, defines, buffer_masks=not shape.large))
     return Stage("dropout_mask", kernel, (("mask", Ref("dropout_mask")),) + tuple((n, Ref(n)) for n in (
         "cu_seqlens_q", "cu_seqlens_k", "seed_lo", "seed_hi", "rng_offset", "drop_threshold",
         "batch", "max_seqlen_q")))
@@ -176,7 +181,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
         varlen=shape.varlen, lse=shape.lse and not split, sink=shape.sink and not split,
         softcap=1.0 if shape.softcap else 0.0, contiguous=shape.contiguous, aligned=shape.aligned, split=split,
         kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size, bias=shape.bias,
-        bias_dtype=shape.bias_dtype, dropout=shape.dropout, out_dtype=shape.out_dtype)
+        bias_dtype=shape.bias_dtype, dropout=shape.dropout, out_dtype=shape.out_dtype, large=shape.large)
     kernel = variant()
     if pairable(shape) and shape.pair_blocks == "always":
         kernel = variant(passes=2)
@@ -201,7 +206,8 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                "VARLEN": flag[shape.varlen], "HAS_LSE": flag[shape.lse], "HAS_SINK": flag[shape.sink],
                "PAD_D": flag[hd_v != shape.hdim_v]}
     units = tuple((s, u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V")
-    options = CompileOptions.make(shape.arch, defines, unit_last_stride=shape.contiguous, dim_units=units)
+    options = CompileOptions.make(shape.arch, defines, unit_last_stride=shape.contiguous, dim_units=units,
+                                  buffer_masks=not shape.large)
     combine = library_kernel(KERNELS / "fmha_fwd_combine.tile", shape.arch, defines, options)
     return [
         Stage("producers", kernel, args + (("o_acc", Ref("o_acc")), ("lse_acc", Ref("lse_acc")))),
@@ -215,6 +221,8 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
 def build_attention_plan(shape: SplitShape) -> Plan:
     """fmha_fwd's plan: one kernel, or split-KV producers and combine over one workspace."""
     op = "fmha_fwd split-KV" if shape.num_splits > 1 else "fmha_fwd"
+    if WorkspaceLayout(splitkv_workspace(shape)).size > BUFFER_REACH:
+        shape = dataclasses.replace(shape, large=True)
     stages = attention_stages(shape) + ([dropout_mask_stage(shape)] if shape.dropout_mask else [])
     info = {"arch": shape.arch, "num_splits": shape.num_splits, "heads_per_block": shape.heads_per_block}
     if stages[0].kernel.manifest["constexprs"].get("PASSES", 1) == 2:

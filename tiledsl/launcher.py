@@ -24,6 +24,7 @@ from tiledsl.fp8 import F8_DTYPES, fp8_format
 from tiledsl.grid import eval_condition, eval_grid
 
 I32_MAX = 2**31 - 1
+BUFFER_REACH = 2**31  # bytes a buffer descriptor's 32-bit offsets reach (manifest tensors' "buffer")
 
 
 def numpy_dtype(dtype: str, arch: str | None = None) -> np.dtype:
@@ -102,6 +103,10 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str
     if last > I32_MAX:
         raise ValueError(f"argument '{name}': spans {last + 1} elements; offsets must fit in i32")
     span = (last + 1) * itemsize if value.size else 0
+    if spec.get("buffer") and span > BUFFER_REACH:
+        raise ValueError(f"argument '{name}': spans {span} bytes; this kernel variant addresses it with buffer "
+                         f"instructions, which reach {BUFFER_REACH} bytes (2 GiB): compile it with "
+                         f"CompileOptions(large_tensors=('{name}',))")
     if isinstance(value, DeviceArray) and value.offset * itemsize + span > value.buffer.size:
         raise ValueError(f"argument '{name}': the view ends at byte {value.offset * itemsize + span} of a "
                          f"{value.buffer.size}-byte buffer")

@@ -81,8 +81,10 @@ def written_tensors(kernel: Kernel) -> set[str]:
 def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
                    defines: dict[str, str] | None = None, unit_last_stride: bool = True,
                    stride_units: dict[str, int] | None = None,
-                   dim_units: dict[str, int] | None = None) -> dict[str, Any]:
-    """The manifest of one variant compiled for `arch`, from its bound kernel and code object."""
+                   dim_units: dict[str, int] | None = None,
+                   buffer_args: list[int] | tuple[int, ...] = ()) -> dict[str, Any]:
+    """The manifest of one variant compiled for `arch`, from its bound kernel and code object.
+    buffer_args: the kernarg fields lower-to-gpu addressed with buffer instructions."""
     kernel = bound.kernel
     try:
         _co, md = kernel_metadata(hsaco, kernel.name)
@@ -91,11 +93,14 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
     layout = kernarg_layout(bound, unit_last_stride)
     tensors, scalars = [], []
     written = written_tensors(kernel)
+    buffered = {layout[i].tensor for i in buffer_args}
     for arg in kernel.args:
         if isinstance(arg.type, TensorType):
             tensors.append({"name": arg.name, "dtype": arg.type.dtype, "dims": list(arg.type.dims),
                             "written": arg.name in written, "unit_last_stride": unit_last_stride,
-                            "stride_unit": (stride_units or {}).get(arg.name, 1)})
+                            "stride_unit": (stride_units or {}).get(arg.name, 1),
+                            # addressed with buffer instructions: its byte span must stay <= 2 GiB
+                            "buffer": arg.name in buffered})
         elif isinstance(arg.type, ScalarType):
             scalars.append({"name": arg.name, "dtype": arg.type.dtype})
     manifest: dict[str, Any] = {

@@ -74,6 +74,16 @@ def aligned_names(contiguous: bool, **tensors: Any) -> tuple[str, ...]:
                         for n, s in zip(x.shape[:passed(x)], _elem_strides(x)[:passed(x)], strict=True)))
 
 
+def spans_large(*tensors: Any) -> bool:
+    """Does any of `tensors` span more bytes than a buffer descriptor reaches (2 GiB)? Such a call
+    compiles its stages with 64-bit global addresses (CompileOptions.buffer_masks=False)."""
+    from tiledsl.launcher import BUFFER_REACH
+
+    return any(x is not None and x.size and
+               (sum((n - 1) * s for n, s in zip(x.shape, _elem_strides(x), strict=True)) + 1) * x.dtype.itemsize
+               > BUFFER_REACH for x in tensors)
+
+
 def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
     if not isinstance(cu, np.ndarray) or cu.ndim != 1 or not np.issubdtype(cu.dtype, np.integer):
         raise ValueError(f"{name}: expected a 1-D integer numpy array of length batch + 1, got "
@@ -484,7 +494,8 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None
             num_splits=_splits_count(num_splits, arch, batch=batch, hq=hq, hk=c.hk, max_q=max_q, max_k=c.max_k,
                                      d=d, dv=dv, masked=masked), b=b, hq=hq, sq=sq,
             heads_per_block=hq // c.hk if packed else 1, bias=bc.kind, bias_dtype=bc.dtype, dropout=dc.on,
-            dropout_mask=dc.return_mask, out_dtype=fc.out_dtype if fc else None, batch=batch, max_seqlen_q=max_q))
+            dropout_mask=dc.return_mask, out_dtype=fc.out_dtype if fc else None, batch=batch, max_seqlen_q=max_q,
+            large=spans_large(q4, k4, v4, out4, lse, *biased.values())))
         plan.run(device, env)
     result = (out,)
     if return_lse:
@@ -537,12 +548,13 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
                      aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False, kv_cache: str = "none",
                      pack_gqa: bool = False, page_size: int = 0, bias: str = "none",
                      bias_dtype: str = "f32", dropout: bool = False, out_dtype: str | None = None,
-                     passes: int = 1) -> CompiledKernel:
+                     passes: int = 1, large: bool = False) -> CompiledKernel:
     """The fmha_fwd variant `fmha_fwd` launches for these features, from a kernel package or
     compiled through the compile cache (`tiledsl.library.library_kernel`). contiguous: the head
     dim of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes;
     passes: 2 for paired query blocks (tiledsl.pairing; compiled with spills allowed, the caller
-    checks `pairing.paired_fits`)."""
+    checks `pairing.paired_fits`); large: a tensor of the call spans more than 2 GiB (no buffer
+    accesses, `spans_large`)."""
     from tiledsl.library import library_kernel
     from tiledsl.options import CompileOptions
 
@@ -556,7 +568,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     # Dropout variants do at hdim 256 (fmha_configs.DROPPED).
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
-                                  dim_units=fmha_dim_units(hdim_q, hdim_v),
+                                  dim_units=fmha_dim_units(hdim_q, hdim_v), buffer_masks=not large,
                                   allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1)
     return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 
@@ -721,7 +733,8 @@ def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, determinis
                          softcap=c.softcap > 0, sink=c.sink32 is not None, deterministic=deterministic,
                          varlen=c.varlen, b=c.b, sq=c.sq, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
                          contiguous=contiguous, bias=bc.kind, bias_dtype=bc.dtype, dbias=dbias,
-                         dbias_sum=dbias_sum, dbias_cols=bc.full[-1] if return_dbias else 0, dropout=dropout.on)
+                         dbias_sum=dbias_sum, dbias_cols=bc.full[-1] if return_dbias else 0, dropout=dropout.on,
+                         large=spans_large(q, k, v, do, out, lse, bc.bias4))
         return build_plan(shape), c, bool(c.batch and c.sq and c.sk), bc
     except BaseException:
         bc.free()

@@ -35,6 +35,14 @@ class CompileOptions:
     # (shape symbol, unit): that symbol is a multiple of `unit` (checked by the launcher, which
     # passes size / unit), so masks like `arange(0, N) < D` are uniform over vectors of `unit`.
     dim_units: tuple[tuple[str, int], ...] = ()
+    # Tensors whose byte span may exceed 2 GiB: always addressed with 64-bit global instructions.
+    # A masked access to any other tensor argument uses buffer instructions (masked-off lanes
+    # read zero or write nothing, without a branch), whose 32-bit byte offsets reach 2 GiB: the
+    # manifest marks those tensors and the launchers refuse a larger one.
+    large_tensors: tuple[str, ...] = ()
+    # Masked accesses through buffer descriptors (above). The driver compiles again with False
+    # while a kernel spills a few registers: with branches, LLVM keeps fewer loads in flight.
+    buffer_masks: bool = True
     # Set by the driver only: a kernel's occupancy(N) target lowered to this when N waves per SIMD
     # would spill or cannot be reached (the driver compiles again with N-1, ... 0 = no target).
     occupancy_cap: int | None = None

@@ -102,6 +102,13 @@ class Arch:
         return -1 if self.isa_generation == "gfx9" else 124
 
     @property
+    def buffer_word3(self) -> int:
+        """Word 3 of a raw (untyped, unswizzled) buffer descriptor: a valid 32-bit data format and,
+        on gfx11+, the raw out-of-range mode (the values AMD's Composable Kernel uses; the format
+        and OOB_SELECT fields moved between generations). The emulator reads the bits it models."""
+        return 0x0002_0000 if self.isa_generation == "gfx9" else 0x3100_4000
+
+    @property
     def is_cdna(self) -> bool:
         return self.family.startswith("CDNA")
 

@@ -1,20 +1,23 @@
 // PASS: lower-to-gpu gfx942
 // A column-masked copy of a 32x64 f16 tile (row strides a multiple of 8 elements, C % 8 == 0):
-// 256 lanes hold one 8-element row piece each, so the load is one 16-byte vector under one test
-// of its first column (the mask is uniform over the vector), `other` broadcast on the else side,
-// and the store is one 16-byte vector under one test.
+// 256 lanes hold one 8-element row piece each, so the load is one 16-byte vector and the store
+// one 16-byte vector, each through a buffer descriptor of its tensor (2 GiB reach, gfx9's word 3)
+// whose byte offset is moved out of range by one select on the test of its first column (the
+// mask is uniform over the vector): no branch, masked-off lanes read 0 and write nothing.
 // CHECK: gpu.func @masked_copy({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK: %[[X:.*]] = rocdl.make.buffer.rsrc %arg0, %c0_i16{{[_0-9]*}}, %c2147483648_i64{{[_0-9]*}}, %c131072_i32{{[_0-9]*}}
+// CHECK: %[[Y:.*]] = rocdl.make.buffer.rsrc %arg2, %c0_i16{{[_0-9]*}}, %c2147483648_i64{{[_0-9]*}}, %c131072_i32{{[_0-9]*}}
+// CHECK-NOT: scf.if
 // CHECK: %[[TEST:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i32
-// CHECK: scf.if %[[TEST]] -> (vector<8xf16>) {
-// CHECK-NEXT: llvm.getelementptr %arg0[%{{.*}}] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, f16
-// CHECK-NEXT: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xf16>
-// CHECK: } else {
-// CHECK-NEXT: vector.broadcast %{{.*}} : f16 to vector<8xf16>
-// CHECK-NOT: llvm.load
-// CHECK: scf.if %{{.*}} {
-// CHECK-NEXT: llvm.getelementptr %arg2[%{{.*}}] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, f16
-// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xf16>, !llvm.ptr<1>
-// CHECK-NOT: llvm.store
+// CHECK: %[[BYTES:.*]] = arith.muli %{{.*}}, %c2_i32{{[_0-9]*}} : i32
+// CHECK: %[[OFF:.*]] = arith.select %[[TEST]], %[[BYTES]], %c-2147483648_i32{{[_0-9]*}} : i32
+// CHECK: rocdl.raw.ptr.buffer.load %[[X]], %[[OFF]], %{{.*}}, %{{.*}} : vector<4xi32>
+// CHECK-NOT: rocdl.raw.ptr.buffer.load
+// CHECK: %[[STEST:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i32
+// CHECK: %[[SOFF:.*]] = arith.select %[[STEST]], %{{.*}}, %c-2147483648_i32{{[_0-9]*}} : i32
+// CHECK: rocdl.raw.ptr.buffer.store %{{.*}}, %[[Y]], %[[SOFF]], %{{.*}}, %{{.*}} : vector<4xi32>
+// CHECK-NOT: rocdl.raw.ptr.buffer.store
+// CHECK-NOT: scf.if
 // CHECK: gpu.return
 module attributes {tile.arch = "gfx942", tile.lds_arena = 0 : i32, tile.lds_bytes = 0 : i32} {
   func.func @masked_copy(%arg0: !llvm.ptr<1>, %arg1: i32, %arg2: !llvm.ptr<1>, %arg3: i32, %arg4: i32, %arg5: i32) attributes {tile.kernel, tile.waves = 4 : i32} {

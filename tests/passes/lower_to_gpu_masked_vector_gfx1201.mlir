@@ -1,11 +1,15 @@
 // PASS: lower-to-gpu gfx1201
 // The same masked copy on wave32: 128 lanes hold two 8-element pieces each (rows r and r + 16),
-// so two 16-byte loads and two 16-byte stores, each under its own uniform test.
+// so two 16-byte loads and two 16-byte stores, each through a buffer descriptor (gfx11+'s word 3
+// with the raw out-of-range mode) at an offset selected by its own uniform test.
 // CHECK: gpu.func @masked_copy({{.*}}) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
-// CHECK-COUNT-2: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xf16>
-// CHECK-NOT: llvm.load
-// CHECK-COUNT-2: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xf16>, !llvm.ptr<1>
-// CHECK-NOT: llvm.store
+// CHECK: rocdl.make.buffer.rsrc %arg0, %c0_i16{{[_0-9]*}}, %c2147483648_i64{{[_0-9]*}}, %c822099968_i32
+// CHECK-NOT: scf.if
+// CHECK-COUNT-2: rocdl.raw.ptr.buffer.load %{{.*}} : vector<4xi32>
+// CHECK-NOT: rocdl.raw.ptr.buffer.load
+// CHECK-COUNT-2: rocdl.raw.ptr.buffer.store %{{.*}} : vector<4xi32>
+// CHECK-NOT: rocdl.raw.ptr.buffer.store
+// CHECK-NOT: scf.if
 // CHECK: gpu.return
 module attributes {tile.arch = "gfx1201", tile.lds_arena = 0 : i32, tile.lds_bytes = 0 : i32} {
   func.func @masked_copy(%arg0: !llvm.ptr<1>, %arg1: i32, %arg2: !llvm.ptr<1>, %arg3: i32, %arg4: i32, %arg5: i32) attributes {tile.kernel, tile.waves = 4 : i32} {

@@ -12,9 +12,10 @@
 // CHECK-COUNT-8: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr<3>
 // CHECK: gpu.barrier
 // CHECK-COUNT-32: llvm.load %{{.*}} : !llvm.ptr<3> -> f32
-// CHECK: scf.if %{{.*}} {
-// CHECK-COUNT-2: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<4xf32>, !llvm.ptr<1>
-// CHECK-NOT: llvm.store
+// CHECK-NOT: scf.if
+// CHECK-COUNT-2: rocdl.raw.ptr.buffer.store %{{.*}} : vector<4xi32>
+// CHECK-NOT: rocdl.raw.ptr.buffer.store
+// CHECK-NOT: llvm.store %{{.*}} !llvm.ptr<1>
 // CHECK: gpu.return
 module attributes {tile.arch = "gfx90a", tile.lds_arena = 0 : i32, tile.lds_bytes = 8192 : i32} {
   func.func @col_sum(%arg0: !llvm.ptr<1>, %arg1: i32, %arg2: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32} {

@@ -76,7 +76,7 @@ class _Emitter:
     # -- kernel -------------------------------------------------------------------------------
     def emit(self) -> None:
         self.unit_last_stride = self.options.unit_last_stride
-        self.check_dim_units()
+        self.check_options()
         layout = kernarg_layout(self.bound, self.unit_last_stride)
         types = []
         for f in layout:
@@ -87,6 +87,10 @@ class _Emitter:
             fn.attributes["tile.waves"] = i32_attr(self.bound.waves)
             if self.bound.occupancy:
                 fn.attributes["tile.occupancy"] = i32_attr(self.bound.occupancy)
+            # Arguments lower-to-gpu must not address with buffer instructions (2 GiB reach).
+            fn.attributes["tile.large_args"] = ir.DenseI32ArrayAttr.get(
+                [i for i, f in enumerate(layout) if f.kind == "pointer" and (
+                    f.name in self.options.large_tensors or not self.options.buffer_masks)])
             entry = fn.add_entry_block()
         args = dict(zip([f.name for f in layout], entry.arguments, strict=True))
         for a in self.kernel.args:
@@ -106,7 +110,12 @@ class _Emitter:
             self.block(self.kernel.body)
             func.ReturnOp([], loc=self.loc(self.kernel))
 
-    def check_dim_units(self) -> None:
+    def check_options(self) -> None:
+        tensors = [a.name for a in self.kernel.args if isinstance(a.type, A.TensorType)]
+        for name in self.options.large_tensors:
+            if name not in tensors:
+                raise TileError(f"large_tensors: '{name}' is not a tensor argument of kernel '{self.kernel.name}' "
+                                f"(its tensors: {', '.join(tensors) or 'none'})")
         for sym, unit in self.options.dim_units:
             if sym not in self.bound.shape_symbols:
                 raise TileError(f"dim_units: '{sym}' is not a shape symbol of kernel '{self.kernel.name}' "

@@ -292,8 +292,18 @@ class Regions:
         base = heap.base
         self._lo = np.array([0] + [r.addr for r in self.regions], dtype=np.uint64)
         self._hi = np.array([0] + [r.addr + r.size for r in self.regions], dtype=np.uint64)
+        self._starts: dict[int, int] = {}  # region start address -> tag of the largest region there
+        for t, r in sorted(enumerate(self.regions, 1), key=lambda tr: tr[1].size):
+            self._starts[r.addr] = t
         self._bounds = [(0, 0, 0)] + [((t << TAG_SHIFT) + r.addr - base, (t << TAG_SHIFT) + r.addr + r.size - base,
                                        t << TAG_SHIFT) for t, r in enumerate(self.regions, 1)]
+
+    def buffer_base(self, base: int) -> int:
+        """A buffer descriptor's 48-bit base with the tag of the pointer argument it was made from
+        (a descriptor has no room for the tag): the largest region starting exactly at `base`, so
+        that its accesses are checked against that tensor; untagged when no region starts there."""
+        tag = self._starts.get(base, 0)
+        return base + (tag << TAG_SHIFT)
 
     def match(self, lo: int, end: int) -> tuple[int, int, int] | None:
         """Bounds (lo, end, tag offset) of the region holding heap offsets [lo, end) of one tagged

@@ -474,7 +474,7 @@ def _buffer_address(inst, ctx, nbytes):
         if s[r + 1] & swizzle or s[r + 3] & (1 << 23) or s[r + 3] & scale:
             raise UnsupportedInstruction(f"{inst.raw_name}: a buffer descriptor with swizzling, ADD_TID_ENABLE or a "
                                          f"stride scale (0x{s[r + 1]:08x}, 0x{s[r + 3]:08x}): not modelled")
-        return (np.uint64(base) + o.astype(np.uint64)), ok, False
+        return (np.uint64(w.mem.buffer_base(base)) + o.astype(np.uint64)), ok, False
     # Descriptor fields that change the address and are not modelled (CDNA3/4 ISA table 48, RDNA3/4
     # V#): swizzle enable (bit 63; bits 63:62 on gfx11+), ADD_TID_ENABLE (bit 119), gfx12's stride
     # scale (bits 115:114). Checked when the instruction runs, since descriptors live in SGPRs.
