@@ -136,7 +136,7 @@ static td_status check_tensor(checker *c, int p) {
     size_t item = td_dtype_size(spec->dtype);
     if (spec->buffer && !empty && (uint64_t)(last + 1) * item > BUFFER_REACH)
         return FAIL("argument %s: spans %llu bytes; this kernel variant addresses it with buffer instructions, which "
-                    "reach %llu bytes (2 GiB): compile it with CompileOptions(large_tensors=('%s',))", name,
+                    "reach %llu bytes (2 GiB): compile it with CompileOptions(large_tensors=(%s,))", name,
                     (unsigned long long)((uint64_t)(last + 1) * item), (unsigned long long)BUFFER_REACH, name);
     memcpy(c->strides[ti], t->strides, sizeof t->strides);
     return TD_OK;

@@ -59,7 +59,7 @@ class _Lowering:
         self.axis = AxisAnalysis()
         self.large_args = set(ir.DenseI32ArrayAttr(fn.attributes["tile.large_args"])) \
             if "tile.large_args" in fn.attributes else set()
-        self.buffer_args: dict[int, ir.Value] = {}  # argument index -> its buffer descriptor
+        self.buffer_args: set[int] = set()  # kernel arguments addressed with buffer instructions
 
     # -- types -----------------------------------------------------------------------------------
     def regs(self, t: ir.Type) -> int:
@@ -174,8 +174,10 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
     operand that is a splat of a scalar uses that scalar, in an op per element: the broadcast
     vector would be hoisted out of a loop by LLVM as a vector and then live across it as one
     register per element (an SGPR each when uniform; philox's round keys, 20 x 64 SGPRs on
-    wave64). Other ops keep the vector form: the same change there moved the forward's masked
-    variants to more registers (compiler gap, issue 15: keep scalar operands scalar everywhere)."""
+    wave64; a key row times a stride, 7 SGPRs holding one stride in the forward at head dim 80
+    on gfx942). Other ops keep the vector form: the same change there moved the forward's
+    masked variants to more registers, and for `muli` the backward's dq_acc addresses (rows *
+    D_QK) spilled 16 VGPRs on gfx942 (compiler gap, issue 15: keep scalar operands scalar)."""
     attrs = {a: op.attributes[a] for a in op.attributes}
     if op.name == "arith.constant" and is_tile(op.result):
         value = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
@@ -484,12 +486,13 @@ def _buffer_resource(lw: _Lowering, ptr: ir.Value) -> ir.Value | None:
     index = ptr.arg_number
     if index in lw.large_args:
         return None
-    if index not in lw.buffer_args:
-        with ir.InsertionPoint(lw.anchor):
-            lw.buffer_args[index] = rocdl.make_buffer_rsrc(
-                ir.Type.parse("!llvm.ptr<8>"), lw.v(ptr), arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result,
-                arith.ConstantOp(ir.IntegerType.get_signless(64), _BUFFER_REACH).result, c32(lw.arch.buffer_word3))
-    return lw.buffer_args[index]
+    lw.buffer_args.add(index)
+    # Made at each access, not once at the entry: a descriptor takes 4 scalar registers (a pointer
+    # 2), and one made at the entry would hold them through the whole kernel; LLVM hoists the
+    # ones in a loop to its preheader.
+    return rocdl.make_buffer_rsrc(
+        ir.Type.parse("!llvm.ptr<8>"), lw.v(ptr), arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result,
+        arith.ConstantOp(ir.IntegerType.get_signless(64), _BUFFER_REACH).result, c32(lw.arch.buffer_word3))
 
 
 def _buffer_int_type(nbytes: int) -> ir.Type:
@@ -843,7 +846,7 @@ def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:
     for fn in kernel_funcs(module):
         lowering = _Lowering(fn, arch, source, lds_bytes, arena)
         lowering.build(body)
-        buffer_args |= set(lowering.buffer_args)
+        buffer_args |= lowering.buffer_args
     ctx.facts["buffer_args"] = sorted(buffer_args)
     for op in ops_in(body):
         if op.name == "gpu.func":

@@ -591,6 +591,12 @@ def test_kernel_launch_checks_its_arguments(rt, hip, hip_backend, bwd_gfx942, bw
             rt.launch(k, {**env, "batch": 1.0})
         with pytest.raises(TdError, match=r"argument 'd': dim 2 is SQ = 71, but SQ = 70 from o.shape\[1\]"):
             rt.launch(k, {**env, "d": Dev(env["d"].ptr, (1, 4, 71), np.dtype(np.float32), (284, 71, 1))})
+        # Rows 2^24 elements apart: 2^31 elements not reached, 2 GiB of bytes passed (buffer accesses).
+        assert {t["name"]: t["buffer"] for t in plan.stages[0].kernel.manifest["tensors"]}["o"]
+        with pytest.raises(TdError, match=r"argument 'o': spans 2315256320 bytes; this kernel variant addresses it "
+                                          r"with buffer instructions, which reach 2147483648 bytes \(2 GiB\): "
+                                          r"compile it with CompileOptions\(large_tensors=\('o',\)\)$"):
+            rt.launch(k, {**env, "o": Dev(o.ptr, (1, 70, 4, 64), np.dtype(np.float16), (0, 2**24, 64, 1))})
     finally:
         rt.lib.td_package_close(pkg)
 
