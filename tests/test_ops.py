@@ -186,7 +186,7 @@ def test_calls_past_the_buffer_reach_compile_without_buffer_accesses() -> None:
     huge = np.lib.stride_tricks.as_strided(base, shape=(1, 2, 1, 64), strides=(0, 2**31, 128, 2))  # 2^31 + 128 bytes
     assert spans_large(huge) and not spans_large(base, np.zeros((64, 1024, 8, 128), np.float16)[:, :, :, :80])
     assert not spans_large(np.lib.stride_tricks.as_strided(base, shape=(1, 2, 1, 64), strides=(0, 2**31 - 128, 128, 2)))
-    shape = SplitShape(arch="gfx942", dtype="f16", hdim_q=80, hdim_v=80, mask=fmha_mask_params(True), varlen=False,
+    shape = SplitShape(arch="gfx90a", dtype="f16", hdim_q=80, hdim_v=80, mask=fmha_mask_params(True), varlen=False,
                        lse=False, sink=False, softcap=False, contiguous=True, aligned=("k", "o", "q", "v"),
                        num_splits=1, b=1, hq=2, sq=64)
 
