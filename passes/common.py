@@ -78,13 +78,20 @@ def constant_int(v: ir.Value) -> int | None:
     return None
 
 
+def reshaped_source(v: ir.Value, names: tuple[str, ...] = ("tile.broadcast", "tile.expand_dims")) -> ir.Value:
+    """The value v was made from by the shape ops `names` (itself when none)."""
+    op = defining_op(v)
+    while op is not None and op.name in names:
+        v = op.operands[0]
+        op = defining_op(v)
+    return v
+
+
 def uniform_constant_int(v: ir.Value) -> int | None:
     """constant_int of v, or of the scalar a `tile.splat` v was made from (through broadcasts and
     expand_dims of it: where(PAD_D, mask, true)[None, :] is still true)."""
+    v = reshaped_source(v)
     op = defining_op(v)
-    while op is not None and op.name in ("tile.broadcast", "tile.expand_dims"):
-        v = op.operands[0]
-        op = defining_op(v)
     return constant_int(op.operands[0] if op is not None and op.name == "tile.splat" else v)
 
 

@@ -26,6 +26,7 @@ from tiledsl.passes.common import (
     kernel_funcs,
     op_error,
     ops_in,
+    reshaped_source,
     tile_dtype,
     tile_shape,
     uniform_constant_int,
@@ -174,10 +175,11 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
     operand that is a splat of a scalar uses that scalar, in an op per element: the broadcast
     vector would be hoisted out of a loop by LLVM as a vector and then live across it as one
     register per element (an SGPR each when uniform; philox's round keys, 20 x 64 SGPRs on
-    wave64; a key row times a stride, 7 SGPRs holding one stride in the forward at head dim 80
-    on gfx942). Other ops keep the vector form: the same change there moved the forward's
-    masked variants to more registers, and for `muli` the backward's dq_acc addresses (rows *
-    D_QK) spilled 16 VGPRs on gfx942 (compiler gap, issue 15: keep scalar operands scalar)."""
+    wave64). Other ops keep the vector form: the same change there moved the forward's masked
+    variants to more registers, and for `muli` the backward's dq_acc addresses (rows * D_QK)
+    spilled 16 VGPRs on gfx942 -- though without it the forward at head dim 80 holds one
+    stride in 7 SGPRs for `cols * stride` on gfx942 (compiler gap, issue 15: keep scalar
+    operands scalar)."""
     attrs = {a: op.attributes[a] for a in op.attributes}
     if op.name == "arith.constant" and is_tile(op.result):
         value = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
@@ -472,9 +474,7 @@ def _whole_bytes(elt: ir.Type, eb: int) -> bool:
 def _per_lane(lw: _Lowering, mask: ir.Value) -> bool:
     """The mask (tile IR) may differ between lanes: not a scalar, nor a splat of one (through
     broadcasts, expand_dims and layout conversions)."""
-    op = defining_op(mask)
-    while op is not None and op.name in ("tile.broadcast", "tile.expand_dims", "tile.convert_layout"):
-        op = defining_op(op.operands[0])
+    op = defining_op(reshaped_source(mask, ("tile.broadcast", "tile.expand_dims", "tile.convert_layout")))
     return is_tile(mask) and not (op is not None and op.name == "tile.splat")
 
 
