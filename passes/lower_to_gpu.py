@@ -424,17 +424,19 @@ def _rule_write(kind: str):
         runs = _vector_runs(lw, op, op.operands[2], None if masks is None else mask) if kind == "store" \
             else [(i, 1) for i in range(len(vals))]
         eb = DTYPE_BYTES[tile_dtype(op.operands[2].type)]
-        # A store under a lane-dependent mask goes through a buffer descriptor (atomics keep their
-        # branch, and so does a uniform mask).
+        # A store under a lane-dependent mask goes through a buffer descriptor (a uniform mask keeps
+        # its branch). So does every f32 atomic add: a 32-bit offset per element instead of a 64-bit
+        # address (two registers and a carry chain each, for one instruction per element), and a
+        # masked-off element dropped without a branch.
         per_lane = owner is not None or (masks is not None and _per_lane(lw, mask))
-        rsrc = _buffer_resource(lw, op.operands[0]) if kind == "store" and per_lane and _whole_bytes(elt, eb) \
-            else None
+        wanted = kind == "atomic" or (per_lane and _whole_bytes(elt, eb))
+        rsrc = _buffer_resource(lw, op.operands[0]) if wanted else None
         for group in _access_groups(lw, op, op.operands[2], runs, None if masks is None else mask):
             cond = masks(group[0][0]) if masks is not None else None
             if owner is not None:
                 cond = owner if cond is None else arith.AndIOp(cond, owner).result
             if rsrc is not None:
-                _buffer_stores(lw, rsrc, op.operands[2], group, vals, offs, eb, cond)
+                _buffer_writes(kind, lw, rsrc, op.operands[2], group, vals, offs, eb, cond)
                 continue
             # One test per group (masked stores are branches: exec-masked, no value to keep).
             with ir.InsertionPoint.current if cond is None else ir.InsertionPoint(scf.IfOp(cond).then_block):
@@ -521,9 +523,12 @@ def _buffer_loads(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tup
     return out
 
 
-def _buffer_stores(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tuple[int, int]],
+def _buffer_writes(kind: str, lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tuple[int, int]],
                    vals: list[ir.Value], offs: list[ir.Value], eb: int, cond: ir.Value | None) -> None:
     for (first, width), off in zip(group, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
+        if kind == "atomic":  # f32, one element (buffer_atomic_add_f32 on every target)
+            rocdl.raw_ptr_buffer_atomic_fadd(vals[first], rsrc, off, c32(0), c32(0))
+            continue
         val = vals[first] if width == 1 else lw.pack(vals[first:first + width], vals[0].type)
         rocdl.raw_ptr_buffer_store(llvm.bitcast(_buffer_int_type(width * eb), val), rsrc, off, c32(0), c32(0))
 

@@ -8,7 +8,10 @@ coalesced global tile into an MFMA/WMMA operand layout) becomes
 All stagings share one arena (the barriers make reuse safe), so the kernel's LDS is the largest
 single staging, or the cross-wave reduction scratch. A conversion marked `tile.resident` (a
 loop-invariant tile hoisted by hoist-conversions) gets its own region below the arena instead:
-it is stored once, before the loop, and read where it is used. Rows are padded to spread
+it is stored once, before the loop, and read where it is used. Resident regions are placed by
+lifetime (from the store to the last read, a read in a loop reaching that loop's end): two that
+are never live together share bytes (a kernel with two walks one after another), since each store
+is behind a barrier that every read of the region before it precedes. Rows are padded to spread
 consecutive rows over the LDS banks. A tile that does not fit the arch's LDS is a user error at
 the DSL location of the operation.
 """
@@ -44,10 +47,7 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
     resident = 0  # bytes of the resident regions, which come first; the arena follows them
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
-        for block in list(walk_blocks(fn)):
-            for op in ops_in(block):
-                if op.name == "tile.convert_layout" and "tile.resident" in op.attributes:
-                    resident += _stage_resident(op, resident, threads, options, arch, source)
+        resident = max(resident, _place_residents(fn, threads, options, arch, source))
     module.operation.attributes["tile.lds_arena"] = i32_attr(resident)
     need = resident
     for fn in kernel_funcs(module):
@@ -90,8 +90,69 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     return attrs, size
 
 
+def _program_order(fn: ir.Operation) -> tuple[dict[ir.Operation, int], dict[ir.Operation, int]]:
+    """Each op's position in a pre-order walk, and the last position inside it (its regions)."""
+    first: dict[ir.Operation, int] = {}
+    last: dict[ir.Operation, int] = {}
+    stack: list[tuple[ir.Operation, bool]] = [(fn, False)]
+    while stack:
+        op, done = stack.pop()
+        if done:
+            last[op] = len(first) - 1
+            continue
+        first[op] = len(first)
+        stack.append((op, True))
+        inner = [o for region in op.regions for block in region.blocks for o in ops_in(block)]
+        stack.extend((o, False) for o in reversed(inner))
+    return first, last
+
+
+def _ancestors(op: ir.Operation) -> list[ir.Operation]:
+    chain = []
+    while op.name != "func.func":
+        op = op.parent
+        chain.append(op)
+    return chain
+
+
+def _live_end(op: ir.Operation, first: dict[ir.Operation, int], last: dict[ir.Operation, int]) -> int:
+    """Where a resident tile's last read may happen: a read inside a loop the store is outside of
+    happens again until that loop ends."""
+    outside = set(_ancestors(op))
+    end = first[op]
+    for use in op.result.uses:
+        user = use.owner.operation
+        loops = [a for a in _ancestors(user) if a not in outside and a.name == "scf.for"]
+        end = max(end, last[loops[-1]] if loops else first[user])
+    return end
+
+
+def _place_residents(fn: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch,
+                     source: str | None) -> int:
+    """Stage fn's resident conversions, placing each region first-fit among the regions still
+    live at its store; returns the bytes they reach."""
+    first, last = _program_order(fn)
+    residents = sorted((op for op in first if op.name == "tile.convert_layout" and "tile.resident" in op.attributes),
+                       key=first.__getitem__)
+    live: list[tuple[int, int, int]] = []  # (last position, offset, bytes)
+    top = 0
+    for op in residents:
+        start, end = first[op], _live_end(op, first, last)
+        size = -(-_staging(op, 0, threads, options, arch, source)[1] // 16) * 16  # 16-byte aligned regions
+        live = sorted((r for r in live if r[0] >= start), key=lambda r: r[1])
+        at = 0
+        for _, offset, taken in live:
+            if at + size <= offset:
+                break
+            at = max(at, offset + taken)
+        _stage_resident(op, at, threads, options, arch, source)
+        live.append((end, at, size))
+        top = max(top, at + size)
+    return top
+
+
 def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
-                    source: str | None) -> int:
+                    source: str | None) -> None:
     """Store the tile once where the conversion stands; each user reads it back."""
     attrs, size = _staging(op, at, threads, options, arch, source)
     with ir.InsertionPoint(op), op.location:
@@ -103,7 +164,6 @@ def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: Comp
         with ir.InsertionPoint(user), op.location:
             user.operands[use.operand_number] = tile_op("local_load", [], [op.result.type], attrs).result
     op.erase()
-    return -(-size // 16) * 16  # the next region starts 16-byte aligned
 
 
 def _stage_convert(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,

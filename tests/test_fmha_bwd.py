@@ -219,8 +219,8 @@ def test_config_table_covers_every_arch_and_head_dim():
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 @pytest.mark.parametrize("features", ["plain", "masked"])
 def test_bwd_hdim128_compiles_without_spills(arch, features):
-    """Every stage at hdim 128, plain and with the most register-hungry features on; rows of the
-    tile table that admit spills (gfx1100 at 128) are the only exception."""
+    """Every stage at hdim 128, plain and with the most register-hungry features on (RDNA's rows
+    take dQ from its own walk)."""
     masked = features == "masked"
     plan = plan_from_sizes(arch, dtype="bf16" if masked else "f16", hdim_q=128, hdim_v=128, hq=4, hk=1,
                            seqlens_q=(100, 60), seqlens_k=(90, 70), varlen=masked,
@@ -281,6 +281,50 @@ def test_paired_key_blocks_cover_every_block_once(arch, monkeypatch):
             assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
     finally:
         bwd_module.build_plan.cache_clear()
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_dq_walk_covers_every_query_block_once(arch, monkeypatch):
+    """dQ from its own walk (the kernel's DQ_LOOP, RDNA's hdim 128 rows), forced at hdim 64 on every
+    arch: group mode with an empty sequence, more query blocks than key blocks and the reverse,
+    GQA, causal, paired workgroups. One dq_acc slice of plain stores: bitwise stable across
+    schedules with deterministic=False too (the same kernel serves both), no zeroing."""
+    cfg = bwd_config(arch, 64, 64)
+    monkeypatch.setitem(BWD_CONFIGS[arch], 64, bwd_module._b(cfg.block_m, cfg.block_n, cfg.waves, dq_block=(32, 32)))
+    monkeypatch.setattr(bwd_module, "pair_key_blocks", lambda *args: True)
+    monkeypatch.setattr(bwd_module, "paired_fits", lambda *args: True)
+    bwd_module.build_plan.cache_clear()
+    try:
+        lens_q, lens_k = [70, 0, 37, 9], [40, 17, 50, cfg.block_n + 1]
+        cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+        cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+        q, k, v, do = inputs(hq=2, hk=1, d=64, total=(int(cu_q[-1]), int(cu_k[-1])), seed=12)
+        mask = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        out, lse = fmha_fwd(q, k, v, return_lse=True, device=EmulatorDevice(arch), **mask)
+        plans = [fmha_bwd_plan(do, q, k, v, out, lse, deterministic=d, device=EmulatorDevice(arch), **mask)
+                 for d in (False, True)]
+        assert plans[0].stages[1].kernel.hsaco == plans[1].stages[1].kernel.hsaco
+        assert plans[0].info["dq_walk"] == "32x32" and plans[0].info["nsplits"] == 1
+        assert plans[0].info["key_blocks_per_workgroup"] == 2
+        assert not plans[0].workspace.region("dq_acc").zero
+        runs = [fmha_bwd(do, q, k, v, out, lse, **mask, device=EmulatorDevice(arch, schedule="shuffle", seed=s))
+                for s in (1, 2)]
+        assert_grads_close(runs[0], fmha_bwd_reference(do, q, k, v, **mask), np.float16)
+        for a, b in zip(*runs, strict=True):
+            assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    finally:
+        bwd_module.build_plan.cache_clear()
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_rdna_hdim128_dq_walk_with_window_softcap_alibi_dropout(arch):
+    """RDNA's hdim 128 backward (dQ from its own walk): every term its walk recomputes P and dS
+    with -- sliding window, soft-cap, ALiBi, dropout -- against the reference, padded head dims."""
+    assert bwd_config(arch, 128, 128).dq_loop and bwd_config(arch, 128, 128, dropout=True, bias=True).dq_loop
+    q, k, v, do = inputs(b=2, sq=45, sk=70, hq=2, hk=1, d=112, seed=13)
+    slopes = np.array([[0.3, 0.1], [0.05, 0.2]], np.float32)
+    got, ref = run(arch, do, q, k, v, window=(20, 9), softcap=4.0, alibi_slopes=slopes, dropout_p=0.25, seed=5)
+    assert_grads_close(got, ref, np.float16)
 
 
 def test_rdna_hdim64_tiles_keep_the_8_wave_tile_where_the_small_one_spills():

@@ -415,3 +415,16 @@ def test_occupancy_takes_compile_time_ints_only():
            "    store(x[arange(0, 64)], zeros([64], f32));\n}\n")
     err = error_of(src)
     assert "occupancy(...)" in str(err) and str(err.loc).startswith("t.tile:1:")
+
+
+def test_grid_picks_where_on_a_bool_constexpr():
+    """grid(...) may choose with where() on a bool constexpr (a kernel with an optional second
+    walk: tiledsl/kernels/fmha_bwd_dq_dk_dv.tile); it folds before the host sees the grid."""
+    from tiledsl.grid import render_grid
+
+    src = ("kernel k[TWO: bool = false](x: tensor[f32](N), m: i32) grid(maximum(cdiv(N, 64), where(TWO, m, 0))) {\n"
+           "    store(x[arange(0, 64)], zeros([64], f32));\n}\n")
+    assert render_grid(bind_src(src).kernel.grid)[0] == "maximum(cdiv(N, 64), 0)"
+    assert render_grid(bind_src(src, {"TWO": True}).kernel.grid)[0] == "maximum(cdiv(N, 64), m)"
+    err = error_of(src.replace("where(TWO, m, 0)", "where(m > 1, m, 0)"))
+    assert "grid(...) cannot call where()" in str(err) and "where() on a bool constexpr" in err.render()

@@ -39,10 +39,17 @@ class BwdConfig:
     block_n: int  # keys per dq_dk_dv workgroup (the deterministic split size)
     waves: int
     spills: bool = False  # the best tile found still spills registers (see the table's note)
+    # dQ from its own walk (the kernel's DQ_LOOP): query blocks of dq_block[0] rows walking keys
+    # dq_block[1] at a time; (0, 0): dQ^T computed in the key walk (K^T held, atomics or splits).
+    dq_block: tuple[int, int] = (0, 0)
+
+    @property
+    def dq_loop(self) -> bool:
+        return self.dq_block != (0, 0)
 
 
-def _b(block_m: int, block_n: int, waves: int, spills: bool = False) -> BwdConfig:
-    return BwdConfig(block_m, block_n, waves, spills)
+def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: tuple[int, int] = (0, 0)) -> BwdConfig:
+    return BwdConfig(block_m, block_n, waves, spills, dq_block)
 
 
 # dq_dk_dv tiles per arch and padded head dim, chosen with the emulator (executed wave-instructions
@@ -54,17 +61,18 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False) -> BwdConfi
 # per step with 4 waves: two (gfx1100) or three (gfx1201) workgroups share a CU where one 8-wave
 # 32x64 workgroup did, and waited 41 % of its cycles at barriers with no other workgroup to run;
 # modeled at B2 H16 S2048, TFLOP/s full / causal: gfx1201 75.0 -> 87.6 / 44.2 -> 70.1, gfx1100
-# 40.2 -> 48.3 / 35.2 -> 40.5 (gfx1100 keeps 32x64 with a bias or dropout, below). gfx1100 spills
-# at hdim 128 with every tile (its WMMA operands are held in both lane halves), gfx1201 at hdim 128
-# only in its fullest variant (bf16, causal and soft-cap: one register), and RDNA at hdim 256:
-# those rows compile with spills allowed.
+# 40.2 -> 48.3 / 35.2 -> 40.5 (gfx1100 keeps 32x64 with a bias or dropout, below). RDNA at hdim
+# 128 takes dQ from its own walk (64 query rows, 32 keys per step; docs/backward.md): with K^T and
+# dQ^T in the key walk gfx1100 spilled 104 VGPRs with every tile (its WMMA operands are held in
+# both lane halves), gfx1201 11 in deterministic mode. RDNA at hdim 256 spills: those rows compile
+# with spills allowed.
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
-    "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, spills=True),
+    "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
                 256: _b(32, 16, 2, spills=True)},
-    "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, spills=True),
+    "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
                 256: _b(32, 16, 2, spills=True)},
 }
 
@@ -143,17 +151,18 @@ class BwdShape:
     large: bool = False
 
 
-def nsplits_of(shape: BwdShape, block_n: int) -> tuple[int, ...]:
-    """dq_acc slices per sequence: one per key block when deterministic, else one (atomics)."""
-    if not shape.deterministic:
+def nsplits_of(shape: BwdShape, cfg: BwdConfig) -> tuple[int, ...]:
+    """dq_acc slices per sequence: one per key block when deterministic, else one (atomics); one
+    when dQ has its own walk (each row has one owner)."""
+    if not shape.deterministic or cfg.dq_loop:
         return (1,)
-    per_seq = tuple(-(-sk // block_n) for sk in shape.seqlens_k)
+    per_seq = tuple(-(-sk // cfg.block_n) for sk in shape.seqlens_k)
     return per_seq if shape.varlen else (max(per_seq, default=0),)
 
 
-def bwd_workspace(shape: BwdShape, block_n: int) -> WorkspaceLayout:
+def bwd_workspace(shape: BwdShape, cfg: BwdConfig) -> WorkspaceLayout:
     """The unified workspace of CK's PR #6152, plus D: host segment, dq_acc, D."""
-    nsplits = nsplits_of(shape, block_n)
+    nsplits = nsplits_of(shape, cfg)
     regions = [Region("nsplits", 0, align_words(len(nsplits)), "i32", (len(nsplits),))]
     host = struct.pack(f"<{len(nsplits)}i", *nsplits)
     at = regions[-1].words
@@ -171,8 +180,9 @@ def bwd_workspace(shape: BwdShape, block_n: int) -> WorkspaceLayout:
     else:
         acc_words = shape.b * shape.hq * nsplits[0] * shape.sq * shape.hdim_q
     # Atomics add into dq_acc; a deterministic walk skips the query blocks a mask hides: both
-    # need zeros. A deterministic unmasked walk stores every element of every slice.
-    zero = not shape.deterministic or shape.mask.kind != "none"
+    # need zeros. A deterministic unmasked walk stores every element of every slice, and so does
+    # dQ's own walk (every row of every sequence, zeros where no key is seen).
+    zero = not cfg.dq_loop and (not shape.deterministic or shape.mask.kind != "none")
     regions.append(Region("dq_acc", at, align_words(acc_words), "f32", (acc_words,), zero=zero))
     at += regions[-1].words
     regions.append(Region("d", at, align_words(shape.b * shape.hq * shape.sq), "f32", (shape.b, shape.hq, shape.sq)))
@@ -229,9 +239,9 @@ def build_plan(shape: BwdShape) -> Plan:
                      shape.bias != "none")
     hd_q, hd_v = padded_hdim(shape.hdim_q), padded_hdim(shape.hdim_v)
     pad = _flag(hd_q != shape.hdim_q or hd_v != shape.hdim_v)
-    per_seq = _flag(shape.deterministic and shape.varlen)
+    per_seq = _flag(shape.deterministic and shape.varlen and not cfg.dq_loop)  # nsplits per sequence
     common = {"DT": shape.dtype, "VARLEN": _flag(shape.varlen), "WAVES": "4"}  # the elementwise stages
-    workspace = bwd_workspace(shape, cfg.block_n)
+    workspace = bwd_workspace(shape, cfg)
     if workspace.size > BUFFER_REACH:
         shape = dataclasses.replace(shape, large=True)
     acc_base = workspace.region("dq_acc").offset
@@ -249,6 +259,9 @@ def build_plan(shape: BwdShape) -> Plan:
         "PER_SEQ_SPLITS": per_seq, "SOFTCAP": _flag(shape.softcap), "BIAS": BIAS_KINDS[shape.bias],
         "BIAS_DT": shape.bias_dtype if shape.bias == "tensor" else "f32", "HAS_DBIAS": _flag(shape.dbias != "none"),
         "DROPOUT": _flag(shape.dropout), "PAD_D": pad}
+    if cfg.dq_loop:  # dQ's own walk is deterministic either way: one variant serves both modes
+        dq_dk_dv_defines.update(DQ_LOOP="true", BLOCK_M_DQ=str(cfg.dq_block[0]), BLOCK_N_DQ=str(cfg.dq_block[1]),
+                                DETERMINISTIC="false")
     spills_ok = cfg.spills or shape.bias != "none" or shape.dropout
     dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch, dq_dk_dv_defines, shape, ("D_QK", "D_V"), spills_ok)
     paired_blocks = False
@@ -268,7 +281,8 @@ def build_plan(shape: BwdShape) -> Plan:
             ("d", Ref("d")), ("dk", Ref("dk")), ("dv", Ref("dv")), ("ws_i", Ref("ws_i")), ("ws_f", Ref("ws_f")),
             ("cu_seqlens_q", Ref("cu_seqlens_q")), ("cu_seqlens_k", Ref("cu_seqlens_k")), ("scale", Ref("scale")),
             ("softcap", Ref("softcap")), ("window_left", shape.mask.left), ("window_right", shape.mask.right),
-            ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch), ("max_seqlen_k", max_k),
+            ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch), ("max_seqlen_q", max_q),
+            ("max_seqlen_k", max_k),
             *_bias_args(shape), *dropout_scalars(shape.dropout))),
         Stage("convert_dq", convert_dq, (
             ("dq", Ref("dq")), ("ws_i", Ref("ws_i")), ("ws_f", Ref("ws_f")), ("cu_seqlens_q", Ref("cu_seqlens_q")),
@@ -284,10 +298,12 @@ def build_plan(shape: BwdShape) -> Plan:
         flags = {"DT": shape.bias_dtype, "SUM_B": _flag(0 in shape.dbias_sum), "SUM_H": _flag(1 in shape.dbias_sum)}
         dbias = _compile("fmha_bwd_dbias", shape.arch, flags, shape)
         stages.append(Stage("dbias", dbias, (("acc", Ref("dbias_acc")), ("dbias", Ref("dbias")))))
-    nsplits = nsplits_of(shape, cfg.block_n)
+    nsplits = nsplits_of(shape, cfg)
     info = {"arch": shape.arch, "deterministic": shape.deterministic,
             "nsplits": nsplits[0] if len(nsplits) == 1 else list(nsplits),
             "tiles": f"{cfg.block_m}x{cfg.block_n}x{cfg.waves}"}
+    if cfg.dq_loop:
+        info["dq_walk"] = f"{cfg.dq_block[0]}x{cfg.dq_block[1]}"
     if paired_blocks:
         info["key_blocks_per_workgroup"] = 2
     if shape.bias != "none":

@@ -58,6 +58,14 @@ class _Symbol(NamedTuple):
         return f"{self.tensor}.shape[{self.axis}]"
 
 
+def span_bytes(shape: tuple[int, ...], elem_strides: tuple[int, ...] | list[int], itemsize: int) -> int:
+    """The bytes a strided view reaches from its first element to the end of its last (0 when empty):
+    what its element offsets (i32) and a buffer descriptor's byte offsets (BUFFER_REACH) must cover."""
+    if any(n == 0 for n in shape):
+        return 0
+    return (sum((n - 1) * s for n, s in zip(shape, elem_strides, strict=True)) + 1) * itemsize
+
+
 def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str | None = None) -> _Tensor:
     name, dtype, dims = spec["name"], spec["dtype"], spec["dims"]
     if not isinstance(value, np.ndarray | DeviceArray):
@@ -99,10 +107,9 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str
         if value.shape[axis] > 1 and strides[axis] % unit:
             raise ValueError(f"argument '{name}': stride {strides[axis]} on dim {axis} is not a multiple of {unit} "
                              f"elements, which this kernel variant assumes (compile it with stride_unit=1)")
-    last = sum((n - 1) * s for n, s in zip(value.shape, strides, strict=True)) if value.size else 0
-    if last > I32_MAX:
-        raise ValueError(f"argument '{name}': spans {last + 1} elements; offsets must fit in i32")
-    span = (last + 1) * itemsize if value.size else 0
+    span = span_bytes(value.shape, strides, itemsize)
+    if span // itemsize > I32_MAX + 1:
+        raise ValueError(f"argument '{name}': spans {span // itemsize} elements; offsets must fit in i32")
     if spec.get("buffer") and span > BUFFER_REACH:
         raise ValueError(f"argument '{name}': spans {span} bytes; this kernel variant addresses it with buffer "
                          f"instructions, which reach {BUFFER_REACH} bytes (2 GiB): compile it with "

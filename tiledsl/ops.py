@@ -77,11 +77,10 @@ def aligned_names(contiguous: bool, **tensors: Any) -> tuple[str, ...]:
 def spans_large(*tensors: Any) -> bool:
     """Does any of `tensors` span more bytes than a buffer descriptor reaches (2 GiB)? Such a call
     compiles its stages with 64-bit global addresses (CompileOptions.buffer_masks=False)."""
-    from tiledsl.launcher import BUFFER_REACH
+    from tiledsl.launcher import BUFFER_REACH, span_bytes
 
-    return any(x is not None and x.size and
-               (sum((n - 1) * s for n, s in zip(x.shape, _elem_strides(x), strict=True)) + 1) * x.dtype.itemsize
-               > BUFFER_REACH for x in tensors)
+    return any(x is not None and span_bytes(x.shape, _elem_strides(x), x.dtype.itemsize) > BUFFER_REACH
+               for x in tensors)
 
 
 def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:

@@ -348,7 +348,20 @@ def substitute_constexprs(kernel: Kernel, values: dict[str, ConstexprValue]) -> 
             e.items = [sub(i) for i in e.items]
         return e
 
-    kernel.grid = [sub(g) for g in kernel.grid]
+    def pick(e: Expr) -> Expr:
+        """grid(...) only: `where(C, a, b)` with a compile-time C is a or b (a host expression has
+        no tiles to broadcast, so the choice is the whole value)."""
+        if isinstance(e, Call) and e.func == "where" and len(e.args) == 3 and not e.kwargs \
+                and isinstance(e.args[0], Const) and isinstance(e.args[0].value, bool):
+            return pick(e.args[1] if e.args[0].value else e.args[2])
+        if isinstance(e, BinOp):
+            e.lhs, e.rhs = pick(e.lhs), pick(e.rhs)
+            return _fold(src, e)
+        if isinstance(e, Call):
+            e.args = [pick(a) for a in e.args]
+        return e
+
+    kernel.grid = [pick(sub(g)) for g in kernel.grid]
     kernel.waves = sub(kernel.waves) if kernel.waves is not None else None
     kernel.occupancy = sub(kernel.occupancy) if kernel.occupancy is not None else None
     kernel.requires = [sub(r) for r in kernel.requires]
@@ -462,8 +475,9 @@ class _ScopeChecker:
                 _fail(self.src, f"unknown function '{e.func}'", e.loc,
                       hint=_did_you_mean(e.func, BUILTINS) or f"builtins: {', '.join(BUILTINS)}")
             if host and e.func not in _GRID_BUILTINS:
+                picks = " (and, in grid(...), where() on a bool constexpr)" if host == "grid(...)" else ""
                 _fail(self.src, f"{host} cannot call {e.func}()", e.loc,
-                      hint=f"only {', '.join(_GRID_BUILTINS)} and arithmetic are allowed in {host}")
+                      hint=f"only {', '.join(_GRID_BUILTINS)} and arithmetic are allowed in {host}{picks}")
             for a in e.args:
                 self.expr(a, host)
             for kw in e.kwargs:
