@@ -116,8 +116,9 @@ def global_atomics(bk: BoundKernel) -> bool:
 
 def _classify(inst) -> tuple[str, tuple[str, ...]]:
     """How lockstep runs one instruction: "nop" (once for all), "valu" / "cmp" / "cndmask" (batched,
-    with its scalar source fields), "ds" / "matrix" / "global" / "scratch" (batched by lockstep_ops
-    when the form is covered), "atomic" (global atomics, lockstep_atomics) or "wave" (per wave)."""
+    with its scalar source fields), "ds" / "matrix" / "global" / "buffer" / "scratch" (batched by
+    lockstep_ops when the form is covered), "atomic" (global and buffer atomics, lockstep_atomics) or
+    "wave" (per wave)."""
     from tiledsl.backends.rocm.emulator.salu import _NOPS
     from tiledsl.backends.rocm.emulator.valu import VOP3B
     from tiledsl.backends.rocm.emulator.valu_ops import CARRY, OPS
@@ -132,6 +133,10 @@ def _classify(inst) -> tuple[str, tuple[str, ...]]:
     if inst.fam.lower() == "global" and n.startswith(("global_load", "global_store")):
         return "global", ()
     if inst.fam.lower() == "global" and n.startswith("global_atomic"):
+        return "atomic", ()
+    if inst.fam == "MUBUF" and n.startswith(("buffer_load", "buffer_store")):
+        return "buffer", ()
+    if inst.fam == "MUBUF" and n.startswith("buffer_atomic"):
         return "atomic", ()
     if inst.fam == "SCRATCH" and n.startswith(("scratch_load", "scratch_store")):
         return "scratch", ()
@@ -255,6 +260,8 @@ def bind_batch(bk: BoundKernel, N: int) -> tuple[list, list, list, list, list]:
             h = lockstep_ops.batched(inst, ctx, bk.handlers[i])
         elif cls == "global":
             h = lockstep_ops.global_access(inst, ctx, bk.ctx)
+        elif cls == "buffer":
+            h = lockstep_ops.buffer_access(inst, ctx, bk.ctx)
         elif cls == "atomic":
             h = lockstep_atomics.global_atomic(inst, ctx, bk.ctx)
         elif cls == "scratch":

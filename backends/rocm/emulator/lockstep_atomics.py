@@ -1,5 +1,6 @@
-"""Batched global atomics for lockstep.py: one execution for all member waves of a group, in the
-order the per-wave handlers would apply them one wave after another.
+"""Batched global and buffer atomics for lockstep.py: one execution for all member waves of a
+group, in the order the per-wave handlers would apply them one wave after another (a buffer
+atomic's lanes out of its descriptor's range do nothing, as on the hardware).
 
 The order is the chunk's lane order -- member waves ascending, each wave's lanes ascending --
 which is the order `vmem._build_atomic` serialises the lanes of one wave in, with the waves run
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiledsl.backends.rocm.emulator.lockstep_ops import PER_WAVE, tagged_addresses
+from tiledsl.backends.rocm.emulator.lockstep_ops import PER_WAVE, buffer_addresses, tagged_addresses
 from tiledsl.backends.rocm.emulator.memory import window
+from tiledsl.backends.rocm.emulator.operands import scalar_reader
 
 _TINY = np.float32(np.finfo(np.float32).tiny)
 
@@ -81,7 +83,8 @@ def _rounds(off: np.ndarray) -> list[np.ndarray] | None:
 
 
 def global_atomic(inst, ctx, wctx):
-    """global_atomic_* for all member waves (see the module's docstring), or None when the form
+    """global_atomic_* and buffer_atomic_* (offen, raw descriptors) for all member waves (see the
+    module's docstring), or None when the form
     runs per wave."""
     from tiledsl.backends.rocm.arch import get_arch
     from tiledsl.backends.rocm.emulator.vmem import _atomic_info
@@ -89,7 +92,12 @@ def global_atomic(inst, ctx, wctx):
     name = inst.name
     info = _atomic_info(name)
     f = inst.f
-    if info is None or info[0] != "global" or "pk_add" in name or "fmin" in name or "fmax" in name or f.get("acc"):
+    if info is None or "pk_add" in name or "fmin" in name or "fmax" in name or f.get("acc"):
+        return None
+    if info[0] == "buffer":
+        if f.get("idxen") or not f.get("offen") or f.get("tfe") or f.get("lds"):
+            return None
+    elif info[0] != "global":
         return None
     _, op, wide = info
     # The operation as vmem._build_atomic names it.
@@ -102,11 +110,15 @@ def global_atomic(inst, ctx, wctx):
     if apply is None:
         return None
     nxt, ret = ctx.nxt, bool(f.get("glc"))
-    d, s, va, k0 = f["vdst"], f["data"], f["addr"], f["offset"]
-    saddr = f["saddr"]
-    use_saddr = saddr != f["null"] and not (wctx.gen == "gfx9" and saddr == 0x7F)
-    if use_saddr and saddr >= 128:
-        return None
+    if info[0] == "buffer":  # the data register also receives the old value (GLC)
+        d = s = f["vdata"]
+        soffset = scalar_reader(f["soffset"], wctx, None) if f["soffset"] != wctx.null_sgpr else (lambda wave: 0)
+    else:
+        d, s, va, k0 = f["vdst"], f["data"], f["addr"], f["offset"]
+        saddr = f["saddr"]
+        use_saddr = saddr != f["null"] and not (wctx.gen == "gfx9" and saddr == 0x7F)
+        if use_saddr and saddr >= 128:
+            return None
     ut = np.uint64 if wide else np.uint32
     k = 2 if wide else 1  # VGPRs per value
 
@@ -121,7 +133,17 @@ def global_atomic(inst, ctx, wctx):
         if lanes.size == 0:
             return nxt
         sel = slice(None) if w.full else lanes
-        real = tagged_addresses(w, sel, use_saddr, saddr, va, k0, nb)
+        if info[0] == "buffer":  # lanes out of the descriptor's range do nothing (and return 0)
+            got = buffer_addresses(w, sel, f["srsrc"], soffset, f["vaddr"], f["offset"], nb, wctx.gen)
+            if got is None:
+                return PER_WAVE
+            real, ok = got
+            if not ok.all():
+                if ret:
+                    return PER_WAVE
+                sel = (np.arange(w.V3.shape[1] * w.V3.shape[2]) if w.full else lanes)[ok]
+        else:
+            real = tagged_addresses(w, sel, use_saddr, saddr, va, k0, nb)
         if real is None:
             return PER_WAVE
         off = real - w.heap.base

@@ -15,7 +15,8 @@ import re
 
 import numpy as np
 
-from tiledsl.backends.rocm.emulator.memory import EmulatorError, window
+from tiledsl.backends.rocm.emulator.executor import SCRATCH_TAG
+from tiledsl.backends.rocm.emulator.memory import TAG_SHIFT, EmulatorError, window
 
 _MIN, _MAX = np.minimum.reduce, np.maximum.reduce
 PER_WAVE = -3  # returned by a batched handler that leaves this execution to the per-wave handlers
@@ -283,8 +284,6 @@ def tagged_addresses(w, sel, use_saddr: bool, saddr: int, va: int, k0: int, nbyt
     """The untagged addresses (int64) of the lanes `sel` of a global access of `nbytes` per lane,
     when every one carries a pointer argument's tag and lies inside that argument's region (the
     check `Regions.check` makes lane by lane); None otherwise (the caller runs it per wave)."""
-    from tiledsl.backends.rocm.emulator.memory import ADDR_MASK, TAG_SHIFT
-
     W = w.V3.shape[2]
     if use_saddr:  # a 32-bit unsigned VGPR offset from each wave's 64-bit SGPR base
         waves = w.waves
@@ -295,6 +294,39 @@ def tagged_addresses(w, sel, use_saddr: bool, saddr: int, va: int, k0: int, nbyt
         addr = (w.v[va].astype(np.int64) | (w.v[va + 1].astype(np.int64) << 32))[sel]
     if k0:
         addr += k0
+    return checked_addresses(w, addr, nbytes)
+
+
+def buffer_addresses(w, sel, rsrc: int, soffset, va: int, k0: int, nbytes: int, gen: str):
+    """(untagged addresses, in range) of the lanes `sel` of an `offen` buffer access through each
+    wave's raw descriptor (base, num_records; stride 0): the lanes in range must pass
+    checked_addresses, the others read 0 and drop writes. None where a descriptor field the
+    ordinary handler models or refuses is set (a stride, swizzling, ADD_TID, gfx12's stride scale),
+    or a lane in range falls outside its tensor: the caller runs it per wave."""
+    waves, n, W = w.waves, w.V3.shape[1], w.V3.shape[2]
+    base, num, soff = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    special = 0xC000_0000 if gen != "gfx9" else 0x8000_0000
+    for k in w.kl:
+        d = waves[k].s
+        raw = int(d[rsrc]) | (int(d[rsrc + 1]) & 0xFFFF) << 32
+        if raw == SCRATCH_TAG or (d[rsrc + 1] >> 16) & 0x3FFF or d[rsrc + 1] & special \
+                or d[rsrc + 3] & ((1 << 23) | 0x000C_0000):
+            return None
+        base[k] = w.mem.buffer_base(raw)
+        num[k], soff[k] = int(d[rsrc + 2]), soffset(waves[k])
+    off = np.repeat(soff + k0, W)[sel] + w.v[va][sel].astype(np.int64)
+    ok = off + nbytes <= np.repeat(num, W)[sel]
+    real = checked_addresses(w, (np.repeat(base, W)[sel] + off)[ok], nbytes)
+    return None if real is None else (real, ok)
+
+
+def checked_addresses(w, addr: np.ndarray, nbytes: int) -> np.ndarray | None:
+    """`addr` (int64, tagged) untagged, when every one carries a pointer argument's tag and the
+    access lies inside that argument's region; None otherwise."""
+    from tiledsl.backends.rocm.emulator.memory import ADDR_MASK
+
+    if addr.size == 0:
+        return addr
     tags = addr >> TAG_SHIFT
     tmin, tmax = int(_MIN(tags)), int(_MAX(tags))
     mem = w.mem
@@ -319,7 +351,6 @@ def global_access(inst, ctx, wctx):
     that argument's region -- the check `Regions.check` makes lane by lane. Anything else (an
     untagged address, a lane outside its region: a fault) runs per wave, the ordinary handlers
     making their checks and reporting their faults."""
-    from tiledsl.backends.rocm.emulator.memory import TAG_SHIFT
     from tiledsl.backends.rocm.emulator.vmem import _parse_vmem, putter
 
     parsed = _parse_vmem(inst.name)
@@ -358,6 +389,56 @@ def global_access(inst, ctx, wctx):
             put(w, sel, win[off])
         else:
             win[off] = data(w, sel)
+        return nxt
+    return h
+
+
+def buffer_access(inst, ctx, wctx):
+    """buffer_load/store (offen, a raw descriptor) for all member waves, as global_access: lanes
+    out of the descriptor's range read 0 and store nothing, as on the hardware; anything else
+    runs per wave."""
+    from tiledsl.backends.rocm.emulator.operands import scalar_reader
+    from tiledsl.backends.rocm.emulator.vmem import _parse_vmem, putter
+
+    parsed = _parse_vmem(inst.name)
+    f = inst.f
+    if parsed is None or inst.fam != "MUBUF" or f.get("idxen") or not f.get("offen") or f.get("lds") or f.get("tfe"):
+        return None
+    op, nbytes, signed, d16, hi = parsed
+    nxt = ctx.nxt
+    acc = 256 if f.get("acc") else 0
+    d = f["vdata"] + acc
+    soffset = scalar_reader(f["soffset"], wctx, None) if f["soffset"] != wctx.null_sgpr else (lambda wave: 0)
+    put = putter(d, nbytes, signed, d16, hi) if op == "load" else None
+    data = _data(d, nbytes, d16, hi) if op == "store" else None
+
+    def h(w):
+        lanes = w.lanes
+        if lanes.size == 0:
+            return nxt
+        sel = slice(None) if w.full else lanes
+        got = buffer_addresses(w, sel, f["srsrc"], soffset, f["vaddr"], f["offset"], nbytes, wctx.gen)
+        if got is None:
+            return PER_WAVE
+        real, ok = got
+        heap = w.heap
+        off = real - heap.base
+        win = heap.windows.get(nbytes)
+        if win is None:
+            win = window(heap.data, nbytes, heap.windows)
+        if op == "load":
+            heap.loaded_bytes += off.size * nbytes
+            wave = (w.lane_wave if w.full else w.lane_wave[lanes])[ok]
+            key = np.sort(off + (wave << TAG_SHIFT))
+            heap.unique_loaded_bytes += (1 + int(np.count_nonzero(key[1:] != key[:-1]))) * nbytes if off.size else 0
+            g = win[off]
+            if not ok.all():
+                full = np.zeros((ok.size, *g.shape[1:]), dtype=g.dtype)
+                full[ok] = g
+                g = full
+            put(w, sel, g)
+        else:
+            win[off] = data(w, sel)[ok]
         return nxt
     return h
 
