@@ -84,8 +84,7 @@ def _rounds(off: np.ndarray) -> list[np.ndarray] | None:
 
 def global_atomic(inst, ctx, wctx):
     """global_atomic_* and buffer_atomic_* (offen, raw descriptors) for all member waves (see the
-    module's docstring), or None when the form
-    runs per wave."""
+    module's docstring), or None when the form runs per wave."""
     from tiledsl.backends.rocm.arch import get_arch
     from tiledsl.backends.rocm.emulator.vmem import _atomic_info
 
