@@ -61,18 +61,17 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: t
 # per step with 4 waves: two (gfx1100) or three (gfx1201) workgroups share a CU where one 8-wave
 # 32x64 workgroup did, and waited 41 % of its cycles at barriers with no other workgroup to run;
 # modeled at B2 H16 S2048, TFLOP/s full / causal: gfx1201 75.0 -> 87.6 / 44.2 -> 70.1, gfx1100
-# 40.2 -> 48.3 / 35.2 -> 40.5 (gfx1100 keeps 32x64 with a bias or dropout, below). RDNA at hdim
+# 40.2 -> 48.3 / 35.2 -> 40.5 (gfx1100 keeps 32x64 with a bias or dropout, below). gfx1100 at hdim
 # 128 takes dQ from its own walk (64 query rows, 32 keys per step; docs/backward.md): with K^T and
-# dQ^T in the key walk gfx1100 spilled 104 VGPRs with every tile (its WMMA operands are held in
-# both lane halves), gfx1201 11 in deterministic mode. RDNA at hdim 256 spills: those rows compile
-# with spills allowed.
+# dQ^T in the key walk it spills 95-106 VGPRs with every tile (its WMMA operands are held in both
+# lane halves). RDNA at hdim 256 spills: those rows compile with spills allowed.
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
     "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
                 256: _b(32, 16, 2, spills=True)},
-    "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
+    "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8),
                 256: _b(32, 16, 2, spills=True)},
 }
 
@@ -99,12 +98,23 @@ BWD_DROPOUT_CONFIGS: dict[str, dict[int, BwdConfig]] = {
 BWD_BIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {"gfx1100": {64: _b(32, 64, 8)}}
 
 
+# gfx1201 at hdim 128 keeps dQ in the key walk where that spills no VGPRs (plain, causal, soft-cap,
+# dropout, deterministic, group mode): modeled 1.3x faster than dQ's own walk (B1 H16 S1024 full:
+# 58.9 against 44.8 TFLOP/s; the own walk computes S and dP twice). With a bias (the key walk
+# spills 15 VGPRs with a bias tensor, 6 with its gradient; ALiBi goes along) and in the
+# general-stride variant (4) it takes dQ's own walk.
+BWD_WALK_CONFIGS: dict[str, dict[int, BwdConfig]] = {"gfx1201": {128: _b(32, 64, 8, dq_block=(64, 32))}}
+
+
 def bwd_config(arch: str, hdim_q: int, hdim_v: int, dbias: bool = False, dropout: bool = False,
-               bias: bool = False) -> BwdConfig:
+               bias: bool = False, contiguous: bool = True) -> BwdConfig:
     """The dq_dk_dv tile for an arch and head dims; `bias` is any bias (a tensor or ALiBi),
-    `dbias` its gradient too."""
+    `dbias` its gradient too; `contiguous`: every head dim has stride 1 (else the general-stride
+    variant)."""
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
     name = get_arch(arch).name
+    if (bias or dbias or not contiguous) and hdim in BWD_WALK_CONFIGS.get(name, {}):
+        return BWD_WALK_CONFIGS[name][hdim]
     if dropout and hdim in BWD_DROPOUT_CONFIGS.get(name, {}):
         return BWD_DROPOUT_CONFIGS[name][hdim]
     if dbias and hdim in BWD_DBIAS_CONFIGS.get(name, {}):
@@ -236,7 +246,7 @@ def _flag(b: bool) -> str:
 def build_plan(shape: BwdShape) -> Plan:
     """Compile (or load from the cache) the three stages for `shape` and lay out the workspace."""
     cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v, shape.dbias != "none", shape.dropout,
-                     shape.bias != "none")
+                     shape.bias != "none", shape.contiguous)
     hd_q, hd_v = padded_hdim(shape.hdim_q), padded_hdim(shape.hdim_v)
     pad = _flag(hd_q != shape.hdim_q or hd_v != shape.hdim_v)
     per_seq = _flag(shape.deterministic and shape.varlen and not cfg.dq_loop)  # nsplits per sequence
