@@ -375,22 +375,31 @@ def global_access(inst, ctx, wctx):
         real = tagged_addresses(w, sel, use_saddr, saddr, va, k0, nbytes)
         if real is None:
             return PER_WAVE  # untagged, unknown tags or outside a region: the ordinary per-lane checks
-        heap = w.heap
-        off = real - heap.base
-        win = heap.windows.get(nbytes)
-        if win is None:
-            win = window(heap.data, nbytes, heap.windows)
+        off, win = _heap_window(w.heap, real, nbytes)
         if op == "load":
-            # Traffic counts as the ordinary path keeps them: distinct addresses per wave.
-            heap.loaded_bytes += off.size * nbytes
-            wave = w.lane_wave if w.full else w.lane_wave[lanes]
-            key = np.sort(off + (wave << TAG_SHIFT))  # sorting beats np.unique's hashing here
-            heap.unique_loaded_bytes += (1 + int(np.count_nonzero(key[1:] != key[:-1]))) * nbytes
+            _count_loads(w.heap, off, w.lane_wave if w.full else w.lane_wave[lanes], nbytes)
             put(w, sel, win[off])
         else:
             win[off] = data(w, sel)
         return nxt
     return h
+
+
+def _heap_window(heap, real: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Heap offsets of untagged addresses, and the heap's window of `nbytes` elements."""
+    win = heap.windows.get(nbytes)
+    if win is None:
+        win = window(heap.data, nbytes, heap.windows)
+    return real - heap.base, win
+
+
+def _count_loads(heap, off: np.ndarray, wave: np.ndarray, nbytes: int) -> None:
+    """Traffic counts as the ordinary path keeps them: bytes, and distinct addresses per wave."""
+    if off.size == 0:
+        return
+    heap.loaded_bytes += off.size * nbytes
+    key = np.sort(off + (wave << TAG_SHIFT))  # sorting beats np.unique's hashing here
+    heap.unique_loaded_bytes += (1 + int(np.count_nonzero(key[1:] != key[:-1]))) * nbytes
 
 
 def buffer_access(inst, ctx, wctx):
@@ -421,16 +430,9 @@ def buffer_access(inst, ctx, wctx):
         if got is None:
             return PER_WAVE
         real, ok = got
-        heap = w.heap
-        off = real - heap.base
-        win = heap.windows.get(nbytes)
-        if win is None:
-            win = window(heap.data, nbytes, heap.windows)
+        off, win = _heap_window(w.heap, real, nbytes)
         if op == "load":
-            heap.loaded_bytes += off.size * nbytes
-            wave = (w.lane_wave if w.full else w.lane_wave[lanes])[ok]
-            key = np.sort(off + (wave << TAG_SHIFT))
-            heap.unique_loaded_bytes += (1 + int(np.count_nonzero(key[1:] != key[:-1]))) * nbytes if off.size else 0
+            _count_loads(w.heap, off, (w.lane_wave if w.full else w.lane_wave[lanes])[ok], nbytes)
             g = win[off]
             if not ok.all():
                 full = np.zeros((ok.size, *g.shape[1:]), dtype=g.dtype)
