@@ -285,12 +285,13 @@ def test_paired_key_blocks_cover_every_block_once(arch, monkeypatch):
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_dq_walk_covers_every_query_block_once(arch, monkeypatch):
-    """dQ from its own walk (the kernel's DQ_LOOP, RDNA's hdim 128 rows), forced at hdim 64 on every
-    arch: group mode with an empty sequence, more query blocks than key blocks and the reverse,
-    GQA, causal, paired workgroups. One dq_acc slice of plain stores: bitwise stable across
-    schedules with deterministic=False too (the same kernel serves both), no zeroing."""
-    cfg = bwd_config(arch, 64, 64)
-    monkeypatch.setitem(BWD_CONFIGS[arch], 64, bwd_module._b(cfg.block_m, cfg.block_n, cfg.waves, dq_block=(32, 32)))
+    """dQ from its own walk (the kernel's DQ_LOOP: gfx1100 at hdim 128, gfx1201 there with a bias),
+    forced at hdim 32 on every arch (the forward variant is the paired test's): group mode with an
+    empty sequence, more query blocks than key blocks and the reverse, GQA, causal, paired
+    workgroups. One dq_acc slice of plain stores: bitwise stable across schedules with
+    deterministic=False too (the same kernel serves both), no zeroing."""
+    cfg = bwd_config(arch, 32, 32)
+    monkeypatch.setitem(BWD_CONFIGS[arch], 32, bwd_module._b(cfg.block_m, cfg.block_n, cfg.waves, dq_block=(32, 32)))
     monkeypatch.setattr(bwd_module, "pair_key_blocks", lambda *args: True)
     monkeypatch.setattr(bwd_module, "paired_fits", lambda *args: True)
     bwd_module.build_plan.cache_clear()
@@ -298,7 +299,7 @@ def test_dq_walk_covers_every_query_block_once(arch, monkeypatch):
         lens_q, lens_k = [70, 0, 37, 9], [40, 17, 50, cfg.block_n + 1]
         cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
         cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
-        q, k, v, do = inputs(hq=2, hk=1, d=64, total=(int(cu_q[-1]), int(cu_k[-1])), seed=12)
+        q, k, v, do = inputs(hq=2, hk=1, d=32, total=(int(cu_q[-1]), int(cu_k[-1])), seed=12)
         mask = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
         out, lse = fmha_fwd(q, k, v, return_lse=True, device=EmulatorDevice(arch), **mask)
         plans = [fmha_bwd_plan(do, q, k, v, out, lse, deterministic=d, device=EmulatorDevice(arch), **mask)
