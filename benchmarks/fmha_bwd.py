@@ -64,9 +64,10 @@ def ours(arch: str, hdim: int, causal: bool, emulate: bool) -> dict:
     k = plan.stages[1].kernel
     st = isa_stats(k.asm, k.manifest)
     cfg = bwd_config(arch, hdim, hdim)
+    tiles = f"{cfg.block_m}x{cfg.block_n}x{cfg.waves}" + (" dq{}x{}".format(*cfg.dq_block) if cfg.dq_loop else "")
     row = {"compile": seconds, "instr": st.instructions, "mma": st.mfma + st.wmma, "vgpr": st.vgprs,
            "agpr": st.agprs, "lds": st.lds_bytes, "spills": st.vgpr_spills + st.sgpr_spills,
-           "occ": st.occupancy, "dyn": None, "tiles": f"{cfg.block_m}x{cfg.block_n}x{cfg.waves}"}
+           "occ": st.occupancy, "dyn": None, "tiles": tiles}
     if emulate:
         q, kk, v, do = problem(hdim)
         dev = EmulatorDevice(arch)
