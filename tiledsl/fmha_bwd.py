@@ -80,8 +80,12 @@ BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
 # mask is on (the dS^T stores' addresses): 16 queries per step spill nothing and cost less than
 # halving the keys (executed instructions, benchmarks/fmha_bias.py). A bias or ALiBi alone keeps
 # the rows above (on wave64 they spill a few scalar registers, into VGPR lanes, at hdim 64).
-BWD_DBIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {arch: {128: _b(16, 128, 8)}
-                                                       for arch in ("gfx90a", "gfx942", "gfx950")}
+# gfx1100 at hdim 128 with the bias gradient walks dQ separately like its plain row, and its fullest
+# mix (bf16, causal, soft-cap, deterministic group mode, dbias) still spills 2 VGPRs with every tile
+# that tiles (64x32 keys-first: 18): compiled with spills allowed, and the table says so.
+BWD_DBIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {
+    **{arch: {128: _b(16, 128, 8)} for arch in ("gfx90a", "gfx942", "gfx950")},
+    "gfx1100": {128: _b(32, 64, 8, spills=True, dq_block=(64, 32))}}
 
 
 # With dropout (docs/dropout.md: one Philox call per 4 consecutive query rows a lane holds), CDNA
