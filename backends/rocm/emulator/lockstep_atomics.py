@@ -21,7 +21,6 @@ import numpy as np
 
 from tiledsl.backends.rocm.emulator.lockstep_ops import PER_WAVE, buffer_addresses, tagged_addresses
 from tiledsl.backends.rocm.emulator.memory import window
-from tiledsl.backends.rocm.emulator.operands import scalar_reader
 
 _TINY = np.float32(np.finfo(np.float32).tiny)
 
@@ -86,7 +85,7 @@ def global_atomic(inst, ctx, wctx):
     """global_atomic_* and buffer_atomic_* (offen, raw descriptors) for all member waves (see the
     module's docstring), or None when the form runs per wave."""
     from tiledsl.backends.rocm.arch import get_arch
-    from tiledsl.backends.rocm.emulator.vmem import _atomic_info
+    from tiledsl.backends.rocm.emulator.vmem import _atomic_info, soffset_reader
 
     name = inst.name
     info = _atomic_info(name)
@@ -111,7 +110,7 @@ def global_atomic(inst, ctx, wctx):
     nxt, ret = ctx.nxt, bool(f.get("glc"))
     if info[0] == "buffer":  # the data register also receives the old value (GLC)
         d = s = f["vdata"]
-        soffset = scalar_reader(f["soffset"], wctx, None) if f["soffset"] != wctx.null_sgpr else (lambda wave: 0)
+        soffset = soffset_reader(f, wctx)
     else:
         d, s, va, k0 = f["vdst"], f["data"], f["addr"], f["offset"]
         saddr = f["saddr"]

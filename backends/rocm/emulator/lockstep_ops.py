@@ -406,8 +406,7 @@ def buffer_access(inst, ctx, wctx):
     """buffer_load/store (offen, a raw descriptor) for all member waves, as global_access: lanes
     out of the descriptor's range read 0 and store nothing, as on the hardware; anything else
     runs per wave."""
-    from tiledsl.backends.rocm.emulator.operands import scalar_reader
-    from tiledsl.backends.rocm.emulator.vmem import _parse_vmem, putter
+    from tiledsl.backends.rocm.emulator.vmem import _parse_vmem, putter, soffset_reader
 
     parsed = _parse_vmem(inst.name)
     f = inst.f
@@ -417,7 +416,7 @@ def buffer_access(inst, ctx, wctx):
     nxt = ctx.nxt
     acc = 256 if f.get("acc") else 0
     d = f["vdata"] + acc
-    soffset = scalar_reader(f["soffset"], wctx, None) if f["soffset"] != wctx.null_sgpr else (lambda wave: 0)
+    soffset = soffset_reader(f, wctx)
     put = putter(d, nbytes, signed, d16, hi) if op == "load" else None
     data = _data(d, nbytes, d16, hi) if op == "store" else None
 

@@ -444,11 +444,16 @@ for _n in _vmem_names():
     builder(_n)(_build_vmem)
 
 
+def soffset_reader(f, ctx):
+    """A buffer instruction's SOFFSET as `(wave) -> int`: 0 when the field names the null SGPR."""
+    return sread(f["soffset"], ctx, None) if f["soffset"] != ctx.null_sgpr else (lambda w: 0)
+
+
 def _buffer_address(inst, ctx, nbytes):
     """MUBUF/VBUFFER: base + soffset + inst offset + vaddr (offen) + index * stride (idxen)."""
     f = inst.f
     r = f["srsrc"]
-    soff = sread(f["soffset"], ctx, None) if f["soffset"] != ctx.null_sgpr else (lambda w: 0)
+    soff = soffset_reader(f, ctx)
     off, offen, idxen, va = f["offset"], f["offen"], f["idxen"], f["vaddr"]
 
     def addr(w, lanes):
