@@ -115,17 +115,22 @@ def _triton_row(a, hdim: int, causal: bool, config, compile_fn, emulate: bool) -
 
 
 def _run_triton(a, hdim: int, causal: bool, config, md: dict, hsaco: bytes) -> float:
-    """Run Triton's code object on the emulator, check dq/dk/dv, return its dynamic figures."""
+    """Run Triton's preprocess and its code object on the emulator, check dq/dk/dv, return the
+    main kernel's dynamic figures."""
+    from triton_fa_bwd import PRE_BLOCK, compile_triton_preprocess
+
     q, k, v, do = problem(hdim)
     dev = EmulatorDevice(a)
     ref_out, ref_lse = _forward(q, k, v, causal)
-    delta = (ref_out.astype(np.float32) * do.astype(np.float32)).sum(-1)[0, :, 0]
-    scale = 1.0 / np.sqrt(hdim)
     bufs = {name: dev.to_device(arr, name) for name, arr in (
         ("Q", q), ("K", k), ("V", v), ("DO", do), ("DQ", np.zeros_like(q)), ("DK", np.zeros_like(k)),
         ("DV", np.zeros_like(v)), ("LSE", (ref_lse[0, 0] * LOG2E).astype(np.float32)),
-        ("Delta", delta.astype(np.float32)), ("scratch", np.zeros(16, np.uint8)))}
-    ka = struct.pack("<QQQf4xQQQQQQiiI4xQQ", bufs["Q"].addr, bufs["K"].addr, bufs["V"].addr, scale,
+        ("O", ref_out.astype(np.float16)), ("Delta", np.zeros(SEQ, np.float32)), ("scratch", np.zeros(16, np.uint8)))}
+    _asm, pre_md, _s, pre = compile_triton_preprocess(a.name, a.wave_size, "f16", hdim)
+    dev.launch(dev.kernel(pre, "attn_bwd_preprocess"), (SEQ // PRE_BLOCK, 1, 1), (4 * a.wave_size, 1, 1),
+               struct.pack("<QQQi4xQQ", bufs["O"].addr, bufs["DO"].addr, bufs["Delta"].addr, SEQ,
+                           bufs["scratch"].addr, bufs["scratch"].addr), dynamic_lds=int(pre_md["shared"]))
+    ka = struct.pack("<QQQf4xQQQQQQiiI4xQQ", bufs["Q"].addr, bufs["K"].addr, bufs["V"].addr, hdim ** -0.5,
                      bufs["DO"].addr, bufs["DQ"].addr, bufs["DK"].addr, bufs["DV"].addr, bufs["LSE"].addr,
                      bufs["Delta"].addr, SEQ * hdim, hdim, SEQ, bufs["scratch"].addr, bufs["scratch"].addr)
     kern = dev.kernel(hsaco, "attn_bwd")
@@ -164,9 +169,9 @@ def aiter(arch: str, hdim: int, causal: bool, emulate: bool) -> dict:
 
 def modeled(arch: str, hdim: int, causal: bool, best: dict | None) -> dict[str, float | str]:
     """Modeled TFLOP/s (5 products per visible pair) at the benchmarks' model shape: ours is the
-    whole plan (dot_do_o, dq_dk_dv, convert_dq), Triton its main kernel (its small preprocess, like
-    our dot_do_o, is not launched); Triton's best config from the small problem."""
-    from triton_fa_bwd import compile_triton_bwd
+    whole plan (dot_do_o, dq_dk_dv, convert_dq), Triton its preprocess (Delta, our dot_do_o) and
+    main kernel; Triton's best config from the small problem."""
+    from triton_fa_bwd import PRE_BLOCK, compile_triton_bwd, compile_triton_preprocess
 
     from tiledsl.device_array import DeviceArray
     from tiledsl.profile import useful_flops
@@ -184,9 +189,13 @@ def modeled(arch: str, hdim: int, causal: bool, best: dict | None) -> dict[str, 
         cfg = best["config"]
         _asm, md, _s, hsaco = compile_triton_bwd(arch, a.wave_size, "f16", hdim, causal, cfg)
         heads, n = MODEL_B * MODEL_H, MODEL_B * MODEL_H * MODEL_S * hdim
-        buf = {name: dev.alloc(n * 2, name) for name in ("Q", "K", "V", "DO", "DQ", "DK", "DV")}
+        buf = {name: dev.alloc(n * 2, name) for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
         buf.update({name: dev.alloc(heads * MODEL_S * 4, name) for name in ("LSE", "Delta")})
         scratch = dev.alloc(16, "scratch")
+        _asm, pre_md, _s, pre = compile_triton_preprocess(arch, a.wave_size, "f16", hdim)
+        dev.launch(dev.kernel(pre, "attn_bwd_preprocess"), (MODEL_S // PRE_BLOCK, heads, 1), (4 * a.wave_size, 1, 1),
+                   struct.pack("<QQQi4xQQ", buf["O"].addr, buf["DO"].addr, buf["Delta"].addr, MODEL_S, scratch.addr,
+                               scratch.addr), dynamic_lds=int(pre_md["shared"]))
         ka = struct.pack("<QQQf4xQQQQQQiiI4xQQ", buf["Q"].addr, buf["K"].addr, buf["V"].addr, hdim ** -0.5,
                          buf["DO"].addr, buf["DQ"].addr, buf["DK"].addr, buf["DV"].addr, buf["LSE"].addr,
                          buf["Delta"].addr, MODEL_S * hdim, hdim, MODEL_S, scratch.addr, scratch.addr)
