@@ -7,8 +7,6 @@ intrinsics (exp2, log, readfirstlane) -- never calls into ROCm device libraries.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 from mlir import ir
 from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
@@ -21,28 +19,18 @@ from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import (
     PassContext,
     constant_trip_count,
-    defining_op,
     is_tile,
     kernel_funcs,
     op_error,
     ops_in,
-    reshaped_source,
     tile_dtype,
     tile_shape,
-    uniform_constant_int,
 )
 from tiledsl.passes.lower_fp8 import conversion_rule, from_memory, memory_type, to_memory
+from tiledsl.passes.lower_memory import c32, gep, i32, rule_load, rule_write
 from tiledsl.passes.philox import rule_philox_byte
 
 LDS_SYMBOL = "__tile_lds"
-
-
-def i32() -> ir.Type:
-    return ir.IntegerType.get_signless(32)
-
-
-def c32(v: int) -> ir.Value:
-    return arith.ConstantOp(i32(), v).result
 
 
 class _Lowering:
@@ -164,10 +152,6 @@ class _Lowering:
         return vector.FromElementsOp(vt, vals).result
 
 
-def _gep(base: ir.Value, offset: ir.Value, elt: ir.Type) -> ir.Value:
-    return llvm.getelementptr(base.type, base, [offset], [-2147483648], elt, 0)
-
-
 # -- rules: one per op ---------------------------------------------------------------------------
 
 def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
@@ -280,270 +264,6 @@ def rule_permute(lw: _Lowering, op: ir.Operation) -> None:
     lw.vmap[dst] = vector.ShuffleOp(x, x, mapping).result
 
 
-def _masked_value(lw: _Lowering, mask: ir.Value) -> Callable[[int], ir.Value] | None:
-    """Register i's mask bit, computed where it is asked for; None when the mask is `true`."""
-    if uniform_constant_int(mask) == 1:
-        return None
-    m = lw.v(mask)
-    return (lambda i: _element(m, i)) if isinstance(m.type, ir.VectorType) else (lambda i: m)
-
-
-def _element(v: ir.Value, i: int) -> ir.Value:
-    """Element i of a lowered vector. A compare is redone on the elements right here instead of
-    extracted from the whole-vector compare: every live i1 takes a scalar register (a pair on
-    wave64), and a vector compare makes them all live at once, before the first use."""
-    op = v.owner.operation if isinstance(v, ir.OpResult) else None
-    if op is not None and op.name == "arith.cmpi":
-        a, b = op.operands
-        return arith.CmpIOp(op.attributes["predicate"], _element(a, i), _element(b, i)).result
-    if op is not None and op.name == "vector.shuffle" and op.operands[0] == op.operands[1]:
-        src = op.operands[0]
-        return _element(src, ir.DenseI64ArrayAttr(op.attributes["mask"])[i] % ir.VectorType(src.type).shape[0])
-    if op is not None and op.name == "vector.broadcast" and not isinstance(op.operands[0].type, ir.VectorType):
-        return op.operands[0]
-    return vector.ExtractOp(v, [], [i]).result
-
-
-def _vector_runs(lw: _Lowering, op: ir.Operation, tile: ir.Value, mask: ir.Value | None) -> list[tuple[int, int]]:
-    """Split the lane's registers into (first, width) accesses: `width` consecutive registers
-    become one vector access when the layout holds them at consecutive last-axis positions, the
-    offsets are consecutive there (axis_info.contig), the mask is uniform over them (const) and
-    the first address is aligned to the whole vector (div, and the layout's column bases).
-    Tensor base pointers are 16-byte aligned (the launcher's buffers are)."""
-    offsets = op.operands[1]
-    if not is_tile(tile):
-        return [(0, 1)]
-    nregs = lw.regs(tile.type)
-    lin = lw.lin(tile)
-    eb = DTYPE_BYTES[tile_dtype(tile.type)]
-    info = lw.axis.info(offsets)
-    limit = min(info.contig, info.div, max(1, 16 // eb))
-    if mask is not None:
-        limit = min(limit, lw.axis.info(mask).const)
-    for b in np.concatenate([lin.lane_bases[:, -1], lin.wave_bases[:, -1]]):
-        if b:
-            limit = min(limit, int(b) & -int(b))
-    runs, i = [], 0
-    while i < nregs:
-        width = 1
-        col = int(lin.regs[i, -1])
-        align = (col & -col) if col else 1 << 30
-        while width * 2 <= min(limit, align) and i + width * 2 <= nregs and all(
-                (lin.regs[i + j, :-1] == lin.regs[i, :-1]).all() and lin.regs[i + j, -1] == col + j
-                for j in range(width, width * 2)):
-            width *= 2
-        runs.append((i, width))
-        i += width
-    return runs
-
-
-def _access_groups(lw: _Lowering, op: ir.Operation, tile: ir.Value, runs: list[tuple[int, int]],
-                   mask: ir.Value | None) -> list[list[tuple[int, int]]]:
-    """The (first, width) accesses grouped by the aligned group of last-axis elements they fall
-    in, where the offsets are consecutive (axis_info.contig) and the mask is uniform (const). A
-    group shares one address -- its first register's, plus constants that LLVM folds into the
-    instructions' immediate offsets -- and one mask test."""
-    if not is_tile(tile):
-        return [runs]
-    g = lw.axis.info(op.operands[1]).contig
-    if mask is not None:
-        g = min(g, lw.axis.info(mask).const)
-    regs = lw.lin(tile).regs
-    groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-    for run in runs:
-        # Lane and register bits of a coordinate are disjoint, so registers share a key exactly
-        # when their elements share an aligned group in every lane.
-        groups.setdefault((*map(int, regs[run[0], :-1]), int(regs[run[0], -1]) // g), []).append(run)
-    return list(groups.values())
-
-
-def _group_deltas(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]]) -> list[int]:
-    """Each access's last-axis distance (elements) from the group's first: constant offsets."""
-    if not is_tile(tile):
-        return [0]
-    cols = lw.lin(tile).regs[:, -1]
-    return [int(cols[first]) - int(cols[group[0][0]]) for first, _ in group]
-
-
-def _group_addresses(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]], ptr: ir.Value,
-                     offs: list[ir.Value], elt: ir.Type) -> list[ir.Value]:
-    base = _gep(ptr, offs[group[0][0]], elt)
-    return [base if d == 0 else llvm.getelementptr(base.type, base, [], [d], elt, 0)
-            for d in _group_deltas(lw, tile, group)]
-
-
-def rule_load(lw: _Lowering, op: ir.Operation) -> None:
-    ptr, offsets, mask, other = (lw.v(op.operands[0]), lw.v(op.operands[1]), op.operands[2], lw.v(op.operands[3]))
-    value_t = ir.RankedTensorType(op.result.type).element_type if is_tile(op.result) else op.result.type
-    elt, other = memory_type(value_t), to_memory(other)  # 8-bit floats move as bytes
-    masks = _masked_value(lw, mask)
-    offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
-    eb = DTYPE_BYTES[tile_dtype(op.result.type)]
-    out: list[ir.Value] = [None] * len(offs)  # type: ignore[list-item]
-    # A lane-dependent mask whose masked-off elements read 0 goes through a buffer descriptor (a
-    # uniform one stays a branch: a scalar one, that skips the loads).
-    rsrc = _buffer_resource(lw, op.operands[0]) \
-        if masks is not None and _per_lane(lw, mask) and _is_zero(op.operands[3]) and _whole_bytes(elt, eb) else None
-    runs = _vector_runs(lw, op, op.result, None if masks is None else mask)
-    for group in _access_groups(lw, op, op.result, runs, None if masks is None else mask):
-        types = [ir.VectorType.get([width], elt) if width > 1 else elt for _, width in group]
-
-        def load_group(group=group, types=types) -> list[ir.Value]:
-            addrs = _group_addresses(lw, op.result, group, ptr, offs, elt)
-            return [llvm.load(t, a, alignment=w * eb) for t, a, (_, w) in zip(types, addrs, group, strict=True)]
-
-        if masks is None:
-            loaded = load_group()
-        elif rsrc is not None:
-            loaded = _buffer_loads(lw, rsrc, op.result, group, types, offs, eb, masks(group[0][0]))
-        else:  # one test per group: a masked-off group reads nothing and takes `other`
-            branch = scf.IfOp(masks(group[0][0]), types, has_else=True)
-            with ir.InsertionPoint(branch.then_block):
-                scf.YieldOp(load_group())
-            with ir.InsertionPoint(branch.else_block):
-                scf.YieldOp([other if t == elt else vector.BroadcastOp(t, other).result for t in types])
-            loaded = list(branch.results)
-        for (first, width), value in zip(group, loaded, strict=True):
-            out[first:first + width] = lw.elems(value) if width > 1 else [value]
-    lw.vmap[op.result] = from_memory(lw.pack(out, elt) if is_tile(op.result) else out[0], value_t)
-
-
-def _rule_write(kind: str):
-    def rule(lw: _Lowering, op: ir.Operation) -> None:
-        ptr, offsets, value, mask = (lw.v(op.operands[0]), lw.v(op.operands[1]), lw.v(op.operands[2]),
-                                     op.operands[3])
-        masks = _masked_value(lw, mask)
-        owner = lw.owner_mask(op.operands[2]) if is_tile(op.operands[2]) else None
-        offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
-        value = to_memory(value)
-        vals = lw.elems(value) if isinstance(value.type, ir.VectorType) else [value]
-        if not is_tile(op.operands[2]):  # a scalar write: one lane does it
-            owner = arith.CmpIOp(arith.CmpIPredicate.eq, arith.AddIOp(lw.lane, lw.wave).result, c32(0)).result
-        elt = vals[0].type
-        # Atomics stay per element: there is no vector float atomic add on every target.
-        runs = _vector_runs(lw, op, op.operands[2], None if masks is None else mask) if kind == "store" \
-            else [(i, 1) for i in range(len(vals))]
-        eb = DTYPE_BYTES[tile_dtype(op.operands[2].type)]
-        # A store under a lane-dependent mask goes through a buffer descriptor (a uniform mask keeps
-        # its branch). So does every f32 atomic add: a 32-bit offset per element instead of a 64-bit
-        # address (two registers and a carry chain each, for one instruction per element), and a
-        # masked-off element dropped without a branch.
-        per_lane = owner is not None or (masks is not None and _per_lane(lw, mask))
-        wanted = kind == "atomic" or (per_lane and _whole_bytes(elt, eb))
-        rsrc = _buffer_resource(lw, op.operands[0]) if wanted else None
-        for group in _access_groups(lw, op, op.operands[2], runs, None if masks is None else mask):
-            cond = masks(group[0][0]) if masks is not None else None
-            if owner is not None:
-                cond = owner if cond is None else arith.AndIOp(cond, owner).result
-            if rsrc is not None:
-                _buffer_writes(kind, lw, rsrc, op.operands[2], group, vals, offs, eb, cond)
-                continue
-            # One test per group (masked stores are branches: exec-masked, no value to keep).
-            with ir.InsertionPoint.current if cond is None else ir.InsertionPoint(scf.IfOp(cond).then_block):
-                addrs = _group_addresses(lw, op.operands[2], group, ptr, offs, elt)
-                for (first, width), addr in zip(group, addrs, strict=True):
-                    val = vals[first] if width == 1 else lw.pack(vals[first:first + width], elt)
-                    _write(kind, addr, val, width * eb)
-                if cond is not None:
-                    scf.YieldOp([])
-    return rule
-
-
-# Masked accesses through a buffer descriptor (CDNA3/CDNA4 ISA "buffer instructions", RDNA3/4
-# "vector memory buffer instructions"): the descriptor covers [base, base + 2 GiB) and a masked-off
-# lane's byte offset is moved to 2 GiB, out of range, where the hardware reads zeros and drops
-# writes. One select per group instead of a branch, and no divergent control flow in the loop.
-# The reach is the launchers' business: the manifest marks the tensors (see options.large_tensors).
-_BUFFER_REACH = 0x8000_0000
-
-
-def _is_zero(v: ir.Value) -> bool:
-    """v is the constant +0 (integer or float): what an out-of-range buffer load returns."""
-    op = defining_op(v)
-    if op is None or op.name != "arith.constant":
-        return False
-    attr = op.attributes["value"]
-    if isinstance(attr, ir.FloatAttr):
-        return attr.value == 0.0 and np.copysign(1.0, attr.value) > 0
-    return isinstance(attr, ir.IntegerAttr | ir.BoolAttr) and int(attr.value) == 0
-
-
-def _whole_bytes(elt: ir.Type, eb: int) -> bool:
-    """The element moves as `eb` whole bytes (not an i1, which memory holds as a byte)."""
-    return elt.width == 8 * eb  # types are downcast: IntegerType, F16Type, BF16Type, F32Type
-
-
-def _per_lane(lw: _Lowering, mask: ir.Value) -> bool:
-    """The mask (tile IR) may differ between lanes: not a scalar, nor a splat of one (through
-    broadcasts, expand_dims and layout conversions)."""
-    op = defining_op(reshaped_source(mask, ("tile.broadcast", "tile.expand_dims", "tile.convert_layout")))
-    return is_tile(mask) and not (op is not None and op.name == "tile.splat")
-
-
-def _buffer_resource(lw: _Lowering, ptr: ir.Value) -> ir.Value | None:
-    """A raw buffer descriptor over the kernel argument `ptr` (tile IR), or None where buffer
-    instructions may not address it (a large tensor, or a pointer that is not an argument)."""
-    if not isinstance(ptr, ir.BlockArgument) or ptr.owner != lw.fn.regions[0].blocks[0]:
-        return None
-    index = ptr.arg_number
-    if index in lw.large_args:
-        return None
-    lw.buffer_args.add(index)
-    # Made at each access, not once at the entry: a descriptor takes 4 scalar registers (a pointer
-    # 2), and one made at the entry would hold them through the whole kernel; LLVM hoists the
-    # ones in a loop to its preheader.
-    return rocdl.make_buffer_rsrc(
-        ir.Type.parse("!llvm.ptr<8>"), lw.v(ptr), arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result,
-        arith.ConstantOp(ir.IntegerType.get_signless(64), _BUFFER_REACH).result, c32(lw.arch.buffer_word3))
-
-
-def _buffer_int_type(nbytes: int) -> ir.Type:
-    """The integer type buffer intrinsics move `nbytes` as (a vector of dwords from 8 bytes)."""
-    if nbytes >= 8:
-        return ir.VectorType.get([nbytes // 4], i32())
-    return ir.IntegerType.get_signless(8 * nbytes)
-
-
-def _buffer_offsets(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]], offs: list[ir.Value], eb: int,
-                    cond: ir.Value | None) -> list[ir.Value]:
-    """Byte offsets of a group's accesses: one select on the first (out of range when `cond` is
-    false), the rest a constant past it (LLVM folds it into the instruction's offset field)."""
-    first = arith.MulIOp(offs[group[0][0]], c32(eb)).result
-    if cond is not None:
-        first = arith.SelectOp(cond, first, c32(_BUFFER_REACH - (1 << 32))).result
-    return [first if d == 0 else arith.AddIOp(first, c32(d * eb)).result for d in _group_deltas(lw, tile, group)]
-
-
-def _buffer_loads(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tuple[int, int]],
-                  types: list[ir.Type], offs: list[ir.Value], eb: int, cond: ir.Value) -> list[ir.Value]:
-    out = []
-    for (_, width), t, off in zip(group, types, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
-        raw = rocdl.raw_ptr_buffer_load(_buffer_int_type(width * eb), rsrc, off, c32(0), c32(0))
-        out.append(llvm.bitcast(t, raw))
-    return out
-
-
-def _buffer_writes(kind: str, lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tuple[int, int]],
-                   vals: list[ir.Value], offs: list[ir.Value], eb: int, cond: ir.Value | None) -> None:
-    for (first, width), off in zip(group, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
-        if kind == "atomic":  # f32, one element (buffer_atomic_add_f32 on every target)
-            rocdl.raw_ptr_buffer_atomic_fadd(vals[first], rsrc, off, c32(0), c32(0))
-            continue
-        val = vals[first] if width == 1 else lw.pack(vals[first:first + width], vals[0].type)
-        rocdl.raw_ptr_buffer_store(llvm.bitcast(_buffer_int_type(width * eb), val), rsrc, off, c32(0), c32(0))
-
-
-def _write(kind: str, addr: ir.Value, val: ir.Value, align: int) -> None:
-    if kind == "store":
-        llvm.store(val, addr, alignment=align)
-    else:
-        # Device (coarse-grained) memory, denormals as the instruction treats them: without these
-        # LLVM expands the add into a compare-and-swap loop on gfx90a and gfx11.
-        rmw = llvm.atomicrmw(llvm.AtomicBinOp.fadd, addr, val, llvm.AtomicOrdering.monotonic, syncscope="agent")
-        rmw.owner.attributes["rocdl.no_fine_grained_memory"] = ir.UnitAttr.get()
-        rmw.owner.attributes["rocdl.ignore_denormal_mode"] = ir.UnitAttr.get()
-
-
 def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
     acc = lw.v(op.operands[2])
     layout = L.layout_of(op.result.type)
@@ -647,7 +367,7 @@ def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[in
 
     gpu.barrier()
     for j, x in enumerate(outs):
-        llvm.store(x, _gep(base, slot(lw.wave, j), elt))
+        llvm.store(x, gep(base, slot(lw.wave, j), elt))
     gpu.barrier()
     mask = sum(1 << k for k in wave_bits)
     home = arith.AndIOp(lw.wave, c32((nw - 1) & ~mask)).result
@@ -658,7 +378,7 @@ def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[in
             if combo & ~mask:
                 continue
             w = arith.OrIOp(home, c32(combo)).result
-            val = llvm.load(elt, _gep(base, slot(w, j), elt))
+            val = llvm.load(elt, gep(base, slot(w, j), elt))
             acc = val if acc is None else comb(acc, val)
         result.append(acc)
     return result
@@ -761,7 +481,7 @@ def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt:
         while n > 1 and (align_elems * nbytes) % (n * nbytes):
             n //= 2
         align = min(n * nbytes, (align_elems * nbytes) & -(align_elems * nbytes), 16)
-        yield order[i:i + n], max(align, nbytes), _gep(base, arith.AddIOp(b, c32(consts[first])).result, elt)
+        yield order[i:i + n], max(align, nbytes), gep(base, arith.AddIOp(b, c32(consts[first])).result, elt)
         i += n
 
 
@@ -815,7 +535,7 @@ RULES = {
     "tile.program_id": rule_program_id, "tile.num_programs": rule_program_id,
     "tile.arange": rule_arange, "tile.splat": rule_splat, "tile.broadcast": rule_permute,
     "tile.expand_dims": rule_identity, "tile.convert_layout": rule_permute,
-    "tile.load": rule_load, "tile.store": _rule_write("store"), "tile.atomic_add": _rule_write("atomic"),
+    "tile.load": rule_load, "tile.store": rule_write("store"), "tile.atomic_add": rule_write("atomic"),
     "tile.dot": rule_dot, "tile.reduce": rule_reduce,
     "tile.local_store": rule_local_store, "tile.local_load": rule_local_load, "tile.barrier": rule_barrier,
     "math.exp2": rule_exp2, "math.log2": rule_log2, "math.sqrt": rule_sqrt, "math.absf": rule_absf,
