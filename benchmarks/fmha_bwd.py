@@ -94,7 +94,9 @@ def theirs(arch: str, hdim: int, causal: bool, emulate: bool) -> dict | None:
         if "error" in row:
             best = best or row
             continue
-        key = (row["spills"] > 0, row["dyn"] if row["dyn"] is not None else row["instr"] / max(row["mma"], 1))
+        # Executed counts rank the configs; one the emulator could not run ranks after them by its static count.
+        key = (row["spills"] > 0, row["dyn"] is None, row["dyn"] if row["dyn"] is not None
+               else row["instr"] / max(row["mma"], 1))
         if best is None or "error" in best or key < best["_key"]:
             best = {**row, "_key": key, "config": config}
     return best

@@ -137,3 +137,37 @@ def test_matrix_layout(arch_name, kind, m, k, dtype, isa):
             r, c = doc_d(kind, m, lane, j)
             D[r, c] = d_l[lane, j]
     np.testing.assert_array_equal(D, A @ B)
+
+
+def _multi_block_src(m: int, k: int, blocks: int, cbsz: int, abid: int) -> str:
+    op = (f"amdgpu.mfma {m}x{m}x{k} %va * %vb + %c0 {{blocks = {blocks} : i32, cbsz = {cbsz} : i32, "
+          f"abid = {abid} : i32}} blgp = none")
+    return kernel_src("mfma", m, k, k, m, "f16", 64).replace(
+        f"amdgpu.mfma {m}x{m}x{k} %va * %vb + %c0 blgp = none", op)
+
+
+@pytest.mark.parametrize("arch_name", [a for a in ARCH_NAMES if get_arch(a).wave_size == 64])
+@pytest.mark.parametrize("m, k, blocks, cbsz, abid", [(4, 4, 16, 0, 0), (4, 4, 16, 4, 3), (4, 4, 16, 2, 1),
+                                                      (16, 4, 4, 0, 0), (16, 4, 4, 1, 1), (32, 4, 2, 0, 0)])
+def test_multi_block_mfma(arch_name, m, k, blocks, cbsz, abid):
+    """Multi-block MFMA (blocks independent M x M x K products; Triton's 4x4 dots broadcast A with
+    CBSZ/ABID): block b in lanes M*b.., each lane all K values of a row of A (B) and a column of D,
+    register i holding row i; in each group of 2^CBSZ blocks A comes from block ABID."""
+    asm, hsaco = compile_mlir(_multi_block_src(m, k, blocks, cbsz, abid), arch_name)
+    assert "v_mfma" in asm and (cbsz == 0 or f"cbsz:{cbsz}" in asm), asm
+    rng = np.random.default_rng(m * 100 + blocks + cbsz)
+    A = rng.integers(-3, 4, size=(blocks, m, k)).astype(np.float64)
+    B = rng.integers(-3, 4, size=(blocks, k, m)).astype(np.float64)
+    a_l = A.reshape(64, k)                     # lane M*b + i: row i of block b
+    b_l = B.transpose(0, 2, 1).reshape(64, k)  # lane M*b + j: column j of block b
+    dev = EmulatorDevice(arch_name)
+    kern = dev.get_kernel(dev.load_module(hsaco), "k")
+    da, db = dev.to_device(_encode(a_l, "f16")), dev.to_device(_encode(b_l, "f16"))
+    dd = dev.alloc(64 * m * 4, "d")
+    dev.launch(kern, 1, 64, struct.pack("<QQQ", da.addr, db.addr, dd.addr))
+    d_l = dev.from_device(dd, np.float32, (64, m))
+    src = [((b >> cbsz) << cbsz) | abid for b in range(blocks)]
+    for b in range(blocks):
+        want = A[src[b]] @ B[b]
+        got = d_l[m * b:m * (b + 1)].T  # D[i][j] = register i of lane M*b + j
+        np.testing.assert_array_equal(got, want, err_msg=f"block {b}")

@@ -114,10 +114,16 @@ def _b_mfma(inst, ctx):
         raise UnsupportedInstruction(f"MFMA variant {inst.name}")
     out_t, M, N, K, blocks, in_t, _k1 = m.groups()
     M, N, K = int(M), int(N), int(K)
-    if blocks not in (None, "1") or in_t == "xf32" or M != N or M not in (16, 32):
-        raise UnsupportedInstruction(f"{inst.name}: multi-block and xf32 MFMA variants are not modelled")
+    nblocks = int(blocks or 1)
+    if blocks is None and in_t in ("f16", "bf16", "f32", "i8"):
+        # gfx90a's names leave the block count out (v_mfma_f32_4x4x4f16 has 16): a form whose lanes
+        # each hold all of K is multi-block, one M-row block per M lanes.
+        if K == inst.widths.get("s0", 1) * 32 // _ELEM_BITS[in_t] and M < 64:
+            nblocks = 64 // M
+    if in_t == "xf32" or M != N or (M not in (16, 32) if nblocks == 1 else M * nblocks != 64):
+        raise UnsupportedInstruction(f"{inst.name}: xf32 and non-square MFMA variants are not modelled")
     f, nxt = inst.f, ctx.nxt
-    if f["cbsz"] or f["abid"]:
+    if (f["cbsz"] or f["abid"]) and nblocks == 1:
         if in_t != "f8f6f4":
             raise UnsupportedInstruction(f"{inst.name} with cbsz/abid broadcast")
     flavour = ctx.image.arch.fp8_flavour or "ocp"
@@ -130,6 +136,8 @@ def _b_mfma(inst, ctx):
         ta, tb = fmt[f["cbsz"]], fmt[f["blgp"]]
     else:
         ta = tb = in_t
+    if nblocks > 1:
+        return _multi_block_mfma(inst, ctx, out_t, M, K, nblocks, in_t, flavour)
     if f["blgp"] and in_t != "f8f6f4":
         raise UnsupportedInstruction(f"{inst.name} with blgp={f['blgp']} (lane-group broadcast)")
     a_lane, a_elem, d_lane, d_elem = mfma_layout(M, N, K)
@@ -167,6 +175,44 @@ def _b_mfma(inst, ctx):
             bits = (out & 0xFFFFFFFF).astype(np.uint32)
         else:
             bits = out.astype(np.float32).view(np.uint32)
+        w.v[vd:vd + nd] = bits.T
+        return nxt
+    return h
+
+
+def _multi_block_mfma(inst, ctx, out_t, M, K, nblocks, in_t, flavour):
+    """v_mfma_*_{M}x{M}x{K}_{n}b (M * n = 64 lanes): n independent M x M x K products, block b in
+    lanes M*b .. M*b + M-1. Each lane holds all K values of one row of A (of B) in its block, and
+    one column of D: D[b][i][j] is register i of lane M*b + j (the layouts of AMD's matrix
+    instruction calculator for the 4x4x4_16b, 16x16x4_4b and 32x32x4_2b forms). CBSZ/ABID
+    broadcast A: in each group of 2^CBSZ blocks, every block takes block ABID's A (Triton's 4x4
+    dots use it)."""
+    f, nxt = inst.f, ctx.nxt
+    if f["blgp"] or in_t not in ("f16", "bf16", "f32", "i8") or out_t == "f64":
+        raise UnsupportedInstruction(f"{inst.name}: multi-block form with blgp={f['blgp']} or {in_t}/{out_t} "
+                                     "is not modelled")
+    ta = tb = in_t
+    b, i, k = np.meshgrid(np.arange(nblocks), np.arange(M), np.arange(K), indexing="ij")
+    a_block = ((b >> f["cbsz"]) << f["cbsz"]) | f["abid"]
+    a_lane, a_elem, b_lane = M * a_block + i, k, M * b + i  # [blocks, M, K]
+    b, i, j = np.meshgrid(np.arange(nblocks), np.arange(M), np.arange(M), indexing="ij")
+    d_lane, d_elem = M * b + j, i                       # [blocks, M (row), M (col)]
+    na = max(inst.widths.get("s0", 1), K * _ELEM_BITS[ta] // 32)
+    nb = max(inst.widths.get("s1", 1), K * _ELEM_BITS[tb] // 32)
+    nd = M
+    acc_a, acc_b, acc_cd = f["acc"] & 1, f["acc"] >> 1 & 1, f["acc_cd"]
+    s0, s1, s2, vd = f["src0"], f["src1"], f["src2"], f["vdst"] + (256 if acc_cd else 0)
+    intmode = out_t == "i32"
+
+    def h(w):
+        A = _elements(_read_regs(w, s0, na, acc_a, ctx, ta), ta, flavour)[a_lane, a_elem]
+        B = _elements(_read_regs(w, s1, nb, acc_b, ctx, tb), tb, flavour)[b_lane, a_elem]
+        craw = _read_regs(w, s2, nd, acc_cd, ctx, "f32")
+        C = (craw.T.view(np.int32).astype(np.int64) if intmode else craw.T.view(np.float32).astype(np.float64))
+        D = np.einsum("bik,bjk->bij", A, B) + C[d_lane, d_elem]
+        out = np.zeros((64, nd), dtype=np.int64 if intmode else np.float64)
+        out[d_lane, d_elem] = D
+        bits = (out & 0xFFFFFFFF).astype(np.uint32) if intmode else out.astype(np.float32).view(np.uint32)
         w.v[vd:vd + nd] = bits.T
         return nxt
     return h
