@@ -33,7 +33,6 @@ from tiledsl.passes.common import (
     ops_in,
     tile_dtype,
     tile_shape,
-    walk_blocks,
 )
 
 
@@ -52,22 +51,96 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
     need = resident
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
-        for block in list(walk_blocks(fn)):
-            for op in ops_in(block):
-                if op.name == "tile.convert_layout":
-                    need = max(need, resident + _stage_convert(op, resident, threads, options, arch, source))
-                elif op.name == "tile.reduce" and is_tile(op.operands[0]):
-                    lin = L.linear(L.layout_of(op.operands[0].type), tile_shape(op.operands[0].type), threads)
-                    axis = int_attr(op, "axis")
-                    if any(b[axis] for b in lin.wave_bases):
-                        outs = L.num_regs(L.layout_of(op.result.type), tile_shape(op.result.type), threads) \
-                            if is_tile(op.result) else 1
-                        need = max(need, resident + threads.count * outs * 4)
-                        _check(op, resident + threads.count * outs * 4, arch, source)
+        sizes: dict[ir.Operation, int] = {}  # the arena bytes each staging or cross-wave reduction takes
+        for op in _in_program_order(fn):
+            if op.name == "tile.convert_layout":
+                src = op.operands[0]
+                shape = tile_shape(src.type)
+                if L.register_map(L.layout_of(src.type), shape, L.layout_of(op.result.type), shape, threads) is None:
+                    sizes[op] = _staging(op, resident, threads, options, arch, source)[1]
+            elif op.name == "tile.reduce" and is_tile(op.operands[0]):
+                lin = L.linear(L.layout_of(op.operands[0].type), tile_shape(op.operands[0].type), threads)
+                axis = int_attr(op, "axis")
+                if any(b[axis] for b in lin.wave_bases):
+                    outs = L.num_regs(L.layout_of(op.result.type), tile_shape(op.result.type), threads) \
+                        if is_tile(op.result) else 1
+                    sizes[op] = threads.count * outs * 4
+                    _check(op, resident + sizes[op], arch, source)
+        arena = max(sizes.values(), default=0)
+        need = max(need, resident + arena)
+        at = _arena_offsets(sizes, arena)
+        war = _war_barriers(fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()})
+        for op in sizes:
+            if op.name == "tile.convert_layout":
+                _stage_convert(op, resident + at[op], op in war, threads, options, arch, source)
     module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
     return need
 
 
+def _in_program_order(op: ir.Operation) -> list[ir.Operation]:
+    out = []
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in ops_in(block):
+                out.append(inner)
+                out.extend(_in_program_order(inner))
+    return out
+
+
+def _arena_offsets(sizes: dict[ir.Operation, int], arena: int) -> dict[ir.Operation, int]:
+    """Arena offsets, in program order: each staging right after the one before it where the
+    arena has room (its size is the largest staging's), else at the start. Stagings that follow
+    one another in disjoint bytes need no barrier between the first one's reads and the second
+    one's store (_war_barriers). Cross-wave reductions keep the start (their lowering's slots)."""
+    at: dict[ir.Operation, int] = {}
+    end = 0  # where the previous one ends
+    for op, size in sizes.items():
+        after = -(-end // 16) * 16
+        at[op] = after if op.name == "tile.convert_layout" and after + size <= arena else 0
+        end = at[op] + size
+    return at
+
+
+def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]]) -> set[ir.Operation]:
+    """The stagings whose store needs a barrier first: LDS bytes it overwrites may have been read
+    since the last barrier, by this wave or (on any path through branches and loop iterations)
+    another. A staging's reads all precede the next barrier or LDS store in program order (a dot
+    reading its operand fragment by fragment comes before either, lower-to-gpu), and every
+    barrier waits for the wave's LDS accesses, so `dirty`, the byte spans read since the last
+    barrier, is all a store must not overlap."""
+    war: set[ir.Operation] = set()
+
+    def overlaps(dirty: frozenset, span: tuple[int, int]) -> bool:
+        return any(lo < span[1] and span[0] < hi for lo, hi in dirty)
+
+    def visit(block: ir.Block, dirty: frozenset) -> frozenset:
+        for op in ops_in(block):
+            if op in spans:
+                if op.name == "tile.convert_layout" and overlaps(dirty, spans[op]):
+                    war.add(op)
+                dirty = frozenset([spans[op]])  # barrier after the store (a reduction: before, too), then its reads
+            elif op.name == "tile.barrier":
+                dirty = frozenset()
+            elif op.name == "scf.if":  # an empty else region passes `dirty` through
+                dirty = frozenset().union(*(visit(r.blocks[0], dirty) if len(r.blocks) else dirty
+                                            for r in op.regions))
+            elif op.name == "scf.for":
+                into = dirty
+                while True:  # the body's entry sees what the previous iteration left
+                    out = visit(op.regions[0].blocks[0], into)
+                    if out <= into:
+                        break
+                    into = into | out
+                dirty = dirty | out
+            elif op.regions:
+                raise AssertionError(f"stage-lds: no barrier analysis for {op.name}")
+        return dirty
+
+    while True:
+        before = len(war)
+        visit(fn.regions[0].blocks[0], frozenset())
+        if len(war) == before:
+            return war
 def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
              source: str | None) -> tuple[dict[str, ir.Attribute], int]:
     """The local_store/local_load attributes of staging op's tile at byte `at`, and its size."""
@@ -166,21 +239,17 @@ def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: Comp
     op.erase()
 
 
-def _stage_convert(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
-                   source: str | None) -> int:
-    src = op.operands[0]
-    shape = tile_shape(src.type)
-    if L.register_map(L.layout_of(src.type), shape, L.layout_of(op.result.type), shape, threads) is not None:
-        return 0  # same lanes: a register permutation, lowered without LDS
-    attrs, size = _staging(op, at, threads, options, arch, source)
+def _stage_convert(op: ir.Operation, at: int, war_barrier: bool, threads: L.Threads, options: CompileOptions,
+                   arch: Arch, source: str | None) -> None:
+    attrs, _size = _staging(op, at, threads, options, arch, source)
     with ir.InsertionPoint(op), op.location:
-        tile_op("barrier", [], [])
-        tile_op("local_store", [src], [], attrs)
+        if war_barrier:
+            tile_op("barrier", [], [])
+        tile_op("local_store", [op.operands[0]], [], attrs)
         tile_op("barrier", [], [])
         new = tile_op("local_load", [], [op.result.type], attrs)
     op.result.replace_all_uses_with(new.result)
     op.erase()
-    return size
 
 
 def _runs(lin: L.Linear, axis: int) -> int:

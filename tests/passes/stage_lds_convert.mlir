@@ -1,11 +1,17 @@
 // PASS: stage-lds gfx942
-// A conversion that moves elements between lanes goes through LDS, fenced by barriers; rows of
-// the 64x32 f16 tile are padded to 36 elements; the arena size is recorded on the module.
+// A conversion that moves elements between lanes goes through LDS: store, barrier, load; rows of
+// the 64x32 f16 tile are padded to 36 elements; the arena size is recorded on the module. The
+// first store needs no barrier before it (nothing was read yet); the second overwrites the bytes
+// the first one's loads read, so a barrier comes first.
 // CHECK: module attributes {tile.lds_arena = 0 : i32, tile.lds_bytes = 4608 : i32}
-// CHECK: "tile.barrier"
-// CHECK-NEXT: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 36 : i32}
+// CHECK-NOT: "tile.barrier"
+// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 36 : i32}
 // CHECK-NEXT: "tile.barrier"
 // CHECK-NEXT: "tile.local_load"(){{.*}} -> tensor<64x32xf16, "opa(mfma,32,32,8,4,f16,2,2)">
+// CHECK-NEXT: "tile.barrier"
+// CHECK-NEXT: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 36 : i32}
+// CHECK-NEXT: "tile.barrier"
+// CHECK-NEXT: "tile.local_load"(){{.*}} -> tensor<64x32xf16, "opbt(mfma,32,32,8,4,f16,2,2)">
 // CHECK-NOT: "tile.convert_layout"
 module {
   func.func @dot(%arg0: !llvm.ptr<1>, %arg1: !llvm.ptr<1>, %arg2: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32} {
