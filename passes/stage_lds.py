@@ -68,8 +68,11 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                     _check(op, resident + sizes[op], arch, source)
         arena = max(sizes.values(), default=0)
         need = max(need, resident + arena)
-        at = _arena_offsets(sizes, arena)
-        war = _war_barriers(fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()})
+        if options.lds_spread:
+            at = _arena_offsets(sizes, arena)
+            war = _war_barriers(fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()})
+        else:  # every staging at the arena's start, behind a barrier
+            at, war = dict.fromkeys(sizes, 0), set(sizes)
         for op in sizes:
             if op.name == "tile.convert_layout":
                 _stage_convert(op, resident + at[op], op in war, threads, options, arch, source)

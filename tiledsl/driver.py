@@ -361,7 +361,8 @@ FEW_SPILLS = 8  # registers: about what the row addresses of transposed LDS stor
 
 def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
                      kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
-    """_compile_once, again while it spills a few registers: with fewer rows per lane for
+    """_compile_once, again while it spills: with a barrier before every LDS staging (any spill),
+    then, while it spills a few registers: with fewer rows per lane for
     transposed LDS stores (several rows take more registers, their row addresses), down to one
     element at a time, then with masked accesses as branches instead of buffer accesses (LLVM
     keeps fewer loads in flight; pointers take half the scalar registers of descriptors). A
@@ -384,10 +385,14 @@ def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean:
             rows //= 2
             retry(dataclasses.replace(base, transposed_rows=rows))
 
-    fewer_rows(opts)
+    # Barriers between LDS stagings also keep LLVM from hoisting loads across them: any spill,
+    # compile again with every staging behind one (stage-lds).
+    if any(spill_counts(best[2])) and opts.lds_spread:
+        retry(dataclasses.replace(opts, lds_spread=False))
+    fewer_rows(best[0].options)
     # Buffer descriptors take 4 scalar registers where a pointer takes 2: any SGPR spill, too.
-    if (few_spills() or spill_counts(best[2])[1]) and opts.buffer_masks:
-        branches = dataclasses.replace(opts, buffer_masks=False)
+    if (few_spills() or spill_counts(best[2])[1]) and best[0].options.buffer_masks:
+        branches = dataclasses.replace(best[0].options, buffer_masks=False)
         retry(branches)
         fewer_rows(branches)
     return best
