@@ -3,10 +3,14 @@
 `tile.convert_layout` whose source and destination registers live in different lanes (e.g. a
 coalesced global tile into an MFMA/WMMA operand layout) becomes
 
-    tile.barrier ; tile.local_store ; tile.barrier ; tile.local_load
+    [tile.barrier ;] tile.local_store ; tile.barrier ; tile.local_load
 
-All stagings share one arena (the barriers make reuse safe), so the kernel's LDS is the largest
-single staging, or the cross-wave reduction scratch. A conversion marked `tile.resident` (a
+All stagings share one arena, so the kernel's LDS is the largest single staging, or the
+cross-wave reduction scratch. Within it each staging goes right after the one before it where
+there is room, else back to the start; the barrier before a store is there only where the bytes
+it overwrites may have been read since the last barrier, on some path through branches and loop
+iterations (_war_barriers). Stagings that take turns in disjoint bytes (a step's Q, dO and dS
+tiles in a 33 KiB arena) then cost one barrier each instead of two. A conversion marked `tile.resident` (a
 loop-invariant tile hoisted by hoist-conversions) gets its own region below the arena instead:
 it is stored once, before the loop, and read where it is used. Resident regions are placed by
 lifetime (from the store to the last read, a read in a loop reaching that loop's end): two that
