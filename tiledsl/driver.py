@@ -361,8 +361,8 @@ FEW_SPILLS = 8  # registers: about what the row addresses of transposed LDS stor
 
 def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
                      kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
-    """_compile_once, again while it spills: with a barrier before every LDS staging (any spill),
-    then, while it spills a few registers: with fewer rows per lane for
+    """_compile_once, again while it spills: with a barrier before every LDS staging (if it spills
+    vector registers), then, while it spills a few registers: with fewer rows per lane for
     transposed LDS stores (several rows take more registers, their row addresses), down to one
     element at a time, then with masked accesses as branches instead of buffer accesses (LLVM
     keeps fewer loads in flight; pointers take half the scalar registers of descriptors). A
@@ -385,9 +385,9 @@ def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean:
             rows //= 2
             retry(dataclasses.replace(base, transposed_rows=rows))
 
-    # Barriers between LDS stagings also keep LLVM from hoisting loads across them: any spill,
-    # compile again with every staging behind one (stage-lds).
-    if any(spill_counts(best[2])) and opts.lds_spread:
+    # Barriers between LDS stagings also keep LLVM from hoisting loads across them: a kernel that
+    # spills vector registers is compiled again with every staging behind one (stage-lds).
+    if spill_counts(best[2])[0] and opts.lds_spread:
         retry(dataclasses.replace(opts, lds_spread=False))
     fewer_rows(best[0].options)
     # Buffer descriptors take 4 scalar registers where a pointer takes 2: any SGPR spill, too.

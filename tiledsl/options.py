@@ -45,7 +45,7 @@ class CompileOptions:
     buffer_masks: bool = True
     # LDS stagings placed one after another in the arena, each store behind a barrier only where it
     # overwrites bytes read since the last one (stage-lds). The driver compiles again with False
-    # while a kernel spills: barriers also keep LLVM from hoisting loads, which holds registers.
+    # when a kernel spills VGPRs: barriers also keep LLVM from hoisting loads, which holds registers.
     lds_spread: bool = True
     # Set by the driver only: a kernel's occupancy(N) target lowered to this when N waves per SIMD
     # would spill or cannot be reached (the driver compiles again with N-1, ... 0 = no target).
