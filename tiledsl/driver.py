@@ -386,8 +386,10 @@ def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean:
             retry(dataclasses.replace(base, transposed_rows=rows))
 
     # Barriers between LDS stagings also keep LLVM from hoisting loads across them: a kernel that
-    # spills vector registers is compiled again with every staging behind one (stage-lds).
-    if spill_counts(best[2])[0] and opts.lds_spread:
+    # spills vector registers is compiled again with every staging behind one (stage-lds), unless
+    # it may spill and spills more than a few (RDNA's hdim 256 rows: a second compile of a large
+    # kernel that would spill either way).
+    if spill_counts(best[2])[0] and opts.lds_spread and (not opts.allow_spills or few_spills()):
         retry(dataclasses.replace(opts, lds_spread=False))
     fewer_rows(best[0].options)
     # Buffer descriptors take 4 scalar registers where a pointer takes 2: any SGPR spill, too.
