@@ -56,7 +56,7 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         sizes: dict[ir.Operation, int] = {}  # the arena bytes each staging or cross-wave reduction takes
-        for op in _in_program_order(fn):
+        for op in _program_order(fn)[0]:  # pre-order: program order
             if op.name == "tile.convert_layout":
                 src = op.operands[0]
                 shape = tile_shape(src.type)
@@ -82,16 +82,6 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                 _stage_convert(op, resident + at[op], op in war, threads, options, arch, source)
     module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
     return need
-
-
-def _in_program_order(op: ir.Operation) -> list[ir.Operation]:
-    out = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in ops_in(block):
-                out.append(inner)
-                out.extend(_in_program_order(inner))
-    return out
 
 
 def _arena_offsets(sizes: dict[ir.Operation, int], arena: int) -> dict[ir.Operation, int]:
@@ -148,6 +138,8 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]]) 
         visit(fn.regions[0].blocks[0], frozenset())
         if len(war) == before:
             return war
+
+
 def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
              source: str | None) -> tuple[dict[str, ir.Attribute], int]:
     """The local_store/local_load attributes of staging op's tile at byte `at`, and its size."""
