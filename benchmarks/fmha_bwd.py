@@ -131,8 +131,6 @@ def _triton_row(a, hdim: int, causal: bool, config, compile_fn, emulate: bool) -
 def _run_triton(a, hdim: int, causal: bool, config, md: dict, hsaco: bytes) -> float:
     """Run Triton's preprocess and its code object on the emulator, check dq/dk/dv, return the
     main kernel's dynamic figures."""
-    from triton_fa_bwd import PRE_BLOCK, compile_triton_preprocess
-
     q, k, v, do = problem(hdim)
     dev = EmulatorDevice(a)
     ref_out, ref_lse = _forward(q, k, v, causal)
@@ -140,16 +138,8 @@ def _run_triton(a, hdim: int, causal: bool, config, md: dict, hsaco: bytes) -> f
         ("Q", q), ("K", k), ("V", v), ("DO", do), ("DQ", np.zeros_like(q)), ("DK", np.zeros_like(k)),
         ("DV", np.zeros_like(v)), ("LSE", (ref_lse[0, 0] * LOG2E).astype(np.float32)),
         ("O", ref_out.astype(np.float16)), ("Delta", np.zeros(SEQ, np.float32)), ("scratch", np.zeros(16, np.uint8)))}
-    _asm, pre_md, _s, pre = compile_triton_preprocess(a.name, a.wave_size, "f16", hdim)
-    dev.launch(dev.kernel(pre, "attn_bwd_preprocess"), (SEQ // PRE_BLOCK, 1, 1), (4 * a.wave_size, 1, 1),
-               struct.pack("<QQQi4xQQ", bufs["O"].addr, bufs["DO"].addr, bufs["Delta"].addr, SEQ,
-                           bufs["scratch"].addr, bufs["scratch"].addr), dynamic_lds=int(pre_md["shared"]))
-    ka = struct.pack("<QQQf4xQQQQQQiiI4xQQ", bufs["Q"].addr, bufs["K"].addr, bufs["V"].addr, hdim ** -0.5,
-                     bufs["DO"].addr, bufs["DQ"].addr, bufs["DK"].addr, bufs["DV"].addr, bufs["LSE"].addr,
-                     bufs["Delta"].addr, SEQ * hdim, hdim, SEQ, bufs["scratch"].addr, bufs["scratch"].addr)
-    kern = dev.kernel(hsaco, "attn_bwd")
-    dev.launch(kern, (SEQ // config[1], 1, 1), (config[4] * a.wave_size, 1, 1), ka, dynamic_lds=int(md["shared"]))
-    count = dev.last_stats["wave_instructions"]
+    _launch_triton(dev, a, hdim, config, md, hsaco, bufs, SEQ, 1)
+    count = dev.last_stats["wave_instructions"]  # the main kernel's, launched last
     got = [dev.from_device(bufs[n], np.float16, q.shape) for n in ("DQ", "DK", "DV")]
     ref = fmha_bwd_reference(do, q, k, v, causal=causal)
     for name, g, r in zip(("dq", "dk", "dv"), got, ref, strict=True):
@@ -157,6 +147,23 @@ def _run_triton(a, hdim: int, causal: bool, config, md: dict, hsaco: bytes) -> f
         if err > 4e-3 * max(np.abs(r).max(), 1.0):
             raise RuntimeError(f"Triton's {name} differs from the reference by {err:.3g}")
     return count * 1000 / pairs(causal)
+
+
+def _launch_triton(dev, a, hdim: int, cfg, md: dict, hsaco: bytes, buf: dict, seq: int, heads: int) -> None:
+    """Triton's preprocess (Delta from O and dO), then its main kernel, over `heads` contiguous
+    [seq, hdim] heads in the buffers named as the kernels' arguments (and a 16-byte "scratch")."""
+    from triton_fa_bwd import PRE_BLOCK, compile_triton_preprocess
+
+    scratch = buf["scratch"].addr
+    _asm, pre_md, _s, pre = compile_triton_preprocess(a.name, a.wave_size, "f16", hdim)
+    dev.launch(dev.kernel(pre, "attn_bwd_preprocess"), (seq // PRE_BLOCK, heads, 1), (4 * a.wave_size, 1, 1),
+               struct.pack("<QQQi4xQQ", buf["O"].addr, buf["DO"].addr, buf["Delta"].addr, seq, scratch, scratch),
+               dynamic_lds=int(pre_md["shared"]))
+    ka = struct.pack("<QQQf4xQQQQQQiiI4xQQ", buf["Q"].addr, buf["K"].addr, buf["V"].addr, hdim ** -0.5,
+                     buf["DO"].addr, buf["DQ"].addr, buf["DK"].addr, buf["DV"].addr, buf["LSE"].addr,
+                     buf["Delta"].addr, seq * hdim, hdim, seq, scratch, scratch)
+    dev.launch(dev.kernel(hsaco, "attn_bwd"), (seq // cfg[1], heads, 1), (cfg[4] * a.wave_size, 1, 1), ka,
+               dynamic_lds=int(md["shared"]))
 
 
 def _forward(q, k, v, causal):
@@ -185,7 +192,7 @@ def modeled(arch: str, hdim: int, causal: bool, best: dict | None) -> dict[str, 
     """Modeled TFLOP/s (5 products per visible pair) at the benchmarks' model shape: ours is the
     whole plan (dot_do_o, dq_dk_dv, convert_dq), Triton its preprocess (Delta, our dot_do_o) and
     main kernel, with the fastest of its candidate configs (theirs())."""
-    from triton_fa_bwd import PRE_BLOCK, compile_triton_bwd, compile_triton_preprocess
+    from triton_fa_bwd import compile_triton_bwd
 
     from tiledsl.device_array import DeviceArray
     from tiledsl.profile import useful_flops
@@ -204,16 +211,8 @@ def modeled(arch: str, hdim: int, causal: bool, best: dict | None) -> dict[str, 
         heads, n = MODEL_B * MODEL_H, MODEL_B * MODEL_H * MODEL_S * hdim
         buf = {name: dev.alloc(n * 2, name) for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
         buf.update({name: dev.alloc(heads * MODEL_S * 4, name) for name in ("LSE", "Delta")})
-        scratch = dev.alloc(16, "scratch")
-        _asm, pre_md, _s, pre = compile_triton_preprocess(arch, a.wave_size, "f16", hdim)
-        dev.launch(dev.kernel(pre, "attn_bwd_preprocess"), (MODEL_S // PRE_BLOCK, heads, 1), (4 * a.wave_size, 1, 1),
-                   struct.pack("<QQQi4xQQ", buf["O"].addr, buf["DO"].addr, buf["Delta"].addr, MODEL_S, scratch.addr,
-                               scratch.addr), dynamic_lds=int(pre_md["shared"]))
-        ka = struct.pack("<QQQf4xQQQQQQiiI4xQQ", buf["Q"].addr, buf["K"].addr, buf["V"].addr, hdim ** -0.5,
-                         buf["DO"].addr, buf["DQ"].addr, buf["DK"].addr, buf["DV"].addr, buf["LSE"].addr,
-                         buf["Delta"].addr, MODEL_S * hdim, hdim, MODEL_S, scratch.addr, scratch.addr)
-        dev.launch(dev.kernel(hsaco, "attn_bwd"), (MODEL_S // cfg[1], heads, 1), (cfg[4] * a.wave_size, 1, 1), ka,
-                   dynamic_lds=int(md["shared"]))
+        buf["scratch"] = dev.alloc(16, "scratch")
+        _launch_triton(dev, a, hdim, cfg, md, hsaco, buf, MODEL_S, heads)
 
     out: dict[str, float | str] = {"tiledsl": model_tflops(a, flops, ours)}
     if best is not None and "config" in best:
