@@ -90,12 +90,15 @@ class _Assigner:
                 raise op_error(op, str(exc), self.source, "assign-layouts") from None
             kind = "acct" if mop.m == mop.n and not _reduced_along_columns(res) else "acc"
             acc = L.Mma(kind, mop, wm, wn)
-            self.layout[res] = acc
             # An A operand computed in registers (P = softmax(S) from an earlier dot) keeps its
             # registers when relabelling the contraction index of both operands makes them agree.
             src = ins[0]
             if src is not None:
-                self.kperm[op] = L.k_permutation(src, acc.with_kind("opa"), a_shape, 1, self.threads)
+                perm = L.k_permutation(src, acc.with_kind("opa"), a_shape, 1, self.threads)
+                if perm is None:
+                    acc, perm = self.chained(src, acc, (m, n, a_shape[1]), a_shape)
+                self.kperm[op] = perm
+            self.layout[res] = acc
         elif name == "tile.reduce":
             src = ins[0] or self.blocked(op.operands[0])
             axis, n = int_attr(op, "axis"), tile_shape(op.operands[0].type)[int_attr(op, "axis")]
@@ -119,6 +122,24 @@ class _Assigner:
             self.layout[res] = max(known, key=_priority) if known else None
         else:
             raise op_error(op, f"internal: no layout rule for {name}", self.source, "assign-layouts")
+
+    def chained(self, src: L.Layout, acc: L.Mma, mnk: tuple[int, int, int],
+                a_shape: tuple[int, ...]) -> tuple[L.Mma, list[int] | None]:
+        """A dot whose A operand comes from an earlier dot's accumulator (the backward's
+        dV += P^T dO after S^T = K Q^T) but whose own instruction or wave grid would move it
+        between lanes through LDS: take the earlier dot's instruction and wave grid where they
+        tile this dot, so the operand stays in registers (each wave then reads the whole B operand,
+        as the forward's P V does). Returns the accumulator layout and the contraction relabelling
+        (None: the operand goes through LDS)."""
+        if not isinstance(src, L.Mma) or not src.is_accumulator:
+            return acc, None
+        mop, (m, n, k) = src.op, mnk
+        if mop.in_dtype != acc.op.in_dtype or m % (src.wm * mop.m) or n % (src.wn * mop.n) or k % mop.k:
+            return acc, None
+        kind = "acct" if mop.m == mop.n and acc.kind == "acct" else "acc"
+        alt = L.Mma(kind, mop, src.wm, src.wn)
+        perm = L.k_permutation(src, alt.with_kind("opa"), a_shape, 1, self.threads)
+        return (alt, perm) if perm is not None else (acc, None)
 
     def broadcast_target(self, src: L.Layout, op: ir.Operation) -> L.Layout:
         """A row/column vector reduced from a tile of layout P broadcasts back into P. P may also
@@ -411,7 +432,9 @@ class _Assigner:
             eb = DTYPE_BYTES[tile_dtype(load.result.type)]
             vec = self.blocked(load.result).vec
             per_lane = rows * cols // self.threads.count
-            if eb < 4 and per_lane >= vec * rows_per_lane and rows % rows_per_lane == 0:
+            # gfx950 stores 16-bit ones row-major and transposes in the read (stage-lds).
+            read_transposed = eb == 2 and self.arch.lds_transpose_read and self.options.transpose_reads
+            if eb < 4 and not read_transposed and per_lane >= vec * rows_per_lane and rows % rows_per_lane == 0:
                 self.retarget[load.result] = L.Blocked(vec, rows_per_lane)
                 found = True
         return found

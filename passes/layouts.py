@@ -443,6 +443,34 @@ def with_k_permutation(layout: Layout, axis: int, images: list[int] | None) -> L
     return PermK(axis, tuple(images), layout)
 
 
+# gfx950's ds_read_b64_tr_b16 (Arch.lds_transpose_read): each lane reads 4 16-bit values that
+# are consecutive in LDS, and every 16 lanes exchange them so that destination lane d holds, as
+# value e, value d % 4 of source lane 4e + d // 4 (the emulator's backends/rocm/emulator/lds.py).
+TRANSPOSE_READ_VALUES = 4
+
+
+def transpose_read_source(lin: Linear) -> Linear | None:
+    """For a 16-bit 2-D tile stored row-major in LDS (axis 1 contiguous) and read into layout
+    `lin` with transpose reads: the layout the lanes must load (each 4 registers from one address,
+    consecutive along axis 1), or None when the exchange cannot produce `lin`. It can when lin's
+    lane bits 0 and 1 step axis 1 by 1 and 2 (they pick the value within a source lane's 8 bytes)
+    and its registers come in runs of 4 with the same two steps; lin's lane bits 2-3 and those
+    register steps become the source lanes' bits 0-3 (a B operand [K, N] with N contiguous:
+    each source lane reads 4 N values of one K row)."""
+    n = TRANSPOSE_READ_VALUES
+    if lin.regs.shape[1] != 2 or len(lin.lane_bases) < 4 or lin.num_regs % n:
+        return None
+    if lin.lane_bases[0].tolist() != [0, 1] or lin.lane_bases[1].tolist() != [0, 2]:
+        return None
+    starts = lin.regs[0::n]
+    r1, r2 = lin.regs[1] - lin.regs[0], lin.regs[2] - lin.regs[0]
+    if not (lin.regs.reshape(-1, n, 2) - starts[:, None, :] == np.array([[0, 0], r1, r2, r1 + r2])).all():
+        return None
+    lane_bases = np.concatenate([lin.lane_bases[2:4], [r1, r2], lin.lane_bases[4:]])
+    regs = (starts[:, None, :] + np.array([[0, e] for e in range(n)])[None, :, :]).reshape(-1, 2)
+    return Linear(lane_bases, lin.wave_bases, regs)
+
+
 def blocked_for(elem_bytes: int) -> Blocked:
     """The default blocked layout: 16-byte vectors along the last axis (4 f32 or 8 f16 values)."""
     return Blocked(max(1, 16 // elem_bytes))

@@ -101,9 +101,11 @@ class _Lowering:
     # -- thread coordinates -------------------------------------------------------------------------
     def base(self, v: ir.Value) -> list[ir.Value]:
         """Per-dim scalar base coordinate of this lane for v's layout (lane + wave parts)."""
-        key = f"{ir.RankedTensorType(v.type).encoding}:{tile_shape(v.type)}"
+        return self.base_of(f"{ir.RankedTensorType(v.type).encoding}:{tile_shape(v.type)}", self.lin(v))
+
+    def base_of(self, key: str, lin: L.Linear) -> list[ir.Value]:
+        """The same for a decomposed layout, cached under `key`."""
         if key not in self.bases:
-            lin = self.lin(v)
             with ir.InsertionPoint(self.anchor):
                 dims = []
                 for d in range(lin.regs.shape[1]):
@@ -430,6 +432,8 @@ def _load_lds_registers(lw: _Lowering, op: ir.Operation, lo: int, hi: int) -> ir
     base = _lds_base(lw)
     value_t = ir.RankedTensorType(op.result.type).element_type
     elt = memory_type(value_t)
+    if "transpose_read" in op.attributes:
+        return _transpose_read_registers(lw, op, base, elt, lo, hi)
     vals: list[ir.Value] = []
     for regs, align, addr in _lds_runs(lw, op, op.result, base, elt, lo, hi):
         n = len(regs)
@@ -438,6 +442,30 @@ def _load_lds_registers(lw: _Lowering, op: ir.Operation, lo: int, hi: int) -> ir
         else:
             vals.extend(lw.elems(llvm.load(ir.VectorType.get([n], elt), addr, alignment=align)))
     return from_memory(lw.pack(vals, elt), value_t)
+
+
+def _transpose_read_registers(lw: _Lowering, op: ir.Operation, base: ir.Value, elt: ir.Type, lo: int,
+                              hi: int) -> ir.Value:
+    """Registers lo..hi-1 of a local_load that stage-lds marked `transpose_read` (a 16-bit tile
+    stored row-major): one ds_read_b64_tr_b16 per 4 registers, each lane reading the 4 values at
+    its position in the source layout (layouts.transpose_read_source)."""
+    n = L.TRANSPOSE_READ_VALUES
+    lin = lw.lin(op.result)
+    src = L.transpose_read_source(lin)
+    if src is None or lo % n or hi % n:
+        raise op_error(op, f"internal: transpose read of registers {lo}..{hi} in layout "
+                       f"{L.layout_of(op.result.type)}", lw.source, "lower-to-gpu")
+    offset, row_stride = int_attr(op, "offset"), int_attr(op, "row_stride")
+    rows, cols = lw.base_of(f"transpose-read:{ir.RankedTensorType(op.result.type).encoding}:"
+                            f"{tile_shape(op.result.type)}", src)
+    b = arith.AddIOp(arith.AddIOp(arith.MulIOp(rows, c32(row_stride)).result, cols).result, c32(offset)).result
+    vt = ir.VectorType.get([n], elt)
+    vals: list[ir.Value] = []
+    for start in range(lo, hi, n):
+        at = int(src.regs[start] @ np.array([row_stride, 1]))
+        read = rocdl.ds_read_tr16_b64_(vt, gep(base, arith.AddIOp(b, c32(at)).result, elt))
+        vals.extend(lw.elems(read))
+    return lw.pack(vals, elt)
 
 
 def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt: ir.Type, lo: int = 0,

@@ -22,6 +22,7 @@ the DSL location of the operation.
 
 from __future__ import annotations
 
+import numpy as np
 from mlir import ir
 
 from tiledsl.backends.rocm.arch import Arch
@@ -151,6 +152,10 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     # Each wave reads its whole operand while the writes are shared, so the reads decide.
     dst_lin = L.linear(L.layout_of(op.result.type), shape, threads)
     transposed = len(shape) == 2 and _runs(dst_lin, 0) > _runs(dst_lin, 1)
+    # Where the arch transposes in the read (gfx950), such a tile is stored row-major instead, with
+    # vector stores, and each 4 registers of a lane come from one transpose read.
+    read_transposed = transposed and _transpose_readable(dst_lin, shape, eb, arch, options)
+    transposed = transposed and not read_transposed
     stored = (shape[1], shape[0]) if transposed else shape
     row = _padded_row(stored, eb, options.lds_padding)
     rows = stored[0] if len(shape) == 2 else 1
@@ -159,7 +164,23 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     attrs = {"offset": i32_attr(at // eb), "row_stride": i32_attr(row)}  # offsets count elements
     if transposed:
         attrs["transposed"] = ir.UnitAttr.get()
+    if read_transposed:  # the local_load's; the store ignores it
+        attrs["transpose_read"] = ir.UnitAttr.get()
     return attrs, size
+
+
+def _transpose_readable(dst_lin: L.Linear, shape: tuple[int, ...], elem_bytes: int, arch: Arch,
+                        options: CompileOptions) -> bool:
+    """Can transpose reads fill layout dst_lin from the row-major tile? Every source lane's 8
+    bytes must be aligned: its column a multiple of 4, and so the row stride (the arena offsets
+    are 16-byte aligned)."""
+    if not (arch.lds_transpose_read and options.transpose_reads and elem_bytes == 2 and shape[1] % 4 == 0):
+        return False
+    src = L.transpose_read_source(dst_lin)
+    if src is None:
+        return False
+    cols = np.concatenate([src.lane_bases, src.wave_bases, src.regs[0::L.TRANSPOSE_READ_VALUES]])[:, 1]
+    return bool((cols % L.TRANSPOSE_READ_VALUES == 0).all())
 
 
 def _program_order(fn: ir.Operation) -> tuple[dict[ir.Operation, int], dict[ir.Operation, int]]:

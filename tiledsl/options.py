@@ -47,6 +47,10 @@ class CompileOptions:
     # overwrites bytes read since the last one (stage-lds). The driver compiles again with False
     # when a kernel spills VGPRs: barriers also keep LLVM from hoisting loads, which holds registers.
     lds_spread: bool = True
+    # On archs that transpose in LDS reads (gfx950, Arch.lds_transpose_read): a B operand [K, N]
+    # staged from a row-major tile is stored row-major and read with transpose reads, instead of
+    # stored column by column (stage-lds). False is for measuring the difference.
+    transpose_reads: bool = True
     # Set by the driver only: a kernel's occupancy(N) target lowered to this when N waves per SIMD
     # would spill or cannot be reached (the driver compiles again with N-1, ... 0 = no target).
     occupancy_cap: int | None = None

@@ -90,6 +90,10 @@ class Arch:
     # `scratch_store_dword off, v1, off offset:N` addresses by the immediate alone); gfx90a has no
     # SVE bit and takes VADDR whenever SADDR is off.
     scratch_sve: bool = True
+    # LDS reads that transpose 16-bit (and 8-bit) blocks across each 16 lanes into the MFMA operand
+    # layout (CDNA4 ISA 11.4, ds_read_b64_tr_b16): a B operand [K, N] reads straight from a tile
+    # stored row-major (N contiguous), where other archs store it column by column.
+    lds_transpose_read: bool = False
 
     @property
     def m0_sgpr(self) -> int:
@@ -209,7 +213,7 @@ ARCHS: dict[str, Arch] = {
         }) + _cdna_ops(16, 32, _CDNA_FP8)),
     "gfx950": Arch(
         name="gfx950", family="CDNA4", elf_mach=0x4F, lds_bytes=160 * 1024, fp8_flavour="ocp", peak_tflops_f16=2500.0,
-        product="MI355X", compute_units=256,
+        product="MI355X", compute_units=256, lds_transpose_read=True,
         timing=Timing(clock_ghz=2.4, hbm_tb_s=8.0, lds_bytes_per_clk=256, vmem_line_bytes=128, **_CDNA_TIMING), **_CDNA,
         matrix_ops=_cdna_ops(16, 32, {
             "f16": ("v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_f16"),

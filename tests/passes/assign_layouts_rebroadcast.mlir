@@ -1,6 +1,8 @@
 // PASS: assign-layouts gfx942
-// S = Q K^T over 32 keys takes 16x16 MFMAs while O = P V over 128 columns takes 32x32 ones, so a
-// row factor reduced from S (layouts of the 16x16 accumulator) scales O (the 32x32 one). The
+// S = Q K^T over 32 keys takes 16x16 MFMAs while O = X V over 128 columns takes 32x32 ones (X is
+// loaded: a P computed from S would make O take S's instruction and wave grid, to stay in
+// registers), so a row factor reduced from S (layouts of the 16x16 accumulator) scales O (the
+// 32x32 one). The
 // conversion belongs on the [64, 1] factor before its broadcast, not on the broadcast
 // [64, 128] tile, which would cost 32 KiB of LDS and a barrier pair.
 // CHECK-LABEL: func.func @row_scale
@@ -45,7 +47,14 @@ module attributes {tile.arch = "gfx942"} {
     %27 = math.exp2 %26 : tensor<64x32xf32> loc(#loc16)
     %cst_3 = arith.constant 0.000000e+00 : f32 loc(#loc17)
     %28 = "tile.splat"(%cst_3) : (f32) -> tensor<64x128xf32> loc(#loc17)
-    %29 = arith.truncf %27 : tensor<64x32xf32> to tensor<64x32xf16> loc(#loc18)
+    %ra = "tile.broadcast"(%4) : (tensor<64x1xi32>) -> tensor<64x32xi32> loc(#loc18)
+    %rb = "tile.splat"(%arg1) : (i32) -> tensor<64x32xi32> loc(#loc18)
+    %rc = arith.muli %ra, %rb : tensor<64x32xi32> loc(#loc18)
+    %rd = "tile.expand_dims"(%1) {axis = 0 : i32} : (tensor<32xi32>) -> tensor<1x32xi32> loc(#loc18)
+    %re = "tile.broadcast"(%rd) : (tensor<1x32xi32>) -> tensor<64x32xi32> loc(#loc18)
+    %rf = arith.addi %rc, %re : tensor<64x32xi32> loc(#loc18)
+    %rm = "tile.splat"(%true) : (i1) -> tensor<64x32xi1> loc(#loc18)
+    %29 = "tile.load"(%arg0, %rf, %rm, %cst_0) : (!llvm.ptr<1>, tensor<64x32xi32>, tensor<64x32xi1>, f16) -> tensor<64x32xf16> loc(#loc18)
     %30 = "tile.expand_dims"(%1) {axis = 1 : i32} : (tensor<32xi32>) -> tensor<32x1xi32> loc(#loc19)
     %31 = "tile.broadcast"(%30) : (tensor<32x1xi32>) -> tensor<32x128xi32> loc(#loc20)
     %32 = "tile.splat"(%arg5) : (i32) -> tensor<32x128xi32> loc(#loc20)

@@ -3,6 +3,7 @@ checks after every pass (layouts, the tile ops' IRDL constraints, the module's a
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tiledsl.backends.rocm.arch import get_arch
@@ -136,3 +137,44 @@ def test_tile_ops_have_typed_operands() -> None:
 }"""
     with new_context(), ir.Location.unknown(), pytest.raises(ir.MLIRError, match="expected base type 'builtin.tensor'"):
         ir.Module.parse(text)
+
+
+GFX950 = get_arch("gfx950")
+
+
+def _exchange(src: L.Linear, threads: L.Threads) -> np.ndarray:
+    """What ds_read_b64_tr_b16 leaves in each lane (CDNA4 ISA 11.4; the emulator's lds.py): each
+    lane reads the 4 elements at its position in `src`, consecutive along axis 1, and in every
+    group of 16 lanes destination lane d takes, as value e, value d % 4 of source lane 4e + d // 4."""
+    read = L._compose(src, threads)  # [thread, register, (row, col)]
+    out = np.empty_like(read)
+    for t in range(threads.count):
+        group, d = t - t % 16, t % 16
+        for q in range(0, src.num_regs, 4):
+            for e in range(4):
+                out[t, q + e] = read[group + 4 * e + d // 4, q + d % 4]
+    return out
+
+
+@pytest.mark.parametrize("layout, shape, waves", [
+    (L.Mma("opb", GFX950.matrix_op("f16", 32), 2, 2), (32, 64), 4),   # B [K, N] of a 32x32x16 MFMA
+    (L.Mma("opb", GFX950.matrix_op("f16", 16), 4, 2), (64, 128), 8),  # 16x16x32, two K steps
+    (L.PermK(0, (1, 2, 8, 4, 16), L.Mma("opb", GFX950.matrix_op("f16", 32), 4, 1)), (32, 128), 4),  # K permuted
+])
+def test_transpose_read_source_yields_the_operand_layout(layout, shape, waves) -> None:
+    """The source layout's reads, exchanged as the instruction does, put every element where the
+    operand layout wants it; each lane's 4 values are consecutive along axis 1 (one 8-byte read)."""
+    threads = L.Threads(64, waves)
+    dst = L.linear(layout, shape, threads)
+    src = L.transpose_read_source(dst)
+    assert src is not None
+    assert (src.regs.reshape(-1, 4, 2)[:, :, 1] - src.regs[0::4, None, 1] == np.arange(4)).all()
+    assert np.array_equal(_exchange(src, threads), L._compose(dst, threads))
+
+
+@pytest.mark.parametrize("layout, shape", [
+    (L.Mma("opa", GFX950.matrix_op("f16", 32), 2, 2), (64, 32)),  # lanes step axis 0: already K-contiguous rows
+    (L.Blocked(8), (32, 64)),                                       # 8 values per lane along axis 1
+])
+def test_transpose_read_source_refuses_other_layouts(layout, shape) -> None:
+    assert L.transpose_read_source(L.linear(layout, shape, T4)) is None
