@@ -57,12 +57,14 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         sizes: dict[ir.Operation, int] = {}  # the arena bytes each staging or cross-wave reduction takes
+        stored: dict[ir.Operation, tuple] = {}  # a staging's bytes: its source and how it is laid out
         for op in _program_order(fn)[0]:  # pre-order: program order
             if op.name == "tile.convert_layout":
                 src = op.operands[0]
                 shape = tile_shape(src.type)
                 if L.register_map(L.layout_of(src.type), shape, L.layout_of(op.result.type), shape, threads) is None:
-                    sizes[op] = _staging(op, resident, threads, options, arch, source)[1]
+                    attrs, sizes[op] = _staging(op, resident, threads, options, arch, source)
+                    stored[op] = (src, ir.IntegerAttr(attrs["row_stride"]).value, "transposed" in attrs)
             elif op.name == "tile.reduce" and is_tile(op.operands[0]):
                 lin = L.linear(L.layout_of(op.operands[0].type), tile_shape(op.operands[0].type), threads)
                 axis = int_attr(op, "axis")
@@ -73,39 +75,86 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                     _check(op, resident + sizes[op], arch, source)
         arena = max(sizes.values(), default=0)
         need = max(need, resident + arena)
+        shared: dict[ir.Operation, ir.Operation] = {}  # staging -> the one whose stored bytes it reads
         if options.lds_spread:
-            at = _arena_offsets(sizes, arena)
-            war = _war_barriers(fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()})
+            shared = _shared_stagings(stored)
+            at = _arena_offsets(sizes, arena, shared)
+            war = _war_barriers(fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()},
+                                set(shared))
         else:  # every staging at the arena's start, behind a barrier
             at, war = dict.fromkeys(sizes, 0), set(sizes)
         for op in sizes:
             if op.name == "tile.convert_layout":
-                _stage_convert(op, resident + at[op], op in war, threads, options, arch, source)
+                _stage_convert(op, resident + at[op], op in war, op in shared, threads, options, arch, source)
     module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
     return need
 
 
-def _arena_offsets(sizes: dict[ir.Operation, int], arena: int) -> dict[ir.Operation, int]:
+def _shared_stagings(stored: dict[ir.Operation, tuple]) -> dict[ir.Operation, ir.Operation]:
+    """Stagings that would store the bytes an earlier one of the same block stored (the same tile,
+    laid out the same way: gfx950's Q read as dot operands of both orientations): they read those
+    bytes instead, with no store and no barrier. Maps each to the staging that stores them."""
+    first: dict[tuple, ir.Operation] = {}
+    shared = {}
+    for op, key in stored.items():
+        key = (*key, op.operation.block)
+        if key in first:
+            shared[op] = first[key]
+        else:
+            first[key] = op
+    return shared
+
+
+def _arena_offsets(sizes: dict[ir.Operation, int], arena: int,
+                   shared: dict[ir.Operation, ir.Operation]) -> dict[ir.Operation, int]:
     """Arena offsets, in program order: each staging right after the one before it where the
     arena has room (its size is the largest staging's), else at the start. Stagings that follow
     one another in disjoint bytes need no barrier between the first one's reads and the second
-    one's store (_war_barriers). Cross-wave reductions keep the start (their lowering's slots)."""
-    at: dict[ir.Operation, int] = {}
-    end = 0  # where the previous one ends
-    for op, size in sizes.items():
-        after = -(-end // 16) * 16
-        at[op] = after if op.name == "tile.convert_layout" and after + size <= arena else 0
-        end = at[op] + size
-    return at
+    one's store (_war_barriers). Cross-wave reductions keep the start (their lowering's slots).
+    A staging in `shared` reads the bytes of the one it maps to, which the stagings between the
+    two must not overwrite; where one cannot avoid them, that sharing is dropped (the staging
+    stores its own copy) and the placement starts again."""
+    order = list(sizes)
+    while True:
+        at: dict[ir.Operation, int] = {}
+        end = 0  # where the previous one ends
+        clash = None
+        for i, op in enumerate(order):
+            if op in shared:
+                at[op] = at[shared[op]]
+                continue
+            size = sizes[op]
+            # Bytes stored earlier that a later staging still reads.
+            pinned = {(at[w], at[w] + sizes[w]) for r, w in shared.items() if w in at and order.index(r) > i}
+            spot = None
+            if op.name == "tile.convert_layout":
+                for start in (-(-end // 16) * 16, 0):
+                    while any(lo < start + size and start < hi for lo, hi in pinned):
+                        start = max(-(-hi // 16) * 16 for lo, hi in pinned if lo < start + size and start < hi)
+                    if start + size <= arena:
+                        spot = start
+                        break
+            elif not any(lo < size for lo, hi in pinned):
+                spot = 0
+            if spot is None:
+                clash = next(r for r, w in shared.items() if w in at and order.index(r) > i)
+                break
+            at[op] = spot
+            end = spot + size
+        if clash is None:
+            return at
+        del shared[clash]
 
 
-def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]]) -> set[ir.Operation]:
+def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
+                  readers: set[ir.Operation]) -> set[ir.Operation]:
     """The stagings whose store needs a barrier first: LDS bytes it overwrites may have been read
     since the last barrier, by this wave or (on any path through branches and loop iterations)
     another. A staging's reads all precede the next barrier or LDS store in program order (a dot
     reading its operand fragment by fragment comes before either, lower-to-gpu), and every
     barrier waits for the wave's LDS accesses, so `dirty`, the byte spans read since the last
-    barrier, is all a store must not overlap."""
+    barrier, is all a store must not overlap. `readers` only read (shared stagings): no store,
+    no barrier."""
     war: set[ir.Operation] = set()
 
     def overlaps(dirty: frozenset, span: tuple[int, int]) -> bool:
@@ -113,7 +162,9 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]]) 
 
     def visit(block: ir.Block, dirty: frozenset) -> frozenset:
         for op in ops_in(block):
-            if op in spans:
+            if op in readers:
+                dirty = dirty | {spans[op]}
+            elif op in spans:
                 if op.name == "tile.convert_layout" and overlaps(dirty, spans[op]):
                     war.add(op)
                 dirty = frozenset([spans[op]])  # barrier after the store (a reduction: before, too), then its reads
@@ -259,14 +310,17 @@ def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: Comp
     op.erase()
 
 
-def _stage_convert(op: ir.Operation, at: int, war_barrier: bool, threads: L.Threads, options: CompileOptions,
-                   arch: Arch, source: str | None) -> None:
+def _stage_convert(op: ir.Operation, at: int, war_barrier: bool, reads_only: bool, threads: L.Threads,
+                   options: CompileOptions, arch: Arch, source: str | None) -> None:
+    """The store (unless an earlier staging stored these bytes: `reads_only`), its barriers, and
+    the load."""
     attrs, _size = _staging(op, at, threads, options, arch, source)
     with ir.InsertionPoint(op), op.location:
-        if war_barrier:
+        if not reads_only:
+            if war_barrier:
+                tile_op("barrier", [], [])
+            tile_op("local_store", [op.operands[0]], [], attrs)
             tile_op("barrier", [], [])
-        tile_op("local_store", [op.operands[0]], [], attrs)
-        tile_op("barrier", [], [])
         new = tile_op("local_load", [], [op.result.type], attrs)
     op.result.replace_all_uses_with(new.result)
     op.erase()
