@@ -408,7 +408,50 @@ class _Assigner:
                 if load is not None and load.result not in self.retarget:
                     self.retarget[load.result] = want
                     found = True
+                for vec_load, layout in self.row_vector_loads(x, want):
+                    if vec_load.result not in self.retarget:
+                        self.retarget[vec_load.result] = layout
+                        found = True
         return found
+
+    def row_vector_loads(self, x: ir.Value, want: L.Layout) -> list[tuple[ir.Operation, L.Layout]]:
+        """x = broadcast(expand_dims(y, axis)) with y a 1-D function of loaded vectors (the
+        backward's per-row LSE and D, which meet the scores): those loads, each with the layout of
+        `want` sliced along that axis, so every lane loads the values of its own rows (lanes that
+        share rows load the same ones) instead of a coalesced vector that goes through LDS, with a
+        barrier, at each use. Only where every value on the way feeds nothing but the chain and
+        expansions along the same axis; else none."""
+        bcast = x.owner
+        if isinstance(bcast, ir.Block) or bcast.name != "tile.broadcast":
+            return []
+        expand = bcast.operands[0].owner
+        if isinstance(expand, ir.Block) or expand.name != "tile.expand_dims":
+            return []
+        axis = int_attr(expand, "axis")
+        layout = L.Slice(axis, tile_shape(x.type)[axis], want)
+        chain: list[ir.Operation] = []
+        todo = [expand.operands[0]]
+        while todo:
+            v = todo.pop()
+            op = v.owner
+            if isinstance(op, ir.Block) or op in chain or op.name in FREE_OPS or not is_tile(v):
+                continue
+            if op.name == "tile.load":
+                if len(tile_shape(v.type)) != 1 or any(self.of(o) is not None for o in list(op.operands)[1:3]
+                                                       if is_tile(o)):
+                    return []
+            elif not op.name.startswith(ELEMENTWISE_PREFIXES) or len(op.results) != 1:
+                return []
+            else:
+                todo.extend(o for o in op.operands if is_tile(o))
+            chain.append(op)
+        for op in chain:
+            for use in op.results[0].uses:
+                user = use.owner
+                along = user.name == "tile.expand_dims" and int_attr(user, "axis") == axis
+                if user not in chain and not along:
+                    return []
+        return [(op, layout) for op in chain if op.name == "tile.load"]
 
     def retarget_transposed(self, block: ir.Block) -> bool:
         """Give 16- and 8-bit loads that become a dot's B operand [K, N] (staged through LDS

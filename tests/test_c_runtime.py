@@ -435,7 +435,7 @@ def test_plan_json_from_the_cli(capsys):
     assert [s["name"] for s in spec["stages"]] == ["dot_do_o", "dq_dk_dv", "convert_dq"]
     assert all(len(s["kernel"]) == 64 for s in spec["stages"])
     regions = {r["name"]: r for r in spec["workspace"]["regions"]}
-    assert set(regions) == {"nsplits", "dq_acc", "d"} and regions["dq_acc"]["zero"]  # causal: zeroed
+    assert set(regions) == {"nsplits", "dq_acc", "lse2", "d"} and regions["dq_acc"]["zero"]  # causal: zeroed
     assert bytes.fromhex(spec["workspace"]["host"]) == np.array([1], np.int32).tobytes()  # nsplits: 90 keys, 1 block
     assert {"q", "k", "v", "do", "out", "lse", "dq", "dk", "dv", "scale", "softcap"} <= set(spec["inputs"])
     assert "ws_i" not in spec["inputs"] and "d" not in spec["inputs"]
@@ -548,7 +548,7 @@ def test_wrong_arguments_are_refused_before_any_launch(rt, hip, hip_backend, bwd
     refused({"k": Dev(k.ptr, (1, 91, 2, 64), k.dtype, k.strides)},
             r"stage dq_dk_dv .*argument 'v': dim 1 is SK = 90, but SK = 91 from k.shape\[1\]")
     refused({"lse": Dev(env["lse"].ptr, (1, 4), np.dtype(np.float32), (280, 70))},
-            r"stage dq_dk_dv .*argument 'lse': expected 3 dims \(BQ, HQ, SQ\), got shape \[1, 4\]")
+            r"stage dot_do_o .*argument 'lse': expected 3 dims \(BQ, HQ, SQ\), got shape \[1, 4\]")
     refused({"out": Dev(env["out"].ptr, (1, 70, 4, 64), np.dtype(np.float16), (17920, 256, 64, 2))},
             r"stage dot_do_o \(fmha_bwd_dot_do_o\): argument 'o' \(input 'out'\): the kernel was compiled for a "
             r"contiguous last dim \(stride 1, the default\), got stride 2")
@@ -574,7 +574,8 @@ def test_kernel_launch_checks_its_arguments(rt, hip, hip_backend, bwd_gfx942, bw
         assert rt.lib.td_kernel_name(k) == b"fmha_bwd_dot_do_o"
         assert rt.kernel(pkg, plan.stages[0].kernel.key[:12], dev) == k  # loaded once per device
         o = hip.empty(dev, (1, 70, 4, 64), np.float16)
-        env = {"o": o, "do": o, "d": hip.empty(dev, (1, 4, 70), np.float32),
+        rows = {name: hip.empty(dev, (1, 4, 70), np.float32) for name in ("lse", "d", "lse2")}
+        env = {"o": o, "do": o, **rows,
                "cu_seqlens_q": hip.upload(dev, np.zeros(1, np.int32)), "batch": 1, "max_seqlen_q": 70}
         launches = hip_backend.stub.count("launches") if hip_backend.stub else 0
         rt.launch(k, env)  # zeros in, zeros out: the launch itself is what runs
@@ -584,7 +585,7 @@ def test_kernel_launch_checks_its_arguments(rt, hip, hip_backend, bwd_gfx942, bw
         with pytest.raises(TdError, match=r"fmha_bwd_dot_do_o: missing argument\(s\) batch, max_seqlen_q") as info:
             rt.launch(k, {n: v for n, v in env.items() if n not in ("batch", "max_seqlen_q")})
         assert info.value.status == TD_ERROR_NOT_FOUND
-        with pytest.raises(TdError, match=r"fmha_bwd_dot_do_o: no argument 'x'; the arguments are o, do, d, "
+        with pytest.raises(TdError, match=r"fmha_bwd_dot_do_o: no argument 'x'; the arguments are o, do, lse, d, lse2, "
                                           r"cu_seqlens_q, batch, max_seqlen_q"):
             rt.launch(k, {**env, "x": 1})
         with pytest.raises(TdError, match=r"argument 'batch': expected an i32 number, got the f32 1"):

@@ -137,8 +137,12 @@ def test_workspace_layout_is_compact_in_group_mode():
     nsplits = [-(-sk // bn) for sk in seq_k]
     acc = sum(8 * ns * sq * 96 for ns, sq in zip(nsplits, seq_q, strict=True))
     host = 16 + 48  # nsplits: 4 x i32 = 16 bytes; offsets: 5 x i64 = 40 bytes, padded to 48
-    d_words = 8 * sum(seq_q)
-    assert plan.workspace_size == host + 4 * acc + 4 * d_words
+    # lse2 and d: one f32 per (head, query row) each and two of the most rows a walk's block
+    # takes, padded to 16 bytes and zeroed
+    cfg = bwd_config("gfx942", 96, 96)
+    rows = 8 * sum(seq_q) + 2 * max(cfg.block_m, cfg.dq_block[0])
+    assert plan.workspace_size == host + 4 * acc + 2 * 4 * (-(-rows // 4) * 4)
+    assert plan.workspace.region("lse2").zero and plan.workspace.region("d").zero
     assert plan.info["nsplits"] == nsplits
     assert plan.stage_names == ["dot_do_o", "dq_dk_dv", "convert_dq"]
     head = plan.workspace.host

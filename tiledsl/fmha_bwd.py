@@ -199,8 +199,16 @@ def bwd_workspace(shape: BwdShape, cfg: BwdConfig) -> WorkspaceLayout:
     zero = not cfg.dq_loop and (not shape.deterministic or shape.mask.kind != "none")
     regions.append(Region("dq_acc", at, align_words(acc_words), "f32", (acc_words,), zero=zero))
     at += regions[-1].words
-    regions.append(Region("d", at, align_words(shape.b * shape.hq * shape.sq), "f32", (shape.b, shape.hq, shape.sq)))
-    at += regions[-1].words
+    # LSE in base 2 and D per query row (dot_do_o), each followed by two blocks of rows (of the
+    # walk that reads most at once) and zeroed first: dq_dk_dv reads whole blocks of rows, past a
+    # sequence's end into the next rows or zeros, finite values whose P is 0 (D must be finite
+    # there: dS = P * (dP - D)); a workgroup of dQ's walk with no block of its own reads the block
+    # after the last one.
+    rows = shape.b * shape.hq * shape.sq
+    for name in ("lse2", "d"):
+        regions.append(Region(name, at, align_words(rows + 2 * max(cfg.block_m, cfg.dq_block[0])), "f32",
+                              (shape.b, shape.hq, shape.sq), zero=True))
+        at += regions[-1].words
     if shape.dbias == "reduce":
         full = dbias_shape(shape)
         regions.append(Region("dbias_acc", at, align_words(int(np.prod(full))), "f32", full, zero=dbias_zeroed(shape)))
@@ -288,14 +296,16 @@ def build_plan(shape: BwdShape) -> Plan:
                           {**common, "HDIM": str(hd_q), "BLOCK_M": rows_q, "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
                           shape, ("D_QK",))
     stages = [
-        Stage("dot_do_o", dot_do_o, (("o", Ref("out")), ("do", Ref("do")), ("d", Ref("d")),
-                                     ("cu_seqlens_q", Ref("cu_seqlens_q")), ("batch", batch), ("max_seqlen_q", max_q))),
+        Stage("dot_do_o", dot_do_o, (("o", Ref("out")), ("do", Ref("do")), ("lse", Ref("lse")), ("d", Ref("d")),
+                                     ("lse2", Ref("lse2")), ("cu_seqlens_q", Ref("cu_seqlens_q")), ("batch", batch),
+                                     ("max_seqlen_q", max_q))),
         Stage("dq_dk_dv", dq_dk_dv, (
-            ("q", Ref("q")), ("k", Ref("k")), ("v", Ref("v")), ("do", Ref("do")), ("lse", Ref("lse")),
-            ("d", Ref("d")), ("dk", Ref("dk")), ("dv", Ref("dv")), ("ws_i", Ref("ws_i")), ("ws_f", Ref("ws_f")),
-            ("cu_seqlens_q", Ref("cu_seqlens_q")), ("cu_seqlens_k", Ref("cu_seqlens_k")), ("scale", Ref("scale")),
-            ("softcap", Ref("softcap")), ("window_left", shape.mask.left), ("window_right", shape.mask.right),
-            ("acc_base", acc_base), ("offsets_base", offsets_base), ("batch", batch), ("max_seqlen_q", max_q),
+            ("q", Ref("q")), ("k", Ref("k")), ("v", Ref("v")), ("do", Ref("do")), ("dk", Ref("dk")), ("dv", Ref("dv")),
+            ("ws_i", Ref("ws_i")), ("ws_f", Ref("ws_f")), ("cu_seqlens_q", Ref("cu_seqlens_q")),
+            ("cu_seqlens_k", Ref("cu_seqlens_k")), ("scale", Ref("scale")), ("softcap", Ref("softcap")),
+            ("window_left", shape.mask.left), ("window_right", shape.mask.right), ("acc_base", acc_base),
+            ("lse2_base", workspace.region("lse2").offset), ("d_base", workspace.region("d").offset),
+            ("offsets_base", offsets_base), ("batch", batch), ("max_seqlen_q", max_q),
             ("max_seqlen_k", max_k),
             *_bias_args(shape), *dropout_scalars(shape.dropout))),
         Stage("convert_dq", convert_dq, (
