@@ -10,14 +10,17 @@ cross-wave reduction scratch. Within it each staging goes right after the one be
 there is room, else back to the start; the barrier before a store is there only where the bytes
 it overwrites may have been read since the last barrier, on some path through branches and loop
 iterations (_war_barriers). Stagings that take turns in disjoint bytes (a step's Q, dO and dS
-tiles in a 33 KiB arena) then cost one barrier each instead of two. A conversion marked `tile.resident` (a
+tiles in a 33 KiB arena) then cost one barrier each instead of two. A staging that would store the
+bytes an earlier one of its block stored (the same tile, laid out the same way) reads them instead,
+with no store and no barrier (_shared_stagings). A conversion marked `tile.resident` (a
 loop-invariant tile hoisted by hoist-conversions) gets its own region below the arena instead:
 it is stored once, before the loop, and read where it is used. Resident regions are placed by
 lifetime (from the store to the last read, a read in a loop reaching that loop's end): two that
 are never live together share bytes (a kernel with two walks one after another), since each store
 is behind a barrier that every read of the region before it precedes. Rows are padded to spread
-consecutive rows over the LDS banks. A tile that does not fit the arch's LDS is a user error at
-the DSL location of the operation.
+consecutive rows over the LDS banks. On archs that transpose in LDS reads (gfx950), a 16-bit B
+operand [K, N] is stored row-major and marked `transpose_read` for lower-to-gpu. A tile that does
+not fit the arch's LDS is a user error at the DSL location of the operation.
 """
 
 from __future__ import annotations
