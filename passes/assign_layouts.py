@@ -476,7 +476,7 @@ class _Assigner:
             vec = self.blocked(load.result).vec
             per_lane = rows * cols // self.threads.count
             # gfx950 stores 16-bit ones row-major and transposes in the read (stage-lds).
-            read_transposed = eb == 2 and self.arch.lds_transpose_read and self.options.transpose_reads
+            read_transposed = L.transpose_reads(self.arch, self.options.transpose_reads, eb)
             if eb < 4 and not read_transposed and per_lane >= vec * rows_per_lane and rows % rows_per_lane == 0:
                 self.retarget[load.result] = L.Blocked(vec, rows_per_lane)
                 found = True

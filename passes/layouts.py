@@ -449,6 +449,12 @@ def with_k_permutation(layout: Layout, axis: int, images: list[int] | None) -> L
 TRANSPOSE_READ_VALUES = 4
 
 
+def transpose_reads(arch: Arch, enabled: bool, elem_bytes: int) -> bool:
+    """Are tiles of `elem_bytes` elements read transposed from LDS here (stage-lds), rather than
+    stored column by column? `enabled`: CompileOptions.transpose_reads."""
+    return arch.lds_transpose_read and enabled and elem_bytes == 2
+
+
 def transpose_read_source(lin: Linear) -> Linear | None:
     """For a 16-bit 2-D tile stored row-major in LDS (axis 1 contiguous) and read into layout
     `lin` with transpose reads: the layout the lanes must load (each 4 registers from one address,

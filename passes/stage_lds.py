@@ -228,7 +228,7 @@ def _transpose_readable(dst_lin: L.Linear, shape: tuple[int, ...], elem_bytes: i
     """Can transpose reads fill layout dst_lin from the row-major tile? Every source lane's 8
     bytes must be aligned: its column a multiple of 4, and so the row stride (the arena offsets
     are 16-byte aligned)."""
-    if not (arch.lds_transpose_read and options.transpose_reads and elem_bytes == 2 and shape[1] % 4 == 0):
+    if not (L.transpose_reads(arch, options.transpose_reads, elem_bytes) and shape[1] % 4 == 0):
         return False
     src = L.transpose_read_source(dst_lin)
     if src is None:
