@@ -42,14 +42,17 @@ class BwdConfig:
     # dQ from its own walk (the kernel's DQ_LOOP): query blocks of dq_block[0] rows walking keys
     # dq_block[1] at a time; (0, 0): dQ^T computed in the key walk (K^T held, atomics or splits).
     dq_block: tuple[int, int] = (0, 0)
+    stages: int = 1  # > 1: the key walk loads Q and dO stages - 1 steps ahead (pipeline-loops)
+    occupancy: int = 0  # waves per SIMD the dq_dk_dv kernel targets (0: the compiler's choice)
 
     @property
     def dq_loop(self) -> bool:
         return self.dq_block != (0, 0)
 
 
-def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: tuple[int, int] = (0, 0)) -> BwdConfig:
-    return BwdConfig(block_m, block_n, waves, spills, dq_block)
+def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: tuple[int, int] = (0, 0),
+       stages: int = 1, occupancy: int = 0) -> BwdConfig:
+    return BwdConfig(block_m, block_n, waves, spills, dq_block, stages, occupancy)
 
 
 # dq_dk_dv tiles per arch and padded head dim, chosen with the emulator (executed wave-instructions
@@ -65,10 +68,19 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: t
 # 128 takes dQ from its own walk (64 query rows, 32 keys per step; docs/backward.md): with K^T and
 # dQ^T in the key walk it spills 95-106 VGPRs with every tile (its WMMA operands are held in both
 # lane halves). RDNA at hdim 256 spills: those rows compile with spills allowed.
+# stages=2: the key walk loads the next step's Q and dO while this one computes (pipeline-loops;
+# without it each step waited on its own loads). Modeled at B2 H16 S2048 (TFLOP/s full / causal,
+# stages 1 -> 2): gfx950 d64 744.7 -> 802.4 / 381.3 -> 426.7, d128 723.8 -> 763.4 / 503.0 -> 609.7;
+# gfx942 d128 330.7 -> 342.2 / 274.4 -> 286.0, d64 with occupancy 2 (the look-ahead's registers
+# would leave one wave per SIMD) 409.6 -> 400.9 / 229.6 -> 243.2; gfx90a d128 87.2 -> 88.2 /
+# 66.8 -> 68.3. gfx90a d64 keeps one stage: with it the paired causal variant drops to one wave
+# per SIMD even with the occupancy target (77.6 -> 62.0).
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
-    "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
-    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
-    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8), 256: _b(32, 32, 4)},
+    "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8, stages=2), 256: _b(32, 32, 4)},
+    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2, occupancy=2), 128: _b(32, 128, 8, stages=2),
+               256: _b(32, 32, 4)},
+    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2), 128: _b(32, 128, 8, stages=2),
+               256: _b(32, 32, 4)},
     "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
                 256: _b(32, 16, 2, spills=True)},
     "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8),
@@ -280,7 +292,7 @@ def build_plan(shape: BwdShape) -> Plan:
         "WAVES": str(cfg.waves), "MASK": shape.mask.kind, "DETERMINISTIC": _flag(shape.deterministic),
         "PER_SEQ_SPLITS": per_seq, "SOFTCAP": _flag(shape.softcap), "BIAS": BIAS_KINDS[shape.bias],
         "BIAS_DT": shape.bias_dtype if shape.bias == "tensor" else "f32", "HAS_DBIAS": _flag(shape.dbias != "none"),
-        "DROPOUT": _flag(shape.dropout), "PAD_D": pad}
+        "DROPOUT": _flag(shape.dropout), "PAD_D": pad, "STAGES": str(cfg.stages), "OCCUPANCY": str(cfg.occupancy)}
     if cfg.dq_loop:  # dQ's own walk is deterministic either way: one variant serves both modes
         dq_dk_dv_defines.update(DQ_LOOP="true", BLOCK_M_DQ=str(cfg.dq_block[0]), BLOCK_N_DQ=str(cfg.dq_block[1]),
                                 DETERMINISTIC="false")
