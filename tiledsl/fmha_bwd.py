@@ -42,7 +42,7 @@ class BwdConfig:
     # dQ from its own walk (the kernel's DQ_LOOP): query blocks of dq_block[0] rows walking keys
     # dq_block[1] at a time; (0, 0): dQ^T computed in the key walk (K^T held, atomics or splits).
     dq_block: tuple[int, int] = (0, 0)
-    stages: int = 1  # > 1: the key walk loads Q and dO stages - 1 steps ahead (pipeline-loops)
+    stages: int = 1  # > 1: the key walk loads Q, dO (a bias tile) stages - 1 steps ahead (pipeline-loops)
     occupancy: int = 0  # waves per SIMD the dq_dk_dv kernel targets (0: the compiler's choice)
 
     @property
@@ -68,7 +68,7 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: t
 # 128 takes dQ from its own walk (64 query rows, 32 keys per step; docs/backward.md): with K^T and
 # dQ^T in the key walk it spills 95-106 VGPRs with every tile (its WMMA operands are held in both
 # lane halves). RDNA at hdim 256 spills: those rows compile with spills allowed.
-# stages=2: the key walk loads the next step's Q and dO while this one computes (pipeline-loops;
+# stages=2: the key walk loads the next step's Q, dO (a bias tile) while this one computes (pipeline-loops;
 # without it each step waited on its own loads). Modeled at B2 H16 S2048 (TFLOP/s full / causal,
 # stages 1 -> 2): gfx950 d64 744.7 -> 802.4 / 381.3 -> 426.7, d128 723.8 -> 763.4 / 503.0 -> 609.7;
 # gfx942 d128 330.7 -> 342.2 / 274.4 -> 286.0, d64 with occupancy 2 (the look-ahead's registers
