@@ -89,6 +89,19 @@ def test_api_bhsd_gqa_lse(arch: str) -> None:
     np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_api_scale_of_any_sign(arch: str) -> None:
+    """Plain logits leave the scale to exp2's argument (one fma per element, the row max taken
+    unscaled), which needs a positive scale: a negative one negates Q, a zero one runs as the least
+    normal f32. Both give the reference's softmax (for 0, the mean of the visible values)."""
+    q, k, v = qkv(sq=33, sk=45, hq=2, hk=1, d=32, seed=5)  # the d32-causal variant of test_api_head_dims
+    dev = EmulatorDevice(arch)
+    for scale in (-0.4, 0.0):
+        out = fmha_fwd(q, k, v, causal=True, scale=scale, device=dev)
+        ref = fmha_fwd_reference(q, k, v, causal=True, scale=scale)
+        np.testing.assert_allclose(out.astype(np.float64), ref, atol=4e-3, rtol=4e-3, err_msg=f"scale {scale}")
+
+
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx1201"])
 def test_api_varlen_window_softcap_bf16(arch: str) -> None:
     rng = np.random.default_rng(2)

@@ -167,7 +167,7 @@ class Decoder:
             inst.raw_name = inst.name + ("_e64_dpp" if fam in ("VOP3", "VOP3P") else "_dpp")
         if fam in ("SOP2", "SOP1", "SOPC", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VOPD"):
             needs = any(f.get(k) == 255 for k in ("src0", "src1", "src2", "src0y", "src1y"))
-            if fam == "VOP2" and inst.name in _K_VOP2 or fam == "VOPD" and any(map(_has_k, inst.xy)):
+            if fam in ("VOP2", "SOP2") and inst.name in _K_OPS or fam == "VOPD" and any(map(_has_k, inst.xy)):
                 needs = True
             if needs:
                 inst.lit = words[pos + extra]
@@ -325,8 +325,9 @@ class Decoder:
         return f, 3, (w >> 14) & 0xFF
 
 
-_K_VOP2 = {"v_madmk_f32", "v_madak_f32", "v_fmamk_f32", "v_fmaak_f32", "v_madmk_f16", "v_madak_f16",
-           "v_fmamk_f16", "v_fmaak_f16"}
+# Instructions whose literal constant K follows them whatever their operands are.
+_K_OPS = {"v_madmk_f32", "v_madak_f32", "v_fmamk_f32", "v_fmaak_f32", "v_madmk_f16", "v_madak_f16",
+          "v_fmamk_f16", "v_fmaak_f16", "s_fmaak_f32", "s_fmamk_f32"}
 
 
 def _has_k(name: str) -> bool:

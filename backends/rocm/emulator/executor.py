@@ -153,7 +153,7 @@ class BoundKernel:
 
 def bind(image: KernelImage, code_base: int) -> BoundKernel:
     """Build the handler list of a kernel (once per loaded code object)."""
-    from tiledsl.backends.rocm.emulator import crosslane, fp8, lds, matrix, salu, valu, vmem, vop3p  # noqa: F401
+    from tiledsl.backends.rocm.emulator import crosslane, fp8, lds, matrix, salu, salu_float, valu, vmem, vop3p  # noqa: F401
     from tiledsl.backends.rocm.emulator.decoder import opcode_table
 
     matrix.register_names(name for name, _ in opcode_table(image.arch.name).values())

@@ -339,7 +339,7 @@ _CMP = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b:
         "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
 
 
-@builder(*[f"s_cmp_{c}_{t}" for c in _CMP for t in ("i32", "u32", "u64", "f32")], "s_bitcmp0_b32",
+@builder(*[f"s_cmp_{c}_{t}" for c in _CMP for t in ("i32", "u32", "u64")], "s_bitcmp0_b32",
          "s_bitcmp1_b32", "s_bitcmp0_b64", "s_bitcmp1_b64")
 def _b_sopc(inst, ctx):
     f, nxt, name = inst.f, ctx.nxt, inst.name
@@ -363,12 +363,6 @@ def _b_sopc(inst, ctx):
             w.scc = int(cmp(_s32(a(w)), _s32(b(w))))
             return nxt
         return h_i
-    if t == "f32":
-        def h_f(w):
-            w.scc = int(cmp(u2f(a(w)), u2f(b(w))))
-            return nxt
-        return h_f
-
     def h_u(w):
         w.scc = int(cmp(a(w), b(w)))
         return nxt
