@@ -34,10 +34,8 @@ LDS_SYMBOL = "__tile_lds"
 
 
 class _Lowering:
-    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None, lds_bytes: int, arena_bytes: int,
-                 contract: bool):
+    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None, lds_bytes: int, arena_bytes: int):
         self.fn = fn
-        self.contract = contract  # CompileOptions.fp_contract
         self.arch = arch
         self.source = source
         self.lds_bytes = lds_bytes
@@ -169,8 +167,6 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
     stride in 7 SGPRs for `cols * stride` on gfx942 (compiler gap, issue 15: keep scalar
     operands scalar)."""
     attrs = {a: op.attributes[a] for a in op.attributes}
-    if lw.contract and op.name in _CONTRACTIBLE:
-        attrs["fastmath"] = ir.Attribute.parse("#arith.fastmath<contract>")
     if op.name == "arith.constant" and is_tile(op.result):
         value = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
         vt = lw.lowered_type(op.result.type)
@@ -193,9 +189,6 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
 
 
 _SPLAT_AS_SCALAR = ("arith.xori", "arith.andi", "arith.ori")
-# Float ops LLVM may fuse into one fma (a multiply feeding only an add or subtract), with the
-# one rounding that implies: CompileOptions.fp_contract.
-_CONTRACTIBLE = ("arith.mulf", "arith.addf", "arith.subf")
 
 
 def _per_element(fn):
@@ -582,6 +575,7 @@ for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi"
               "maximumf", "minimumf", "maxnumf", "minnumf", "maxsi", "minsi", "extf", "truncf", "sitofp",
               "fptosi", "uitofp", "extui", "ceildivsi", "divsi"):
     RULES[f"arith.{_name}"] = rule_clone
+RULES["math.fma"] = rule_clone  # one rounding: llvm.fma (v_pk_fma_f32 on two values with packed f32 math)
 RULES["arith.extf"] = RULES["arith.truncf"] = conversion_rule(rule_clone)  # 8-bit floats: passes/lower_fp8.py
 
 
@@ -604,7 +598,7 @@ def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:
                              ir.Attribute.parse("#llvm.linkage<internal>"), addr_space=3, alignment=16)
     buffer_args: set[int] = set()
     for fn in kernel_funcs(module):
-        lowering = _Lowering(fn, arch, source, lds_bytes, arena, ctx.options.fp_contract)
+        lowering = _Lowering(fn, arch, source, lds_bytes, arena)
         lowering.build(body)
         buffer_args |= lowering.buffer_args
     ctx.facts["buffer_args"] = sorted(buffer_args)

@@ -39,6 +39,23 @@ def test_math_builtins_match_numpy(arch: str, extra: bool) -> None:
     assert np.array_equal(np.isinf(got[~finite]), np.isinf(ref[~finite]))  # log(0) = -inf, rsqrt(0) = inf
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_fma_rounds_once(arch: str) -> None:
+    """fma(a, b, c) is a * b + c with one rounding: (1 + 2^-13)^2 - 1 keeps its 2^-26 term, which a
+    multiply and an add (the product rounded to f32 first) lose."""
+    path = SOURCE.parent / "fma.tile"
+    k = compile_source(path.read_text(), str(path), arch)
+    rng = np.random.default_rng(3)
+    s = np.float32(1 + 2**-13)
+    x = np.concatenate([[s, -s], rng.standard_normal(98)]).astype(np.float32)
+    z = np.concatenate([[-1.0, 1.0], rng.standard_normal(98)]).astype(np.float32)
+    y = np.zeros_like(x)
+    launch(k, x, z, y, s, device=EmulatorDevice(arch))
+    want = (x.astype(np.float64) * np.float64(s) + z.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(y, want)
+    assert y[0] == np.float32(2**-12 + 2**-26) and y[0] != np.float32(x[0] * s) - 1  # fused, not rounded twice
+
+
 @pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
 def test_a_mask_switched_off_by_a_constexpr_costs_nothing(arch: str) -> None:
     """`ok & where(EXTRA, i < limit, true)` with EXTRA false compiles to the code of `i < N` alone."""

@@ -51,10 +51,6 @@ class CompileOptions:
     # staged from a row-major tile is stored row-major and read with transpose reads, instead of
     # stored column by column (stage-lds). False is for measuring the difference.
     transpose_reads: bool = True
-    # A float multiply whose only use is an add or subtract may become one fused multiply-add, with
-    # one rounding instead of two (LLVM's `contract`; Triton's enable_fp_fusion and nvcc's --fmad,
-    # both on by default). False rounds every operation as written.
-    fp_contract: bool = True
     # Set by the driver only: a kernel's occupancy(N) target lowered to this when N waves per SIMD
     # would spill or cannot be reached (the driver compiles again with N-1, ... 0 = no target).
     occupancy_cap: int | None = None

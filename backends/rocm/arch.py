@@ -94,6 +94,9 @@ class Arch:
     # layout (CDNA4 ISA 11.4, ds_read_b64_tr_b16): a B operand [K, N] reads straight from a tile
     # stored row-major (N contiguous), where other archs store it column by column.
     lds_transpose_read: bool = False
+    # Packed f32 arithmetic (v_pk_fma_f32, v_pk_mul_f32, v_pk_add_f32: two f32 values per
+    # instruction; CDNA2 on). RDNA has none: it dual-issues pairs of VOPD operations instead.
+    packed_f32: bool = False
 
     @property
     def m0_sgpr(self) -> int:
@@ -189,7 +192,8 @@ _RDNA_TIMING = {"issue_interval": 1, "valu_cycles": 1, "trans_cycles": 4, "valu_
                 "barrier_cycles": 8, "workgroup_launch_cycles": 200}
 
 _CDNA = {"isa_generation": "gfx9", "wave_size": 64, "vgprs_per_lane": 512, "agprs_per_lane": 256, "sgprs": 102,
-         "simds_per_cu": 4, "max_waves_per_simd": 8, "vgpr_file_per_simd": 512, "llvm_features": ""}
+         "simds_per_cu": 4, "max_waves_per_simd": 8, "vgpr_file_per_simd": 512, "llvm_features": "",
+         "packed_f32": True}
 _RDNA = {"wave_size": 32, "lds_bytes": 64 * 1024, "vgprs_per_lane": 256, "agprs_per_lane": 0, "sgprs": 106,
          "simds_per_cu": 2, "max_waves_per_simd": 16, "vgpr_file_per_simd": 1536, "llvm_features": "+wavefrontsize32"}
 

@@ -444,6 +444,11 @@ class _Emitter:
     def call_minimum(self, e: A.Call) -> ir.Value:
         return self._binary(e, arith.MinNumFOp, arith.MinSIOp)
 
+    def call_fma(self, e: A.Call) -> ir.Value:
+        """a * b + c rounded once (math.fma)."""
+        a, b, c = (self.to_type(self.expr(x), e.type) for x in e.args)
+        return math.FmaOp(a, b, c).result
+
     def _unary(self, e: A.Call, op: type) -> ir.Value:
         return op(self.to_type(self.expr(e.args[0]), e.type)).result
 

@@ -223,6 +223,7 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         "BIG_PAGES": flag(kv_cache == "paged" and page_size >= cfg.block_n),
         "BIAS": BIAS_KINDS[bias], "BIAS_DT": bias_dtype if bias == "tensor" else "f32",
         "DROPOUT": flag(dropout),
+        "SCALE_IN_EXP2": flag(get_arch(arch).packed_f32 and softcap == 0 and bias == "none" and dtype != "f8e4m3"),
         "PAD_D": flag(dq != hdim_q or dv != hdim_v),
     }
 

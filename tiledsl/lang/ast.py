@@ -178,6 +178,7 @@ BUILTINS: dict[str, str] = {
     "log": "log(x)",
     "tanh": "tanh(x)",
     "rsqrt": "rsqrt(x)",
+    "fma": "fma(a, b, c)",
     "umulhi": "umulhi(a, b)",
     "philox": "philox(key0, key1, c0, c1, c2, c3, word)",
     "philox_byte": "philox_byte(key0, key1, j, i, c2, c3)",

@@ -64,6 +64,7 @@ _PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {
     **{f: (("a", True), ("b", True)) for f in ("maximum", "minimum", "cdiv")},
     **{f: (("x", True),) for f in ("exp2", "log2", "rcp", "sqrt", "abs", "exp", "log", "tanh", "rsqrt")},
     "cast": (("x", True), ("dtype", True)),
+    "fma": (("a", True), ("b", True), ("c", True)),
     "umulhi": (("a", True), ("b", True)),
     "philox": tuple((n, True) for n in ("key0", "key1", "c0", "c1", "c2", "c3", "word")),
     "philox_byte": tuple((n, True) for n in ("key0", "key1", "j", "i", "c2", "c3")),
@@ -649,6 +650,14 @@ class Typer:
 
     _call_exp2 = _call_log2 = _call_rcp = _call_sqrt = _call_abs = _float_math
     _call_exp = _call_log = _call_tanh = _call_rsqrt = _float_math
+
+    def _call_fma(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
+        nodes = [a["a"], a["b"], a["c"]]
+        dtype, types = self.unify(nodes, env, "fma")
+        if dtype != "f32":
+            self.fail(f"fma needs f32 operands, got {desc(types[0])}", e.loc,
+                      hint="convert first: fma(cast(a, f32), cast(b, f32), cast(c, f32))")
+        return _make(self.broadcast(list(types), "fma", e.loc), dtype)
 
     def _call_cast(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
         t = self.value(a["x"], env)
