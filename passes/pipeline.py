@@ -20,6 +20,7 @@ from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
 from tiledsl.passes.assign_layouts import assign_layouts
 from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, ops_in, tile_shape, walk_blocks
+from tiledsl.passes.fold_scalars import fold_scalars
 from tiledsl.passes.hoist_conversions import hoist_conversions
 from tiledsl.passes.lower_to_gpu import lower_to_gpu
 from tiledsl.passes.pipeline_loops import pipeline_loops
@@ -27,6 +28,7 @@ from tiledsl.passes.stage_lds import stage_lds
 
 # Every pass is `pass(module, context)`; lower-to-gpu returns the new (gpu-dialect) module.
 PASSES: list[tuple[str, Callable[[ir.Module, PassContext], object]]] = [
+    ("fold-scalars", fold_scalars),
     ("assign-layouts", assign_layouts),
     ("hoist-conversions", hoist_conversions),
     ("pipeline-loops", pipeline_loops),

@@ -1,0 +1,239 @@
+"""fold-scalars: scalar terms of an integer sum meet the smallest tile of the sum.
+
+`(n0 + ns)[None, :] - rows[:, None] - shift + wl` adds two scalars to an [M, N] tile, an operation
+per element each, where the same scalars added to the [N] vector `ns` before it is broadcast cost
+N / M as much; and a scalar that meets a tile inside a loop as a splat of its own is held by LLVM
+as one register per element once the splat is hoisted. So, for each maximal tree of i32 adds and
+subtracts on one tile shape:
+
+- its scalar terms (splats) are summed as scalars first, in one scalar expression;
+- that sum joins the term broadcast from the fewest elements (through its own adds and subtracts:
+  `n0 + ns` becomes `ns + (n0 + sum)`, one vector add), or, without a broadcast term, the tree
+  takes one splat instead of several.
+
+Integer adds wrap, so any order gives the same bits. Floats are left alone (their sums round).
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith
+
+from tiledsl.ir.dialect import tile_op
+from tiledsl.passes.common import PassContext, defining_op, is_tile, kernel_funcs, ops_in, walk_blocks
+
+_SUMS = ("arith.addi", "arith.subi")
+_MEMORY = ("tile.load", "tile.store", "tile.atomic_add")
+Term = tuple[int, ir.Value, bool]  # (sign +1/-1, value, is a scalar)
+
+
+def fold_scalars(module: ir.Module, ctx: PassContext) -> int:
+    replaced = []
+    for fn in kernel_funcs(module):
+        for block in list(walk_blocks(fn)):
+            for op in ops_in(block):
+                if op.name in _SUMS and _is_root(op) and _fold(op):
+                    replaced.append(op)
+    for op in replaced:
+        _erase_unused(op)
+    return len(replaced)
+
+
+def _erase_unused(op: ir.Operation) -> None:
+    """A replaced sum and the terms only it used (pure ops: the rest of the kernel is untouched)."""
+    if not op.name.startswith(("arith.", "tile.splat", "tile.broadcast", "tile.expand_dims")) or \
+            any(list(r.uses) for r in op.results):
+        return
+    operands = [defining_op(v) for v in op.operands]
+    op.erase()
+    for owner in operands:
+        if owner is not None:
+            _erase_unused(owner)
+
+
+def _i32_tile(v: ir.Value) -> bool:
+    return is_tile(v) and ir.RankedTensorType(v.type).element_type == ir.IntegerType.get_signless(32)
+
+
+def _is_root(op: ir.Operation) -> bool:
+    """An i32 tile sum not itself a term of a larger one (of the same shape), nor an address:
+    lower-to-gpu splits those into a scalar base and per-lane offsets itself."""
+    if not _i32_tile(op.result):
+        return False
+    uses = list(op.result.uses)
+    if any(u.owner.name in _MEMORY for u in uses):
+        return False
+    return not (len(uses) == 1 and uses[0].owner.name in _SUMS and uses[0].owner.result.type == op.result.type)
+
+
+def _terms(v: ir.Value, sign: int, shared: bool = False) -> list[Term]:
+    """v as a signed sum of scalars (the operands of splats) and tiles of v's shape, through sums
+    used only there (any sum with `shared`: a new sum is built beside one used elsewhere)."""
+    op = defining_op(v)
+    if op is not None and op.name in _SUMS and op.result.type == v.type and (shared or _single_use(v)):
+        return _terms(op.operands[0], sign) + _terms(op.operands[1], -sign if op.name == "arith.subi" else sign)
+    if op is not None and op.name == "tile.splat":
+        return [] if _is_zero(op.operands[0]) else [(sign, op.operands[0], True)]
+    return [(sign, v, False)]
+
+
+def _loop_of(op: ir.Operation) -> ir.Operation | None:
+    """The innermost scf.for around op."""
+    parent = op.parent
+    while parent is not None and parent.operation.name != "scf.for":
+        parent = parent.parent
+    return None if parent is None else parent.operation
+
+
+def _inside(v: ir.Value, loop: ir.Operation) -> bool:
+    """v is defined in the loop (its induction variable included)."""
+    owner = v.owner
+    op = owner.owner if isinstance(owner, ir.Block) else owner
+    while op is not None:
+        if op.operation == loop:
+            return True
+        op = op.parent
+    return False
+
+
+def _invariant(v: ir.Value, loop: ir.Operation) -> bool:
+    """v does not change in the loop: defined outside it, or scalar arithmetic on such values
+    (`seqlen_q - 1` written inside the loop; LLVM hoists it)."""
+    if not _inside(v, loop):
+        return True
+    op = defining_op(v)
+    return op is not None and op.name.startswith("arith.") and not op.regions and \
+        all(_invariant(x, loop) for x in op.operands)
+
+
+def _single_use(v: ir.Value) -> bool:
+    return len(list(v.uses)) == 1
+
+
+def _is_zero(v: ir.Value) -> bool:
+    op = defining_op(v)
+    return op is not None and op.name == "arith.constant" and ir.IntegerAttr(op.attributes["value"]).value == 0
+
+
+def _broadcast_source(v: ir.Value) -> tuple[ir.Value, list[ir.Operation]] | None:
+    """The tile v is a broadcast or expand_dims of (no larger than v), and the ops from it to v."""
+    chain = []
+    op = defining_op(v)
+    while op is not None and op.name in ("tile.broadcast", "tile.expand_dims"):
+        chain.append(op)
+        v = op.operands[0]
+        op = defining_op(v)
+    if not chain:
+        return None
+    return v, chain[::-1]
+
+
+def _elements(v: ir.Value) -> int:
+    n = 1
+    for d in ir.RankedTensorType(v.type).shape:
+        n *= d
+    return n
+
+
+def _scalar_sum(terms: list[Term]) -> ir.Value:
+    """The signed sum of scalar terms as scalar ops, positive terms first."""
+    terms = sorted(terms, key=lambda t: -t[0])
+    acc = terms[0][1] if terms[0][0] > 0 else arith.ConstantOp(ir.IntegerType.get_signless(32), 0).result
+    for sign, value, _ in terms if terms[0][0] < 0 else terms[1:]:
+        acc = (arith.AddIOp if sign > 0 else arith.SubIOp)(acc, value).result
+    return acc
+
+
+def _build(tiles: list[Term], scalar: ir.Value | None, t: ir.Type) -> ir.Value | None:
+    """positive tiles + scalar - negative tiles; None if it would need a negation."""
+    pos = [v for s, v, _ in tiles if s > 0]
+    neg = [v for s, v, _ in tiles if s < 0]
+    if pos:
+        acc = pos[0]
+        rest = pos[1:] + ([tile_op("splat", [scalar], [t]).result] if scalar is not None else [])
+    elif scalar is not None:
+        acc, rest = tile_op("splat", [scalar], [t]).result, []
+    else:
+        return None
+    for v in rest:
+        acc = arith.AddIOp(acc, v).result
+    for v in neg:
+        acc = arith.SubIOp(acc, v).result
+    return acc
+
+
+def _rechain(value: ir.Value, chain: list[ir.Operation]) -> ir.Value:
+    """`value` through copies of the broadcast / expand_dims ops of `chain`."""
+    for op in chain:
+        value = ir.Operation.create(op.name, results=[op.result.type], operands=[value],
+                                    attributes={a: op.attributes[a] for a in op.attributes}).result
+    return value
+
+
+def _fold(root: ir.Operation) -> int:
+    """Rewrite one sum; 1 if it was."""
+    terms = _terms(root.result, 1)
+    scalars = [t for t in terms if t[2]]
+    # Terms broadcast (or expanded) from a tile no larger than the root's, and sums used elsewhere
+    # too that hold a scalar (a new sum beside them takes the root's scalars into that one).
+    spread = []
+    for term in terms:
+        found = None if term[2] else _broadcast_source(term[1])
+        if found is None and not term[2] and any(t[2] for t in _terms(term[1], 1, shared=True)):
+            found = (term[1], [])
+        if found is not None and _elements(found[0]) <= _elements(root.result):
+            spread.append((term, *found))
+    if not spread:
+        if len(scalars) < 2:
+            return 0
+        with ir.InsertionPoint(root), root.location:
+            new = _build([t for t in terms if not t[2]], _scalar_sum(scalars), root.result.type)
+        if new is None:
+            return 0
+        root.result.replace_all_uses_with(new)
+        return 1
+    # The term whose sum already holds a scalar (the loop index, typically) takes the others: one
+    # splat instead of several, and the sum varies with the loop as it did; among those (or
+    # none), the one broadcast from the fewest elements.
+    loop = _loop_of(root)
+
+    def preference(entry: tuple) -> tuple[bool, bool, int]:
+        own = [t for t in _terms(entry[1], 1, shared=True) if t[2]]
+        varies = loop is not None and any(not _invariant(t[1], loop) for t in own)
+        return not own, not varies, _elements(entry[1])
+
+    target = min(spread, key=preference)
+    t_term, t_src, t_chain = target
+    inner = _terms(t_src, t_term[0], shared=True)
+    gathered = list(scalars)
+    rest: list[Term] = [t for t in terms if not t[2] and all(t is not s[0] for s in spread)]
+    lifted: list[tuple[int, list[Term], ir.Value, list[ir.Operation]]] = []  # terms giving up their scalars
+    for entry in spread:
+        if entry is target:
+            continue
+        term, src, chain = entry
+        own = _terms(src, 1)
+        # Liftable: a sum used only here, with a scalar, and a positive tile to keep it from needing
+        # a negation once the scalars are gone.
+        if any(t[2] for t in own) and _single_use(src) and any(t[0] > 0 and not t[2] for t in own):
+            gathered += [(sign * term[0], value, True) for sign, value, scalar in own if scalar]
+            lifted.append((term[0], [t for t in own if not t[2]], src, chain))
+        else:
+            rest.append(term)
+    merges = any(t[2] for t in inner)
+    if not t_chain:  # a sum used elsewhere too: worth it only to make a loop-invariant splat vary
+        merges = loop is not None and all(_invariant(t[1], loop) for t in gathered) \
+            and any(t[2] and not _invariant(t[1], loop) for t in inner)
+    if not gathered or not (merges or _elements(t_src) < _elements(root.result)):
+        return 0  # no scalar to move, or no cheaper place for it
+    with ir.InsertionPoint(root), root.location:
+        for sign, tiles, src, chain in lifted:
+            rest.append((sign, _rechain(_build(tiles, None, src.type), chain), False))
+        new_src = _build([t for t in inner if not t[2]], _scalar_sum(gathered + [t for t in inner if t[2]]),
+                         t_src.type)
+        new = None if new_src is None else _build(rest + [(1, _rechain(new_src, t_chain), False)], None,
+                                                  root.result.type)
+    if new is None:
+        return 0
+    root.result.replace_all_uses_with(new)
+    return 1
