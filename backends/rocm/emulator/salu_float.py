@@ -31,21 +31,21 @@ def _bits16(x) -> int:
     return int(np.float16(x).view(np.uint16))
 
 
-def _minimum(a, b):
-    """IEEE 754-2019 minimum: NaN if either is NaN, -0 below +0."""
+def _extreme(a, b, smaller: bool):
+    """IEEE 754-2019 minimum/maximum: NaN if either is NaN, -0 below +0."""
     if np.isnan(a) or np.isnan(b):
         return a.dtype.type(np.nan)
-    if a == b:
-        return a if np.signbit(a) else b
-    return min(a, b)
+    if a == b:  # equal values differ only in the sign of a zero
+        return a if bool(np.signbit(a)) == smaller else b
+    return min(a, b) if smaller else max(a, b)
+
+
+def _minimum(a, b):
+    return _extreme(a, b, True)
 
 
 def _maximum(a, b):
-    if np.isnan(a) or np.isnan(b):
-        return a.dtype.type(np.nan)
-    if a == b:
-        return b if np.signbit(a) else a
-    return max(a, b)
+    return _extreme(a, b, False)
 
 
 # -- SOP1: conversions and rounding -------------------------------------------------------------
