@@ -63,6 +63,14 @@ def defining_op(v: ir.Value) -> ir.Operation | None:
     return owner.operation if hasattr(owner, "operation") else owner
 
 
+def clone_op(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> ir.Operation:
+    """A copy of op at the insertion point, its operands replaced through `mapping`."""
+    attrs = {a: op.attributes[a] for a in op.attributes}
+    return ir.Operation.create(op.name, results=[r.type for r in op.results],
+                               operands=[mapping.get(v, v) for v in op.operands], attributes=attrs,
+                               loc=op.location)
+
+
 def constant_int(v: ir.Value) -> int | None:
     """v's value if it is an integer/bool constant or a splat of one (true is 1), else None."""
     op = defining_op(v)

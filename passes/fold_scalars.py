@@ -16,11 +16,23 @@ Integer adds wrap, so any order gives the same bits. Floats are left alone (thei
 
 from __future__ import annotations
 
+import math
+
 from mlir import ir
 from mlir.dialects import arith
 
 from tiledsl.ir.dialect import tile_op
-from tiledsl.passes.common import PassContext, defining_op, is_tile, kernel_funcs, ops_in, walk_blocks
+from tiledsl.passes.common import (
+    PassContext,
+    clone_op,
+    constant_int,
+    defining_op,
+    is_tile,
+    kernel_funcs,
+    ops_in,
+    tile_shape,
+    walk_blocks,
+)
 
 _SUMS = ("arith.addi", "arith.subi")
 _MEMORY = ("tile.load", "tile.store", "tile.atomic_add")
@@ -73,7 +85,7 @@ def _terms(v: ir.Value, sign: int, shared: bool = False) -> list[Term]:
     if op is not None and op.name in _SUMS and op.result.type == v.type and (shared or _single_use(v)):
         return _terms(op.operands[0], sign) + _terms(op.operands[1], -sign if op.name == "arith.subi" else sign)
     if op is not None and op.name == "tile.splat":
-        return [] if _is_zero(op.operands[0]) else [(sign, op.operands[0], True)]
+        return [] if constant_int(op.operands[0]) == 0 else [(sign, op.operands[0], True)]
     return [(sign, v, False)]
 
 
@@ -110,11 +122,6 @@ def _single_use(v: ir.Value) -> bool:
     return len(list(v.uses)) == 1
 
 
-def _is_zero(v: ir.Value) -> bool:
-    op = defining_op(v)
-    return op is not None and op.name == "arith.constant" and ir.IntegerAttr(op.attributes["value"]).value == 0
-
-
 def _broadcast_source(v: ir.Value) -> tuple[ir.Value, list[ir.Operation]] | None:
     """The tile v is a broadcast or expand_dims of (no larger than v), and the ops from it to v."""
     chain = []
@@ -129,10 +136,7 @@ def _broadcast_source(v: ir.Value) -> tuple[ir.Value, list[ir.Operation]] | None
 
 
 def _elements(v: ir.Value) -> int:
-    n = 1
-    for d in ir.RankedTensorType(v.type).shape:
-        n *= d
-    return n
+    return math.prod(tile_shape(v.type))
 
 
 def _scalar_sum(terms: list[Term]) -> ir.Value:
@@ -165,8 +169,7 @@ def _build(tiles: list[Term], scalar: ir.Value | None, t: ir.Type) -> ir.Value |
 def _rechain(value: ir.Value, chain: list[ir.Operation]) -> ir.Value:
     """`value` through copies of the broadcast / expand_dims ops of `chain`."""
     for op in chain:
-        value = ir.Operation.create(op.name, results=[op.result.type], operands=[value],
-                                    attributes={a: op.attributes[a] for a in op.attributes}).result
+        value = clone_op(op, {op.operands[0]: value}).result
     return value
 
 

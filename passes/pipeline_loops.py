@@ -24,7 +24,7 @@ from mlir import ir
 from mlir.dialects import arith, scf
 
 from tiledsl.ir.dialect import int_attr, tile_op
-from tiledsl.passes.common import PassContext, defining_op, is_tile, kernel_funcs, ops_in, walk_blocks
+from tiledsl.passes.common import PassContext, clone_op, defining_op, is_tile, kernel_funcs, ops_in, walk_blocks
 
 
 def pipeline_loops(module: ir.Module, ctx: PassContext) -> int:
@@ -68,20 +68,13 @@ def _written_ptrs(body: ir.Block) -> list[ir.Value]:
     return out
 
 
-def _clone(op: ir.Operation, mapping: dict) -> ir.Operation:
-    attrs = {a: op.attributes[a] for a in op.attributes}
-    return ir.Operation.create(op.name, results=[r.type for r in op.results],
-                               operands=[mapping.get(v, v) for v in op.operands], attributes=attrs,
-                               loc=op.location)
-
-
 def _issue(load: ir.Operation, deps: list[ir.Operation], iv_value: ir.Value, iv: ir.Value,
            ub: ir.Value | None) -> ir.Value:
     """Clone the load and its address computation with `iv` := iv_value, masked off past `ub`
     (None: iv_value is a valid iteration, no mask)."""
     mapping: dict = {iv: iv_value}
     for op in deps:
-        new = _clone(op, mapping)
+        new = clone_op(op, mapping)
         for old, nv in zip(op.results, new.results, strict=True):
             mapping[old] = nv
     if ub is not None:
@@ -90,7 +83,7 @@ def _issue(load: ir.Operation, deps: list[ir.Operation], iv_value: ir.Value, iv:
         if is_tile(mask):
             in_range = tile_op("splat", [in_range], [mask.type]).result
         mapping[load.operands[2]] = arith.AndIOp(mask, in_range).result
-    return _clone(load, mapping).result
+    return clone_op(load, mapping).result
 
 
 def _positive_constant(v: ir.Value) -> bool:
