@@ -387,6 +387,8 @@ def test_expression_result_unused():
     ("    if arange(0, 4) < 2 { }", "t.tile:3:8",
      "if condition must be an i1 scalar (the same in every lane), got tile[4] of i1"),
     ("    let r = max(alpha, 1.0);", "t.tile:3:17", "max reduces a tile along an axis, got f32 scalar"),
+    ("    let r = tanh(alpha, approx=alpha > 0.0);", "t.tile:3:32",
+     "tanh: approx must be a compile-time bool (true, false or a bool constexpr)"),
 ])
 def test_type_errors(body, where, message):
     assert_error(error_of(kernel(body)), where, message, body.strip())

@@ -176,7 +176,7 @@ BUILTINS: dict[str, str] = {
     "sqrt": "sqrt(x)",
     "exp": "exp(x)",
     "log": "log(x)",
-    "tanh": "tanh(x)",
+    "tanh": "tanh(x, approx=false)",
     "rsqrt": "rsqrt(x)",
     "fma": "fma(a, b, c)",
     "umulhi": "umulhi(a, b)",

@@ -62,7 +62,8 @@ _PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {
     "dot": (("a", True), ("b", True), ("acc", False), ("trans_b", False)),
     **{f: (("x", True), ("axis", True)) for f in ("max", "min", "sum")},
     **{f: (("a", True), ("b", True)) for f in ("maximum", "minimum", "cdiv")},
-    **{f: (("x", True),) for f in ("exp2", "log2", "rcp", "sqrt", "abs", "exp", "log", "tanh", "rsqrt")},
+    **{f: (("x", True),) for f in ("exp2", "log2", "rcp", "sqrt", "abs", "exp", "log", "rsqrt")},
+    "tanh": (("x", True), ("approx", False)),
     "cast": (("x", True), ("dtype", True)),
     "fma": (("a", True), ("b", True), ("c", True)),
     "umulhi": (("a", True), ("b", True)),
@@ -569,18 +570,21 @@ class Typer:
 
     _call_atomic_add = _call_store
 
+    def compile_time_bool(self, flag: Expr | None, what: str) -> bool:
+        """A keyword switch such as dot's trans_b: absent (false), or a compile-time bool."""
+        if flag is None:
+            return False
+        if not (isinstance(flag, Const) and isinstance(flag.value, bool)):
+            self.fail(f"{what} must be a compile-time bool (true, false or a bool constexpr)", flag.loc)
+        flag.type = ScalarType("i1")
+        return flag.value
+
     def _call_dot(self, e: Call, a: dict, env: Env) -> TileType:
         ta, tb = self.value(a["a"], env), self.value(a["b"], env)
         for name, t in (("a", ta), ("b", tb)):
             if not isinstance(t, TileType) or len(t.shape) != 2:
                 self.fail(f"dot: {name} must be a 2-D tile, got {desc(t)}", a[name].loc)
-        trans = False
-        if a["trans_b"] is not None:
-            tr = a["trans_b"]
-            if not (isinstance(tr, Const) and isinstance(tr.value, bool)):
-                self.fail("dot: trans_b must be a compile-time bool (true, false or a bool constexpr)",
-                          tr.loc)
-            tr.type, trans = ScalarType("i1"), tr.value
+        trans = self.compile_time_bool(a["trans_b"], "dot: trans_b")
         if ta.dtype not in DOT_DTYPES:
             self.fail(f"dot: operands must be {', '.join(DOT_DTYPES)}; a is {desc(ta)}", a["a"].loc,
                       hint="convert with cast(a, f16) or cast(a, bf16)")
@@ -649,7 +653,11 @@ class Typer:
         return t
 
     _call_exp2 = _call_log2 = _call_rcp = _call_sqrt = _call_abs = _float_math
-    _call_exp = _call_log = _call_tanh = _call_rsqrt = _float_math
+    _call_exp = _call_log = _call_rsqrt = _float_math
+
+    def _call_tanh(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
+        self.compile_time_bool(a["approx"], "tanh: approx")
+        return self._float_math(e, a, env)
 
     def _call_fma(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
         nodes = [a["a"], a["b"], a["c"]]
