@@ -17,7 +17,7 @@ from typing import Any
 
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.fmha_dropout import dropout_scalars
-from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_config, fmha_dim_units, pack_gqa, padded_hdim
+from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_config, fmha_dim_units, pack_gqa, padded_hdim, wide_config
 from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
 from tiledsl.pairing import CAUSAL_KINDS, paired_fits, pairs_pay
@@ -95,6 +95,7 @@ class SplitShape:
     batch: int = 0
     max_seqlen_q: int = 0
     pair_blocks: str = "auto"  # "always": a causal one-stage plan pairs whatever the sizes (kernel packages)
+    query_tile: str = "auto"  # "wide": a plain one-stage plan runs the WIDE row whatever the sizes (kernel packages)
     # A tensor of the call (or the workspace) spans more than 2 GiB: no stage uses buffer accesses
     # (CompileOptions.buffer_masks, tiledsl.ops.spans_large).
     large: bool = False
@@ -121,6 +122,26 @@ def pair_query_blocks(shape: SplitShape, kernel: Any) -> bool:
     cfg = query_block_config(shape)
     workgroups = -(-shape.max_seqlen_q // cfg.block_m) * shape.hq * shape.batch
     return pairs_pay(shape.arch, shape.mask.kind, workgroups, kernel.manifest, cfg.waves)
+
+
+def wide_query_blocks(shape: SplitShape) -> bool:
+    """Whether the one-stage forward runs the WIDE tile row (fmha_configs.WIDE): a variant that has
+    one (unmasked, no bias, dropout or fp8), with contiguous head dims and 16-byte aligned q, k, v
+    and o, no KV cache, no packed GQA heads, and a grid whose wide query blocks still give every
+    compute unit a workgroup (modeled: the wider tile gains from there and loses below). Not for
+    callers that leave `batch` 0, unless the shape asks for it (kernel packages)."""
+    if shape.num_splits != 1 or shape.heads_per_block != 1 or shape.kv_cache != "none" or shape.large:
+        return False
+    if not shape.contiguous or not {"k", "o", "q", "v"} <= set(shape.aligned):
+        return False
+    row = wide_config(shape.arch, shape.hdim_q, shape.hdim_v, masked=shape.mask.kind != "none", bias=shape.bias,
+                      dropout=shape.dropout, fp8=shape.dtype == "f8e4m3")
+    if row is None:
+        return False
+    if shape.query_tile == "wide":
+        return True
+    workgroups = -(-shape.max_seqlen_q // row.block_m) * shape.hq * shape.batch
+    return shape.batch > 0 and workgroups >= get_arch(shape.arch).compute_units
 
 
 def splitkv_workspace(shape: SplitShape, at: int = 0) -> tuple[Region, ...]:
@@ -181,7 +202,8 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
         varlen=shape.varlen, lse=shape.lse and not split, sink=shape.sink and not split,
         softcap=1.0 if shape.softcap else 0.0, contiguous=shape.contiguous, aligned=shape.aligned, split=split,
         kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size, bias=shape.bias,
-        bias_dtype=shape.bias_dtype, dropout=shape.dropout, out_dtype=shape.out_dtype, large=shape.large)
+        bias_dtype=shape.bias_dtype, dropout=shape.dropout, out_dtype=shape.out_dtype, large=shape.large,
+        wide=wide_query_blocks(shape))
     kernel = variant()
     if pairable(shape) and shape.pair_blocks == "always":
         kernel = variant(passes=2)

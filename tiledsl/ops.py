@@ -547,19 +547,20 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
                      aligned: Sequence[str] = ("k", "o", "q", "v"), split: bool = False, kv_cache: str = "none",
                      pack_gqa: bool = False, page_size: int = 0, bias: str = "none",
                      bias_dtype: str = "f32", dropout: bool = False, out_dtype: str | None = None,
-                     passes: int = 1, large: bool = False) -> CompiledKernel:
+                     passes: int = 1, large: bool = False, wide: bool = False) -> CompiledKernel:
     """The fmha_fwd variant `fmha_fwd` launches for these features, from a kernel package or
     compiled through the compile cache (`tiledsl.library.library_kernel`). contiguous: the head
     dim of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes;
     passes: 2 for paired query blocks (tiledsl.pairing; compiled with spills allowed, the caller
     checks `pairing.paired_fits`); large: a tensor of the call spans more than 2 GiB (no buffer
-    accesses, `spans_large`)."""
+    accesses, `spans_large`); wide: the WIDE tile row of a large grid (`fmha_configs.fmha_config`)."""
     from tiledsl.library import library_kernel
     from tiledsl.options import CompileOptions
 
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
                            sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa,
-                           page_size=page_size, bias=bias, bias_dtype=bias_dtype, dropout=dropout, out_dtype=out_dtype)
+                           page_size=page_size, bias=bias, bias_dtype=bias_dtype, dropout=dropout, out_dtype=out_dtype,
+                           wide=wide)
     if passes != 1:
         defines["PASSES"] = str(passes)
     # Bias variants accept spills rather than fail: the tile rows keep the tested feature mixes free

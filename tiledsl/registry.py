@@ -11,7 +11,8 @@ of that signature may launch, through the same functions the ops use at run time
 
 Shape-driven choices are built both ways: the forward's GQA packing (short queries), split-KV
 producers and the combine's decode tile (the split heuristic), small and large KV-cache pages,
-and under a causal mask the paired query and key blocks of large grids (tiledsl.pairing).
+under a causal mask the paired query and key blocks of large grids (tiledsl.pairing), and the
+forward's wider query tile of large unmasked grids (fmha_configs.WIDE).
 Prebuilt variants serve calls with contiguous head dims and 16-byte aligned strides; other
 strides compile their own variant on first use.
 """
@@ -193,17 +194,19 @@ def _kernels(plan: Any) -> list[Any]:
 
 
 def _build_fwd(arch: str, sig: Signature) -> list[Any]:
-    from tiledsl.fmha_splitkv import build_attention_plan
+    from tiledsl.fmha_splitkv import build_attention_plan, wide_query_blocks
 
     # One stage, with and without GQA packing (chosen from the call's shapes); with dropout, also
     # the keep-mask stage of return_dropout_mask.
-    # Under a causal mask also the paired query blocks a large grid takes (tiledsl.pairing).
+    # Under a causal mask also the paired query blocks a large grid takes (tiledsl.pairing); where
+    # the variant has a WIDE row, the wider query tile a large grid takes (wide_query_blocks).
     pairs = ("auto", "always") if _mask_params(sig).kind in CAUSAL_KINDS else ("auto",)
-    kernels = [k for bdt, hpb, mask, out, pair in itertools.product(_bias_dtypes(sig), (1, 2), (False, sig.dropout),
-                                                                    _out_dtypes(sig), pairs)
-               for k in _kernels(build_attention_plan(_split_shape(arch, sig, heads_per_block=hpb, bias_dtype=bdt,
-                                                                   dropout_mask=mask, out_dtype=out,
-                                                                   pair_blocks=pair)))]
+    shapes = [_split_shape(arch, sig, heads_per_block=hpb, bias_dtype=bdt, dropout_mask=mask, out_dtype=out,
+                           pair_blocks=pair, query_tile=tile)
+              for bdt, hpb, mask, out, pair, tile in itertools.product(
+                  _bias_dtypes(sig), (1, 2), (False, sig.dropout), _out_dtypes(sig), pairs, ("auto", "wide"))]
+    kernels = [k for shape in shapes if shape.query_tile == "auto" or wide_query_blocks(shape)
+               for k in _kernels(build_attention_plan(shape))]
     return list({id(k): k for k in kernels}.values())
 
 

@@ -20,8 +20,9 @@ they do, with today's compiler:
   CU need at most half of the CU's LDS: Q is loaded straight into its MFMA operand layout
   (assign-layouts), so only K's or V's staging (17 KiB) takes LDS. At hdim 64, 128x128 in
   one stage fits two waves by itself (288 VGPRs on the plain variant; 256x128 over 8 waves
-  models faster, but 8 waves cap a wave at 256 VGPRs whatever the target, and the paged KV
-  cache variant spills there). Masked rows are smaller because the mask's registers and the feature
+  models faster on gfx950, but 8 waves cap a wave at 256 VGPRs whatever the target, and the
+  paged KV cache, general-stride and ALiBi variants spill there: it is a WIDE row, below, for
+  plain variants with grids large enough). Masked rows are smaller because the mask's registers and the feature
   mixes (soft-cap, group mode, padded dims) must not spill; where a mix cannot reach occupancy
   2 without spilling, the driver compiles it for 1 (the occupancy clause is a target:
   docs/language.md). Modeled (B 2, H 16, S 2048, f16), one wave per SIMD to two (with the
@@ -94,6 +95,28 @@ def padded_hdim(d: int) -> int:
     return max(32, 1 << (d - 1).bit_length())
 
 
+# Wider query tiles for large grids: where a call's query blocks of this height still give every
+# compute unit a workgroup, the plain unmasked variant (no bias, dropout or fp8; contiguous head
+# dims and 16-byte aligned strides, one stage: tiledsl.fmha_splitkv.wide_query_blocks decides)
+# runs them. The feature variants keep CONFIGS' rows: at 8 waves a wave has at most 256 VGPRs,
+# and the general-stride, paged KV cache and ALiBi variants spill there. Modeled, gfx950 hdim 64
+# f16, TFLOP/s 128x128 -> 256x128: B 2, H 16, S 2048 (256 workgroups of 256 rows on 256 CUs)
+# 765.3 -> 853.3, B 4, H 32, S 4096 844.9 -> 885.6, B 4, H 16, S 1024 743.2 -> 793.8; with fewer
+# wide blocks than CUs it loses (B 1, H 16, S 2048: 523.6 -> 426.6), hence the grid decides.
+# Tried and not taken: gfx942 hdim 64 (502.1 -> 505.4), gfx950 hdim 128 with 256x64 (1087.5 ->
+# 1057.0), gfx90a hdim 64 (129.1 -> 109.1).
+WIDE: dict[str, dict[int, FmhaConfig]] = {"gfx950": {64: _c(256, 128, 8, 2)}}
+
+
+def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bool = False,
+                bias: str = "none", dropout: bool = False, fp8: bool = False) -> FmhaConfig | None:
+    """The WIDE row for a variant, or None where it has none (masked, a bias, dropout or fp8)."""
+    if masked or bias != "none" or dropout or fp8:
+        return None
+    hdim_v = hdim_q if hdim_v is None else hdim_v
+    return WIDE.get(get_arch(arch).name, {}).get(max(padded_hdim(hdim_q), padded_hdim(hdim_v)))
+
+
 # Rows for masked variants (causal / window) where they differ from CONFIGS (tuned separately:
 # the mask's registers change which tile is largest without spilling).
 MASKED: dict[str, dict[int, FmhaConfig]] = {
@@ -160,10 +183,13 @@ FP8_ROWS: dict[str, dict[tuple[int, bool], FmhaConfig]] = {"gfx1201": {(128, Tru
 
 
 def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool = False,
-                bias: str = "none", dropout: bool = False, fp8: bool = False) -> FmhaConfig:
+                bias: str = "none", dropout: bool = False, fp8: bool = False, wide: bool = False) -> FmhaConfig:
     """The tile config for `arch` and the head dims (actual sizes, padded here); bias: the
-    variant's bias kind ("none", "tensor", "alibi"); dropout: the variant drops P."""
+    variant's bias kind ("none", "tensor", "alibi"); dropout: the variant drops P; wide: the
+    call's grid is large enough for the WIDE row, which the variant takes where it has one."""
     name = get_arch(arch).name
+    if wide and (row := wide_config(name, hdim_q, hdim_v, masked=masked, bias=bias, dropout=dropout, fp8=fp8)):
+        return row
     hdim_v = hdim_q if hdim_v is None else hdim_v
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
     if dropout and (hdim, masked) in DROPPED[name]:
@@ -191,12 +217,13 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
                  mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
                  sink: bool = False, softcap: float = 0.0, split: bool = False, kv_cache: str = "none",
                  pack_gqa: bool = False, page_size: int = 0, bias: str = "none", bias_dtype: str = "f32",
-                 dropout: bool = False, out_dtype: str | None = None,
+                 dropout: bool = False, out_dtype: str | None = None, wide: bool = False,
                  config: FmhaConfig | None = None) -> dict[str, str]:
     """All constexprs of one fmha_fwd variant (the -D values), from what a call needs. bias:
     "none", "tensor" (an additive bias tensor of `bias_dtype`) or "alibi"; dropout: P is dropped
     (docs/dropout.md). dtype f8e4m3 (docs/fp8.md) on an arch with fp8 matrix instructions writes
-    `out_dtype` (bf16 or f16; bf16 by default); other dtypes write their own."""
+    `out_dtype` (bf16 or f16; bf16 by default); other dtypes write their own. wide: the WIDE
+    row where the variant has one (`fmha_config`)."""
     if kv_cache not in ("none", "contiguous", "paged"):
         raise TileError(f"kv_cache: expected none, contiguous or paged, got {kv_cache}")
     if bias not in BIAS_KINDS:
@@ -214,7 +241,7 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
     hdim_v = hdim_q if hdim_v is None else hdim_v
     dq, dv = padded_hdim(hdim_q), padded_hdim(hdim_v)
     cfg = config or fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
-                                dropout=dropout, fp8=dtype == "f8e4m3")
+                                dropout=dropout, fp8=dtype == "f8e4m3", wide=wide)
 
     def flag(b: bool) -> str:
         return "true" if b else "false"
