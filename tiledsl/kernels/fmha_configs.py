@@ -21,8 +21,8 @@ they do, with today's compiler:
   (assign-layouts), so only K's or V's staging (17 KiB) takes LDS. At hdim 64, 128x128 in
   one stage fits two waves by itself (288 VGPRs on the plain variant; 256x128 over 8 waves
   models faster on gfx950, but 8 waves cap a wave at 256 VGPRs whatever the target, and the
-  paged KV cache, general-stride and ALiBi variants spill there: it is a WIDE row, below, for
-  plain variants with grids large enough). Masked rows are smaller because the mask's registers and the feature
+  general-stride and ALiBi variants spill there: it is a WIDE row, below, for plain variants
+  with grids large enough). Masked rows are smaller because the mask's registers and the feature
   mixes (soft-cap, group mode, padded dims) must not spill; where a mix cannot reach occupancy
   2 without spilling, the driver compiles it for 1 (the occupancy clause is a target:
   docs/language.md). Modeled (B 2, H 16, S 2048, f16), one wave per SIMD to two (with the
@@ -98,8 +98,8 @@ def padded_hdim(d: int) -> int:
 # Wider query tiles for large grids: where a call's query blocks of this height still give every
 # compute unit a workgroup, the plain unmasked variant (no bias, dropout or fp8; contiguous head
 # dims and 16-byte aligned strides, one stage: tiledsl.fmha_splitkv.wide_query_blocks decides)
-# runs them. The feature variants keep CONFIGS' rows: at 8 waves a wave has at most 256 VGPRs,
-# and the general-stride, paged KV cache and ALiBi variants spill there. Modeled, gfx950 hdim 64
+# runs them. The other variants keep CONFIGS' rows: at 8 waves a wave has at most 256 VGPRs, and
+# the general-stride and ALiBi variants spill VGPRs there, fp8 SGPRs. Modeled, gfx950 hdim 64
 # f16, TFLOP/s 128x128 -> 256x128: B 2, H 16, S 2048 (256 workgroups of 256 rows on 256 CUs)
 # 765.3 -> 853.3, B 4, H 32, S 4096 844.9 -> 885.6, B 4, H 16, S 1024 743.2 -> 793.8; with fewer
 # wide blocks than CUs it loses (B 1, H 16, S 2048: 523.6 -> 426.6), hence the grid decides.
