@@ -8,7 +8,9 @@ SIMD, `Arch.occupancy`), SGPRs, and -- both kernels run on the emulator and are 
 the reference -- the executed wave-instructions per 1k (query, key) pairs the mask keeps (the
 dynamic figure, the fair one), then the tiles.
 
-Ours is the variant `tiledsl.ops.fmha_fwd` launches (`compile_fmha_fwd`, compiled cold). Triton
+Ours is the variant `tiledsl.ops.fmha_fwd` launches (`compile_fmha_fwd`, compiled cold); the
+modeled column runs `fmha_fwd` at its own shape, so its tile may differ from the row's (a grid that
+large takes `fmha_configs.WIDE` where the variant has a row there: gfx950 hdim 64 full). Triton
 (benchmark-only: `pip install triton`) is compiled as its JIT specializes the call
 (benchmarks/triton_fa.py: tt.divisibility 16 on pointers, strides and sizes) over the tutorial's
 AMD configs: at f16 every config of `triton_fa.configs` with Triton's default waves_per_eu, then the
