@@ -32,12 +32,14 @@ def plain_shape(arch: str, hdim: int, **kw) -> splitkv.SplitShape:
 
 @pytest.mark.parametrize("arch,hdim", ROWS)
 def test_the_grid_decides(arch: str, hdim: int) -> None:
-    """Wide once its query blocks give every compute unit a workgroup, for plain variants only."""
+    """Wide once its query blocks give every compute unit a workgroup and each sequence has two,
+    for plain variants only."""
     cus, rows = get_arch(arch).compute_units, WIDE[arch][hdim].block_m
-    enough = plain_shape(arch, hdim, hq=cus, max_seqlen_q=rows)
+    enough = plain_shape(arch, hdim, hq=cus // 2, max_seqlen_q=2 * rows)
     assert splitkv.wide_query_blocks(enough)
-    assert splitkv.wide_query_blocks(dataclasses.replace(enough, max_seqlen_q=1, hq=cus))
-    assert not splitkv.wide_query_blocks(dataclasses.replace(enough, hq=cus - 1))
+    assert splitkv.wide_query_blocks(dataclasses.replace(enough, max_seqlen_q=2 * rows + 1, hq=cus // 3 + 1))
+    assert not splitkv.wide_query_blocks(dataclasses.replace(enough, hq=cus // 2 - 1))
+    assert not splitkv.wide_query_blocks(dataclasses.replace(enough, max_seqlen_q=2 * rows - 1, hq=4 * cus))  # short
     assert not splitkv.wide_query_blocks(dataclasses.replace(enough, batch=0))  # a caller that gives no grid
     for other in (dict(mask=fmha_mask_params(True)), dict(bias="alibi"), dict(dropout=True), dict(contiguous=False),
                   dict(aligned=("k", "q", "v")), dict(kv_cache="paged"), dict(heads_per_block=2), dict(num_splits=2),

@@ -127,9 +127,12 @@ def pair_query_blocks(shape: SplitShape, kernel: Any) -> bool:
 def wide_query_blocks(shape: SplitShape) -> bool:
     """Whether the one-stage forward runs the WIDE tile row (fmha_configs.WIDE): a variant that has
     one (unmasked, no bias, dropout or fp8), with contiguous head dims and 16-byte aligned q, k, v
-    and o, no KV cache, no packed GQA heads, and a grid whose wide query blocks still give every
-    compute unit a workgroup (modeled: the wider tile gains from there and loses below). Not for
-    callers that leave `batch` 0, unless the shape asks for it (kernel packages)."""
+    and o, no KV cache, no packed GQA heads, queries at least two wide blocks long, and a grid
+    whose wide query blocks still give every compute unit a workgroup. Modeled on gfx950 hdim 64
+    (fmha_configs.WIDE): it gains from there (B 2, H 64, S 512: 668.6 -> 696.8 TFLOP/s) and loses
+    below (S 256: 598.9 -> 559.8, S 384: 487.4 -> 483.2; B 1, H 16, S 2048, 128 workgroups:
+    523.6 -> 426.6). Not for callers that leave `batch` 0, unless the shape asks for it (kernel
+    packages)."""
     if shape.num_splits != 1 or shape.heads_per_block != 1 or shape.kv_cache != "none" or shape.large:
         return False
     if not shape.contiguous or not {"k", "o", "q", "v"} <= set(shape.aligned):
@@ -141,7 +144,7 @@ def wide_query_blocks(shape: SplitShape) -> bool:
     if shape.query_tile == "wide":
         return True
     workgroups = -(-shape.max_seqlen_q // row.block_m) * shape.hq * shape.batch
-    return shape.batch > 0 and workgroups >= get_arch(shape.arch).compute_units
+    return shape.max_seqlen_q >= 2 * row.block_m and workgroups >= get_arch(shape.arch).compute_units
 
 
 def splitkv_workspace(shape: SplitShape, at: int = 0) -> tuple[Region, ...]:
