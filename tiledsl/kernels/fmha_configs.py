@@ -98,14 +98,14 @@ def padded_hdim(d: int) -> int:
 # Wider query tiles for large grids: where a call's query blocks of this height still give every
 # compute unit a workgroup and each sequence has at least two, the plain unmasked variant (no
 # bias, dropout or fp8; contiguous head dims and 16-byte aligned strides, one stage:
-# tiledsl.fmha_splitkv.wide_query_blocks decides) runs them. The other variants keep CONFIGS' rows: at 8 waves a wave has at most 256 VGPRs, and
-# the general-stride and ALiBi variants spill VGPRs there, fp8 SGPRs. Modeled, gfx950 hdim 64
-# f16, TFLOP/s 128x128 -> 256x128: B 2, H 16, S 2048 (256 workgroups of 256 rows on 256 CUs)
-# 765.3 -> 853.3, B 4, H 32, S 4096 844.9 -> 885.6, B 4, H 16, S 1024 743.2 -> 793.8; with fewer
-# wide blocks than CUs it loses (B 1, H 16, S 2048: 523.6 -> 426.6), and with short sequences
-# (B 4, H 64, S 256: 598.9 -> 559.8), hence the call's sizes decide.
-# Tried and not taken: gfx942 hdim 64 (502.1 -> 505.4), gfx950 hdim 128 with 256x64 (1087.5 ->
-# 1057.0), gfx90a hdim 64 (129.1 -> 109.1).
+# tiledsl.fmha_splitkv.wide_query_blocks decides) runs them. The other variants keep CONFIGS'
+# rows: at 8 waves a wave has at most 256 VGPRs, and the general-stride and ALiBi variants spill
+# VGPRs there, fp8 SGPRs. Modeled, gfx950 hdim 64 f16, TFLOP/s 128x128 -> 256x128: B 2, H 16,
+# S 2048 (256 workgroups of 256 rows on 256 CUs) 765.3 -> 853.3, B 4, H 32, S 4096 844.9 ->
+# 885.6, B 4, H 16, S 1024 743.2 -> 793.8; with fewer wide blocks than CUs it loses (B 1, H 16,
+# S 2048: 523.6 -> 426.6), and with short sequences (B 4, H 64, S 256: 598.9 -> 559.8), hence
+# the call's sizes decide. Tried and not taken: gfx942 hdim 64 (502.1 -> 505.4), gfx950 hdim 128
+# with 256x64 (1087.5 -> 1057.0), gfx90a hdim 64 (129.1 -> 109.1).
 WIDE: dict[str, dict[int, FmhaConfig]] = {"gfx950": {64: _c(256, 128, 8, 2)}}
 
 
