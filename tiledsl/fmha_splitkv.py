@@ -112,6 +112,12 @@ def pairable(shape: SplitShape) -> bool:
     return shape.num_splits == 1 and shape.heads_per_block == 1 and shape.mask.kind in CAUSAL_KINDS
 
 
+def query_workgroups(shape: SplitShape, block_m: int, passes: int = 1) -> int:
+    """Workgroups of the one-stage forward's grid for queries of `block_m` rows (`passes` blocks
+    per workgroup): its query blocks per sequence, times heads and sequences."""
+    return -(-shape.max_seqlen_q // (block_m * passes)) * shape.hq * shape.batch
+
+
 def pair_query_blocks(shape: SplitShape, kernel: Any) -> bool:
     """Whether the one-stage forward's workgroups take two query blocks each (x and
     nblocks - 1 - x, fmha_fwd.tile's PASSES = 2): under a causal mask query block x sees about
@@ -120,8 +126,7 @@ def pair_query_blocks(shape: SplitShape, kernel: Any) -> bool:
     if not pairable(shape) or not shape.batch:
         return False
     cfg = query_block_config(shape)
-    workgroups = -(-shape.max_seqlen_q // cfg.block_m) * shape.hq * shape.batch
-    return pairs_pay(shape.arch, shape.mask.kind, workgroups, kernel.manifest, cfg.waves)
+    return pairs_pay(shape.arch, shape.mask.kind, query_workgroups(shape, cfg.block_m), kernel.manifest, cfg.waves)
 
 
 def wide_query_blocks(shape: SplitShape) -> bool:
@@ -143,8 +148,8 @@ def wide_query_blocks(shape: SplitShape) -> bool:
         return False
     if shape.query_tile == "wide":
         return True
-    workgroups = -(-shape.max_seqlen_q // row.block_m) * shape.hq * shape.batch
-    return shape.max_seqlen_q >= 2 * row.block_m and workgroups >= get_arch(shape.arch).compute_units
+    return shape.max_seqlen_q >= 2 * row.block_m and \
+        query_workgroups(shape, row.block_m) >= get_arch(shape.arch).compute_units
 
 
 def splitkv_workspace(shape: SplitShape, at: int = 0) -> tuple[Region, ...]:
@@ -212,9 +217,8 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
         kernel = variant(passes=2)
     elif pair_query_blocks(shape, kernel):
         paired, cfg = variant(passes=2), query_block_config(shape)
-        nblocks = -(-shape.max_seqlen_q // cfg.block_m)
         if paired_fits(shape.arch, cfg.waves, kernel.manifest, paired.manifest,
-                       -(-nblocks // 2) * shape.hq * shape.batch):
+                       query_workgroups(shape, cfg.block_m, passes=2)):
             kernel = paired
     args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
         ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block)) + bias_args(shape) + \

@@ -493,12 +493,14 @@ class _Emitter:
         approx = isinstance(a["approx"], A.Const) and a["approx"].value is True
         one = self.to_type(self.constant(1.0, "f32"), t)
         if approx:
-            e2 = arith.AddFOp(math.Exp2Op(self._approx_tanh_exponent(a["x"], t)).result, one).result  # type: ignore[arg-type]
-            return arith.SubFOp(one, self._scaled(tile_op("rcp", [e2], [e2.type]).result, 2.0, t)).result
-        x = self.to_type(self.expr(a["x"]), t)  # type: ignore[arg-type]
-        e2 = arith.AddFOp(math.Exp2Op(self._scaled(x, 2 * _LOG2E, t)).result, one).result
-        r = tile_op("rcp", [e2], [e2.type]).result
-        wide = arith.SubFOp(one, self._scaled(r, 2.0, t)).result
+            exponent = self._approx_tanh_exponent(a["x"], t)  # type: ignore[arg-type]
+        else:
+            x = self.to_type(self.expr(a["x"]), t)  # type: ignore[arg-type]
+            exponent = self._scaled(x, 2 * _LOG2E, t)
+        e2 = arith.AddFOp(math.Exp2Op(exponent).result, one).result
+        wide = arith.SubFOp(one, self._scaled(tile_op("rcp", [e2], [e2.type]).result, 2.0, t)).result
+        if approx:
+            return wide
         x2 = arith.MulFOp(x, x).result
         poly = self.to_type(self.constant(-17 / 315, "f32"), t)
         for c in (2 / 15, -1 / 3, 1.0):
