@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed: `make test-torch` installs it and runs these")
 
 import tiledsl.torch as tt  # noqa: E402
 from tiledsl.reference import fmha_fwd_kvcache_reference  # noqa: E402
