@@ -15,11 +15,13 @@ import numpy as np
 from mlir import ir
 
 from tiledsl.backends.rocm.arch import Arch, MatrixOp
+from tiledsl.backends.rocm.lds_banks import lds_cycles
 from tiledsl.ir.dialect import int_attr, tensor_type, tile_op
 from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
 from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
+from tiledsl.passes.stage_lds import padded_row
 
 FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
 ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp", "tile.umulhi", "tile.philox_byte")
@@ -477,10 +479,32 @@ class _Assigner:
             per_lane = rows * cols // self.threads.count
             # gfx950 stores 16-bit ones row-major and transposes in the read (stage-lds).
             read_transposed = L.transpose_reads(self.arch, self.options.transpose_reads, eb)
-            if eb < 4 and not read_transposed and per_lane >= vec * rows_per_lane and rows % rows_per_lane == 0:
-                self.retarget[load.result] = L.Blocked(vec, rows_per_lane)
-                found = True
+            if eb < 4 and not read_transposed:
+                fits = [r for r in (rows_per_lane >> k for k in range(rows_per_lane.bit_length()))
+                        if per_lane >= vec * r and rows % r == 0]
+                best = self.cheapest_rows(fits, vec, (rows, cols), eb) if fits else 1
+                if best > 1:
+                    self.retarget[load.result] = L.Blocked(vec, best)
+                    found = True
         return found
+
+    def cheapest_rows(self, candidates: list[int], vec: int, shape: tuple[int, int], eb: int) -> int:
+        """Of the candidate rows per lane (largest first), the one whose transposed LDS stores move
+        the most bytes per LDS cycle, bank conflicts counted from one wave's addresses as stage-lds
+        will place them (the padded row of the stored [N, K] tile); ties go to more rows (fewer
+        stores). More rows per lane widen each store but, with vectors along N, put the lanes of a
+        store `vec` LDS rows apart: on gfx942 at hdim 128, 4 rows made 8-way conflicts where 2 made
+        4-way (modeled 508 against 578 TFLOP/s)."""
+        banks = self.arch.timing.lds_bytes_per_clk // 4
+        pitch = padded_row((shape[1], shape[0]), eb, self.options.lds_padding)
+        lanes = np.arange(self.arch.wave_size)
+
+        def bytes_per_cycle(r: int) -> float:
+            lin = L.linear(L.Blocked(vec, r), shape, self.threads)
+            coord = sum(((lanes >> k) & 1)[:, None] * b[None, :] for k, b in enumerate(lin.lane_bases))
+            addrs = (coord[:, 1] * pitch + coord[:, 0]) * eb  # [N, K] row-major: K contiguous
+            return len(lanes) * r * eb / lds_cycles(addrs, r * eb, banks)
+        return max(candidates, key=lambda r: (bytes_per_cycle(r), r))
 
     def retarget_operands(self, block: ir.Block) -> bool:
         """Give a load outside the dot's loop that becomes a dot operand (attention's Q, loaded

@@ -44,7 +44,7 @@ from tiledsl.passes.common import (
 )
 
 
-def _padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
+def padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
     cols = shape[-1]
     return cols + (max(1, 4 // elem_bytes) * 2 if pad and len(shape) == 2 else 0)
 
@@ -211,7 +211,7 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     read_transposed = transposed and _transpose_readable(dst_lin, shape, eb, arch, options)
     transposed = transposed and not read_transposed
     stored = (shape[1], shape[0]) if transposed else shape
-    row = _padded_row(stored, eb, options.lds_padding)
+    row = padded_row(stored, eb, options.lds_padding)
     rows = stored[0] if len(shape) == 2 else 1
     size = rows * row * eb
     _check(op, at + size, arch, source)

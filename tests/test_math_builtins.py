@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.driver import compile_source
 from tiledsl.isa_stats import count_instructions
@@ -85,3 +85,28 @@ def test_tanh_approx(arch: str) -> None:
         assert set(y[np.abs(want) == 1]) <= {-1.0, 1.0}  # exact limits
     valu = [count_instructions(k.asm).classes["valu"] for k in kernels]
     assert valu[0] < valu[1], valu
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_row_sums_add_in_packed_pairs(arch: str) -> None:
+    """A sum over values a lane holds is a tree of two-lane adds on archs with packed f32
+    (v_pk_add_f32: about half the adds of a chain), a chain elsewhere; both match numpy."""
+    path = SOURCE.parent / "row_sums.tile"
+    k = compile_source(path.read_text(), str(path), arch)
+    rng = np.random.default_rng(5)
+    rows, cols = 37, 121  # partial row block and masked columns
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    x[3] = 0.0
+    x[4, :] = 1e-3
+    x[4, 7] = 3e4
+    y = np.full(rows, -7.0, np.float32)
+    launch(k, x, y, device=EmulatorDevice(arch))
+    want = x.astype(np.float64).sum(axis=1)
+    assert y[3] == 0.0
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(x).sum(axis=1).max())
+    counts = count_instructions(k.asm).mnemonics
+    packed = sum(n for name, n in counts.items() if name.startswith("v_pk_add_f32"))
+    if get_arch(arch).packed_f32:
+        assert packed > 0, counts
+    else:
+        assert packed == 0, counts

@@ -6,13 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.emulator import timing as tm
-from tiledsl.backends.rocm.emulator.trace import WaveTrace, WorkgroupTrace, cache_lines, lds_cycles
+from tiledsl.backends.rocm.emulator.trace import WaveTrace, WorkgroupTrace, _lds_cost, cache_lines, lds_cycles
 from tiledsl.backends.rocm.runtime.device import DeviceError
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.backends.rocm.runtime.timing_model import TimingOptions, dispatch, interpolate, most_loaded, probe_costs
@@ -262,3 +263,18 @@ def test_slots_freed_together_start_only_the_waiting_workgroups() -> None:
     one = tm.simulate_cu(get_arch("gfx942"), prog, traces[:1], groups_per_cu=2)
     launch = get_arch("gfx942").timing.workgroup_launch_cycles
     assert one.cycles < r.cycles <= 2 * one.cycles + launch  # the third ran once, after the first two
+
+
+@pytest.mark.parametrize("name", ["ds_read_b64_tr_b16", "ds_read_b64_tr_b8", "ds_read_b64"])
+def test_transpose_reads_are_priced_by_their_addresses(name: str) -> None:
+    """gfx950's transpose reads fetch each lane's 8 bytes like ds_read_b64 (then exchange them
+    between lanes): lanes 256 bytes apart meet in the same banks of a 64-bank LDS, which the
+    model counts; unpriced, they cost a pass per 64 lanes whatever their addresses."""
+    inst = SimpleNamespace(name=name, f={"addr": 0, "offset0": 0, "offset1": 0})
+    lanes = np.arange(64)
+    wave = SimpleNamespace(v=np.stack([lanes * 256]).astype(np.uint32), lanes=lanes)
+    cost = _lds_cost(inst, 64)
+    assert cost is not None
+    assert cost(wave) == lds_cycles(lanes * 256, 8, 64) == 64  # every lane in banks 0 and 1
+    wave.v[0] = lanes * 8
+    assert cost(wave) == 2  # consecutive: two conflict-free groups of 32 lanes

@@ -20,10 +20,11 @@ class CompileOptions:
     # directory). The CLI and the library put it under the cache directory. Not part of the key.
     failure_dir: str | None = field(default=None, compare=False)
     lds_padding: bool = True  # pad LDS rows to avoid bank conflicts in layout conversions
-    # Rows per lane of a 16/8-bit load that a dot takes as its B operand [K, N] on CDNA (staged
-    # through LDS transposed): stored that many elements at once (assign-layouts). The driver
-    # compiles again with half as many (down to 1) while a kernel spills with more (the extra row
-    # addresses take registers).
+    # Most rows per lane of a 16/8-bit load that a dot takes as its B operand [K, N] on CDNA (staged
+    # through LDS transposed): stored that many elements at once. assign-layouts takes the count up
+    # to this whose stores meet the fewest LDS bank conflicts per byte. The driver compiles again
+    # with half as many (down to 1) while a kernel spills with more (the extra row addresses take
+    # registers).
     transposed_rows: int = 4
     allow_spills: bool = False  # accept a kernel that spills registers to scratch (normally an error)
     # Every tensor's last dim has stride 1 (a compile-time constant, checked by the launcher): the

@@ -17,8 +17,11 @@ import numpy as np
 from tiledsl.backends.rocm.emulator.executor import BoundKernel
 from tiledsl.backends.rocm.emulator.lds import canonical
 from tiledsl.backends.rocm.emulator.memory import TAG_SHIFT
+from tiledsl.backends.rocm.lds_banks import lds_cycles
 
-_LDS_RW = re.compile(r"ds_(read|write)(2st64|2)?_(b8|b16|b32|b64|b96|b128|u8|i8|u16|i16)(_d16(_hi)?)?$")
+# gfx950's transpose reads (ds_read_b64_tr_b16 ...) fetch each lane's bytes at its address like the
+# plain read of that width, then exchange them between lanes: the banks see the plain read.
+_LDS_RW = re.compile(r"ds_(read|write)(2st64|2)?_(b8|b16|b32|b64|b96|b128|u8|i8|u16|i16)(_d16(_hi)?|_tr_b\d+)?$")
 _LDS_ATOMIC = re.compile(r"ds_\w+?_(u32|i32|b32|f32|u64|i64|b64|f64)$")
 _BYTES = {"b8": 1, "u8": 1, "i8": 1, "b16": 2, "u16": 2, "i16": 2, "b32": 4, "u32": 4, "i32": 4, "f32": 4,
           "b64": 8, "u64": 8, "i64": 8, "f64": 8, "b96": 12, "b128": 16}
@@ -45,22 +48,6 @@ class WorkgroupTrace:
     @property
     def instructions(self) -> int:
         return sum(len(w.pcs) for w in self.waves)
-
-
-def lds_cycles(addrs: np.ndarray, nbytes: int, banks: int) -> int:
-    """Cycles the LDS needs for one access: lanes go in groups that move banks x 4 bytes, and a
-    group takes as many cycles as the most distinct dwords any one bank holds (lanes reading the
-    same dword share it: a broadcast)."""
-    if addrs.size == 0:
-        return 0
-    dwords = max(nbytes // 4, 1)
-    per_group = max(banks // dwords, 1)
-    words = (addrs.astype(np.int64) // 4)[:, None] + np.arange(dwords)
-    group = (np.arange(addrs.size) // per_group)[:, None] + np.zeros(dwords, dtype=np.int64)
-    keys = np.unique(group.ravel() * (1 << 40) + words.ravel())
-    g, w = keys >> 40, keys & ((1 << 40) - 1)
-    per_bank = np.bincount(g * banks + (w % banks), minlength=(int(g[-1]) + 1) * banks)
-    return int(per_bank.reshape(-1, banks).max(axis=1).sum())
 
 
 def cache_lines(addrs: np.ndarray, nbytes: int, line: int) -> int:
