@@ -23,7 +23,7 @@ from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, 
 from tiledsl.passes.fold_scalars import fold_scalars
 from tiledsl.passes.hoist_conversions import hoist_conversions
 from tiledsl.passes.lower_to_gpu import lower_to_gpu
-from tiledsl.passes.pipeline_loops import pipeline_loops
+from tiledsl.passes.pipeline_loops import pipeline_loops, place_lookahead_loads
 from tiledsl.passes.stage_lds import stage_lds
 
 # Every pass is `pass(module, context)`; lower-to-gpu returns the new (gpu-dialect) module.
@@ -33,6 +33,7 @@ PASSES: list[tuple[str, Callable[[ir.Module, PassContext], object]]] = [
     ("hoist-conversions", hoist_conversions),
     ("pipeline-loops", pipeline_loops),
     ("stage-lds", stage_lds),
+    ("place-lookahead-loads", place_lookahead_loads),
 ]
 
 

@@ -119,6 +119,8 @@ def _pipeline(loop: ir.Operation, stages: int) -> int:
         new_loop = scf.ForOp(lb, ub, step, inits + flat)
         new_loop.operation.attributes["tile.pipelined"] = ir.IntegerAttr.get(
             ir.IntegerType.get_signless(32), stages)
+        if "tile.reuse" in loop.attributes:
+            new_loop.operation.attributes["tile.reuse"] = ir.UnitAttr.get()
     new_body = new_loop.body
     n_old = len(inits)
     old_yield = ops_in(body)[-1]
@@ -158,3 +160,79 @@ def _erase_dead(block: ir.Block) -> None:
                     and len(op.results) and all(not list(r.uses) for r in op.results):
                 op.erase()
                 changed = True
+
+
+def place_lookahead_loads(module: ir.Module, ctx: PassContext) -> int:
+    """In loops marked `stages(2, reuse=true)`, move each look-ahead load to just after the last
+    read of the tile it replaces (after stage-lds, that read is usually the tile's LDS store).
+
+    pipeline-loops issues the look-ahead at the top of the body, while the previous tile still
+    waits in registers for its LDS store: both live at once, and since LLVM does not unroll the
+    loop to rename them, every iteration ends copying the new tile into the old one's registers
+    (gfx950 hdim 128: 37 v_mov per 32 MFMAs). Issued after that store, the load reuses the
+    registers, but its latency overlaps less of an iteration, and LLVM schedules the loop
+    differently: the timing model finds it faster in some kernels and slower in others, so the
+    kernel asks for it (fmha_configs rows)."""
+    moved = 0
+    for fn in kernel_funcs(module):
+        for block in list(walk_blocks(fn)):
+            for op in ops_in(block):
+                if op.name == "scf.for" and "tile.reuse" in op.attributes:
+                    moved += _place_in(op.regions[0].blocks[0])
+    return moved
+
+
+def _place_in(body: ir.Block) -> int:
+    ops = ops_in(body)
+    yield_op = ops[-1]
+    moved = 0
+    for slot, v in enumerate(yield_op.operands):
+        load = defining_op(v)
+        if load is None or load.name != "tile.load" or _has_other_users(load, yield_op):
+            continue
+        replaced = body.arguments[slot + 1]
+        ops = ops_in(body)
+        last = max((i for i, op in enumerate(ops[:-1]) if _uses(op, replaced)), default=-1)
+        if last <= ops.index(load):
+            continue
+        group = _exclusive_slice(load, body)
+        anchor = ops[last + 1]
+        for op in group:
+            op.move_before(anchor)
+        moved += 1
+    return moved
+
+
+def _uses(op: ir.Operation, v: ir.Value) -> bool:
+    """Does op, or an op nested in it, read v?"""
+    return any(x == v for x in op.operands) or \
+        any(_uses(inner, v) for r in op.regions for b in r.blocks for inner in ops_in(b))
+
+
+def _has_other_users(op: ir.Operation, allowed: ir.Operation) -> bool:
+    return any(_as_op(use.owner) != allowed for r in op.results for use in r.uses)
+
+
+def _as_op(op) -> ir.Operation:
+    return op.operation if hasattr(op, "operation") else op
+
+
+def _exclusive_slice(load: ir.Operation, body: ir.Block) -> list[ir.Operation]:
+    """The load and the ops of `body` that only it (directly or through them) uses, in order."""
+    ops = ops_in(body)
+    group = {load}
+    for op in reversed(ops[:ops.index(load)]):
+        users = [use.owner for r in op.results for use in r.uses]
+        if not len(op.regions) and users and all(_top_level(u, body) in group for u in users):
+            group.add(op)
+    return [op for op in ops if op in group]
+
+
+def _top_level(op: ir.Operation, body: ir.Block) -> ir.Operation | None:
+    """op's ancestor that is an op of `body` (op itself if it is one)."""
+    op = _as_op(op)
+    while op is not None and op.parent is not None:
+        if op.block == body:
+            return op
+        op = op.parent
+    return None

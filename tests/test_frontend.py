@@ -8,9 +8,11 @@ import pytest
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.errors import SourceError
+from tiledsl.ir.emit import emit_tile_mlir
 from tiledsl.lang import ast, parser
 from tiledsl.lang.checker import bind
 from tiledsl.lang.parser import parse
+from tiledsl.options import CompileOptions
 
 pytestmark = pytest.mark.frontend
 
@@ -389,6 +391,12 @@ def test_expression_result_unused():
     ("    let r = max(alpha, 1.0);", "t.tile:3:17", "max reduces a tile along an axis, got f32 scalar"),
     ("    let r = tanh(alpha, approx=alpha > 0.0);", "t.tile:3:32",
      "tanh: approx must be a compile-time bool (true, false or a bool constexpr)"),
+    ("    for i in range(0, n) stages(2, reuse=alpha > 0.0) { }", "t.tile:3:42",
+     "stages: reuse must be a compile-time bool (true, false or a bool constexpr)"),
+    ("    for i in range(0, n) stages(2, early=true) { }", "t.tile:3:36", "stages(...) has no option 'early'"),
+    ("    for i in range(0, n) stages(3, reuse=true) { }", "t.tile:3:42",
+     "stages(N, reuse=true) needs N = 2, got 3: with more stages the look-ahead tile is never live beside "
+     "the one it replaces"),
 ])
 def test_type_errors(body, where, message):
     assert_error(error_of(kernel(body)), where, message, body.strip())
@@ -430,3 +438,17 @@ def test_grid_picks_where_on_a_bool_constexpr():
     assert render_grid(bind_src(src, {"TWO": True}).kernel.grid)[0] == "maximum(cdiv(N, 64), m)"
     err = error_of(src.replace("where(TWO, m, 0)", "where(m > 1, m, 0)"))
     assert "grid(...) cannot call where()" in str(err) and "where() on a bool constexpr" in err.render()
+
+
+def test_stages_reuse_marks_the_loop():
+    """stages(2, reuse=B) with B a bool constexpr: the loop carries tile.reuse only when B is true."""
+    src = ("kernel k[R: bool = false](x: tensor[f32](N), n: i32) grid(1) {\n"
+           "    let acc = zeros([64], f32);\n"
+           "    for i in range(0, n) stages(2, reuse=R) {\n"
+           "        acc = acc + load(x[i * 64 + arange(0, 64)]);\n"
+           "    }\n"
+           "    store(x[arange(0, 64)], acc);\n}\n")
+    for flag in (False, True):
+        mlir = emit_tile_mlir(bind_src(src, {"R": flag}), get_arch("gfx942"), CompileOptions(arch="gfx942"))
+        assert "tile.stages = 2" in mlir and ("tile.reuse" in mlir) == flag
+

@@ -190,6 +190,8 @@ class _Emitter:
         if s.stages is not None:
             stages = s.stages.value if isinstance(s.stages, A.Const) else 1
             loop.operation.attributes["tile.stages"] = i32_attr(int(stages))
+            if s.stages_option is not None and s.stages_option.value.value is True:
+                loop.operation.attributes["tile.reuse"] = ir.UnitAttr.get()
         with ir.InsertionPoint(loop.body):
             self.env.append({s.var: loop.induction_variable})
             for n, v in zip(names, loop.inner_iter_args, strict=True):

@@ -228,6 +228,9 @@ class For(Stmt):
     step: Expr | None
     stages: Expr | None  # the software-pipelining hint `stages(N)`; None = 1 (no pipelining)
     body: list[Stmt]
+    # stages(2, reuse=B): B (a compile-time bool) asks each look-ahead load to be issued after the
+    # last use of the tile it replaces, so both share registers (pipeline-loops)
+    stages_option: Keyword | None = None
 
 
 @dataclass

@@ -234,6 +234,8 @@ def _map_exprs(kernel: Kernel, body: list[Stmt], f: Callable[[Expr], Expr]) -> N
             s.start, s.end = f(s.start), f(s.end)
             s.step = f(s.step) if s.step is not None else None
             s.stages = f(s.stages) if s.stages is not None else None
+            if s.stages_option is not None:
+                s.stages_option.value = f(s.stages_option.value)
             _map_exprs(kernel, s.body, f)
         elif isinstance(s, If):
             s.cond = f(s.cond)
@@ -525,7 +527,8 @@ class _ScopeChecker:
                 _fail(self.src, "expression result unused", s.expr.loc,
                       hint="only store(...) and atomic_add(...) can be statements; name a value with `let`")
         elif isinstance(s, For):
-            for e in (s.start, s.end, s.step, s.stages):
+            option = s.stages_option.value if s.stages_option is not None else None
+            for e in (s.start, s.end, s.step, s.stages, option):
                 if e is not None:
                     self.expr(e)
             self.block(s.body, ((s.var, "a loop variable", s.loc),))

@@ -263,10 +263,11 @@ class _ToAst(Transformer):
 
     def for_stmt(self, meta, c):
         kw, var, _in, _range, start, end, step, stages, body = c
-        return ast.For(self._loc(kw), str(var), start, end, step, stages, body)
+        count, option = stages if stages is not None else (None, None)
+        return ast.For(self._loc(kw), str(var), start, end, step, count, body, option)
 
     def stages(self, meta, c):
-        return c[1]
+        return c[1], c[2]  # the count, and its keyword (reuse=...) or None
 
     def if_stmt(self, meta, c):
         kw, cond, then_body, else_part = c

@@ -199,6 +199,13 @@ class Typer:
                 self.fail(f"range step must be positive, got {s.step.value}", s.step.loc)
             if s.stages is not None and (n := self.const_int(s.stages, "stages(...)")) < 1:
                 self.fail(f"stages must be at least 1, got {n}", s.stages.loc)
+            if (kw := s.stages_option) is not None:
+                if kw.name != "reuse":
+                    self.fail(f"stages(...) has no option '{kw.name}'", kw.loc, hint="its one option is reuse=<bool>")
+                if self.compile_time_bool(kw.value, "stages: reuse") and n != 2:
+                    self.fail(f"stages(N, reuse=true) needs N = 2, got {n}: with more stages the look-ahead "
+                              "tile is never live beside the one it replaces", kw.value.loc,
+                              hint="pass reuse=false, or a bool constexpr set only with 2 stages")
             self.block(s.body, {**env, s.var: ScalarType("i32")})
         elif isinstance(s, If):
             t = self.value(s.cond, env)
