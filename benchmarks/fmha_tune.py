@@ -1,8 +1,8 @@
 """Search FMHA forward tile configs: compile candidates under every feature mix, print a table.
 
-For each arch and padded head dim, every candidate (BLOCK_M, BLOCK_N, WAVES, STAGES) is compiled
-for the feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE, sink, soft-cap,
-padded head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
+For each arch and padded head dim, every candidate (BLOCK_M, BLOCK_N, WAVES, STAGES, occupancy,
+reuse) is compiled for the feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE,
+sink, soft-cap, padded head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
 reported with its worst spills and its instructions per MFMA/WMMA. A row of fmha_configs should
 be the candidate with no spills in any mix and the fewest instructions per matrix instruction.
 With --model, also the modeled TFLOP/s of the f16 forward at the benchmarks' model shape (the
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from fmha_fwd import compile_contiguous
@@ -35,6 +36,8 @@ from _fmha_util import compiled, variant, variant_dim_units  # noqa: E402  (the 
 CDNA = [FmhaConfig(128, 128, 4, 2), FmhaConfig(128, 64, 4, 2), FmhaConfig(128, 64, 4, 1), FmhaConfig(64, 32, 4, 2),
         FmhaConfig(128, 128, 4, 2, 2), FmhaConfig(128, 64, 4, 2, 2), FmhaConfig(128, 64, 4, 1, 2),
         FmhaConfig(128, 32, 4, 2, 2), FmhaConfig(256, 64, 8, 2, 2), FmhaConfig(256, 128, 8, 2, 2)]
+# The two-stage ones again with `reuse` (the next K/V tiles in the current ones' registers).
+CDNA += [replace(c, reuse=True) for c in CDNA if c.stages == 2]
 RDNA = [FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 64, 4, 1), FmhaConfig(64, 32, 4, 1), FmhaConfig(128, 128, 8, 1),
         FmhaConfig(128, 64, 8, 1), FmhaConfig(128, 32, 8, 1), FmhaConfig(64, 128, 4, 1), FmhaConfig(64, 64, 8, 2),
         FmhaConfig(64, 64, 8, 1), FmhaConfig(64, 32, 8, 1)]
@@ -46,7 +49,7 @@ def spills(k: CompiledKernel) -> tuple[int, int]:
 
 def evaluate(arch: str, hdim: int, masked: bool, cfg: FmhaConfig, model: bool = False) -> str:
     head = (f"{arch:8} d{hdim:<4}{'causal' if masked else 'full':7}{cfg.block_m:>5}{cfg.block_n:>5}{cfg.waves:>4}"
-            f"{cfg.occupancy:>4}")
+            f"{cfg.occupancy:>4}{'y' if cfg.reuse else '-':>4}")
     try:
         return head + measure(arch, hdim, masked, cfg) + (f"{modeled(arch, hdim, masked, cfg):>10.1f}" if model else "")
     except TileError as e:  # e.g. a tile that needs more registers than the arch has
@@ -97,7 +100,7 @@ def main() -> int:
     args = ap.parse_args()
     jobs = [(a, h, args.masked, c, args.model) for a in args.arch for h in args.hdim
             for c in (CDNA if get_arch(a).is_cdna else RDNA)]
-    print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'OCC':>4}{'S':>4}"
+    print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'OCC':>4}{'RU':>4}{'S':>4}"
           f"{'VGPRsp':>8}{'SGPRsp':>8}{'instr/MMA':>10}" + (f"{'TFLOP/s':>10}" if args.model else ""))
     with ProcessPoolExecutor(args.jobs) as pool:
         for line in pool.map(evaluate, *zip(*jobs, strict=True)):

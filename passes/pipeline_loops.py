@@ -217,13 +217,20 @@ def _as_op(op) -> ir.Operation:
     return op.operation if hasattr(op, "operation") else op
 
 
+# Ops that stay where they are: LDS accesses and barriers are ordered with each other (a paged
+# cache's page numbers reach the key addresses through an LDS staging), and stores are side effects.
+_PINNED = ("tile.local_load", "tile.local_store", "tile.barrier", "tile.store", "tile.atomic_add")
+
+
 def _exclusive_slice(load: ir.Operation, body: ir.Block) -> list[ir.Operation]:
-    """The load and the ops of `body` that only it (directly or through them) uses, in order."""
+    """The load and the movable ops of `body` that only it (directly or through them) uses, in
+    order. A pinned op the load needs stays, and its value is still there when the load moves."""
     ops = ops_in(body)
     group = {load}
     for op in reversed(ops[:ops.index(load)]):
         users = [use.owner for r in op.results for use in r.uses]
-        if not len(op.regions) and users and all(_top_level(u, body) in group for u in users):
+        if op.name not in _PINNED and not len(op.regions) and users \
+                and all(_top_level(u, body) in group for u in users):
             group.add(op)
     return [op for op in ops if op in group]
 

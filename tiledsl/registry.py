@@ -84,6 +84,7 @@ class Algorithm:
     stages: int
     spills: bool = False  # the best tile found still spills registers (RDNA backward, see docs/backward.md)
     occupancy: int = 0  # waves per SIMD the kernel is compiled for (a target: docs/language.md); 0: LLVM's choice
+    reuse: bool = False  # the next K/V tiles load into the current ones' registers (stages(2, reuse=true))
 
 
 def validate(arch: str, sig: Signature) -> None:
@@ -140,7 +141,7 @@ def algorithm(arch: str, sig: Signature) -> Algorithm:
     from tiledsl.kernels.fmha_configs import fmha_config
 
     c = fmha_config(arch, sig.hdim_q, sig.hdim_v, masked=sig.mask != "none", bias=sig.bias, dropout=sig.dropout)
-    return Algorithm(c.block_m, c.block_n, c.waves, c.stages, occupancy=c.occupancy)  # forward tiles never spill
+    return Algorithm(c.block_m, c.block_n, c.waves, c.stages, occupancy=c.occupancy, reuse=c.reuse)  # never spill
 
 
 @dataclass(frozen=True)
