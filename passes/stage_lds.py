@@ -29,6 +29,7 @@ import numpy as np
 from mlir import ir
 
 from tiledsl.backends.rocm.arch import Arch
+from tiledsl.backends.rocm.lds_banks import lds_cycles
 from tiledsl.ir.dialect import i32_attr, int_attr, tile_op
 from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.options import CompileOptions
@@ -212,6 +213,9 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     transposed = transposed and not read_transposed
     stored = (shape[1], shape[0]) if transposed else shape
     row = padded_row(stored, eb, options.lds_padding)
+    if not transposed and len(shape) == 2 and options.lds_padding and L.transpose_reads(
+            arch, options.transpose_reads, eb):
+        row = _row_major_pitch(op, threads, options, arch)
     rows = stored[0] if len(shape) == 2 else 1
     size = rows * row * eb
     _check(op, at + size, arch, source)
@@ -221,6 +225,64 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     if read_transposed:  # the local_load's; the store ignores it
         attrs["transpose_read"] = ir.UnitAttr.get()
     return attrs, size
+
+
+def _row_major_pitch(op: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch) -> int:
+    """The row length (elements) of a 2-D tile staged row-major on an arch with transpose reads.
+    Stagings of one source in one block share a row length (one may read what another stored,
+    _shared_stagings): one already made gives it; else, when any of them reads transposed, the
+    padding (8-byte steps, up to a quarter of the row) whose stores and reads take the fewest LDS
+    cycles with bank conflicts (the timing model's rule, `lds_banks`), the usual one among equals,
+    then the smallest. A transpose read's lanes cover a few rows, 8 bytes each: at hdim 128
+    (256-byte rows) gfx950's 64 banks want those rows 16 banks apart, where the usual 8-byte
+    padding puts them 2 apart (4-way conflicts; the backward's hdim 128 plan modeled 19-33 %
+    faster without them)."""
+    src = op.operands[0]
+    shape = tile_shape(src.type)
+    eb = DTYPE_BYTES[tile_dtype(src.type)]
+    cols, usual = shape[-1], padded_row(shape, eb, True)
+    me = op.operation
+    members = [me]
+    for use in src.uses:
+        user = use.owner.operation
+        if user == me or user.block != me.block:
+            continue
+        if user.name == "tile.local_store" and "transposed" not in user.attributes:
+            return ir.IntegerAttr(user.attributes["row_stride"]).value
+        if user.name == "tile.convert_layout":
+            members.append(user)
+    reads, transpose_read = [], False
+    for m in members:
+        dst_lin = L.linear(L.layout_of(m.result.type), shape, threads)
+        if _runs(dst_lin, 0) <= _runs(dst_lin, 1):  # read along rows: vectors of consecutive registers
+            run = _run_length(dst_lin, eb)
+            reads.append((dst_lin, run * eb, dst_lin.num_regs // run))
+        elif _transpose_readable(dst_lin, shape, eb, arch, options):
+            reads.append((L.transpose_read_source(dst_lin), 8, dst_lin.num_regs // L.TRANSPOSE_READ_VALUES))
+            transpose_read = True
+    if not transpose_read:
+        return usual
+    src_lin = L.linear(L.layout_of(src.type), shape, threads)
+    run = _run_length(src_lin, eb)
+    accesses = reads + [(src_lin, run * eb, src_lin.num_regs // run)]
+    banks = arch.timing.lds_bytes_per_clk // 4
+    lanes = np.arange(arch.wave_size)
+
+    def cost(pad: int) -> tuple[int, bool, int]:
+        cycles = 0
+        for lin, nbytes, count in accesses:
+            coord = sum(((lanes >> k) & 1)[:, None] * b[None, :] for k, b in enumerate(lin.lane_bases))
+            cycles += count * lds_cycles((coord[:, 0] * (cols + pad) + coord[:, 1]) * eb, nbytes, banks)
+        return cycles, cols + pad != usual, pad
+    return cols + min(range(0, cols // 4 + 1, 8 // eb), key=cost)
+
+
+def _run_length(lin: L.Linear, eb: int) -> int:
+    """Registers of a lane at consecutive addresses along axis 1, from the first, up to 16 bytes."""
+    run = 1
+    while run < lin.num_regs and run * eb < 16 and (lin.regs[run] - lin.regs[0]).tolist() == [0, run]:
+        run *= 2
+    return run
 
 
 def _transpose_readable(dst_lin: L.Linear, shape: tuple[int, ...], elem_bytes: int, arch: Arch,

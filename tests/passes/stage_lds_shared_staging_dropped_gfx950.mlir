@@ -3,12 +3,12 @@
 // but the two 64x64 stagings between them take the whole arena (the largest staging), so they
 // cannot leave those bytes alone: the sharing is dropped and the second staging stores its own
 // copy.
-// CHECK: "tile.local_store"([[Q:%[0-9]+]]) {offset = 0 : i32, row_stride = 68 : i32} : (tensor<32x64xf16
+// CHECK: "tile.local_store"([[Q:%[0-9]+]]) {offset = 0 : i32, row_stride = 72 : i32} : (tensor<32x64xf16
 // CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 68 : i32} : (tensor<64x64xf16
 // CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 68 : i32} : (tensor<64x64xf16
-// CHECK: "tile.local_store"([[Q]]) {offset = 0 : i32, row_stride = 68 : i32, transpose_read} : (tensor<32x64xf16
+// CHECK: "tile.local_store"([[Q]]) {offset = 0 : i32, row_stride = 72 : i32, transpose_read} : (tensor<32x64xf16
 // CHECK-NEXT: "tile.barrier"
-// CHECK-NEXT: "tile.local_load"() {offset = 0 : i32, row_stride = 68 : i32, transpose_read}
+// CHECK-NEXT: "tile.local_load"() {offset = 0 : i32, row_stride = 72 : i32, transpose_read}
 module attributes {tile.arch = "gfx950"} {
   func.func @share2(%arg0: !llvm.ptr<1>, %arg1: i32, %arg2: !llvm.ptr<1>, %arg3: i32, %arg4: !llvm.ptr<1>, %arg5: i32, %arg6: !llvm.ptr<1>, %arg7: i32, %arg8: !llvm.ptr<1>, %arg9: i32, %arg10: !llvm.ptr<1>, %arg11: i32) attributes {tile.kernel, tile.large_args = array<i32>, tile.waves = 4 : i32} {
     %0 = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32, "slice(1,64,blocked(8))">
