@@ -497,13 +497,11 @@ class _Assigner:
         4-way (modeled 508 against 578 TFLOP/s)."""
         banks = self.arch.timing.lds_bytes_per_clk // 4
         pitch = padded_row((shape[1], shape[0]), eb, self.options.lds_padding)
-        lanes = np.arange(self.arch.wave_size)
 
         def bytes_per_cycle(r: int) -> float:
-            lin = L.linear(L.Blocked(vec, r), shape, self.threads)
-            coord = sum(((lanes >> k) & 1)[:, None] * b[None, :] for k, b in enumerate(lin.lane_bases))
+            coord = L.lane_coords(L.linear(L.Blocked(vec, r), shape, self.threads), self.arch.wave_size)
             addrs = (coord[:, 1] * pitch + coord[:, 0]) * eb  # [N, K] row-major: K contiguous
-            return len(lanes) * r * eb / lds_cycles(addrs, r * eb, banks)
+            return self.arch.wave_size * r * eb / lds_cycles(addrs, r * eb, banks)
         return max(candidates, key=lambda r: (bytes_per_cycle(r), r))
 
     def retarget_operands(self, block: ir.Block) -> bool:

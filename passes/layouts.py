@@ -369,6 +369,14 @@ def _linear(layout: Layout, shape: tuple[int, ...], threads: Threads) -> Linear:
     return lin
 
 
+def lane_coords(lin: Linear, wave_size: int) -> np.ndarray:
+    """[wave_size, rank]: each lane's coordinate in wave 0, before the register offsets (one
+    instruction's lanes, for costing its LDS addresses)."""
+    lanes = np.arange(wave_size)
+    return sum((((lanes >> k) & 1)[:, None] * b[None, :] for k, b in enumerate(lin.lane_bases)),
+               np.zeros((wave_size, lin.regs.shape[1]), np.int64))
+
+
 def _compose(lin: Linear, threads: Threads) -> np.ndarray:
     t = np.arange(threads.count)
     lane, wave = t % threads.wave_size, t // threads.wave_size

@@ -266,12 +266,11 @@ def _row_major_pitch(op: ir.Operation, threads: L.Threads, options: CompileOptio
     run = _run_length(src_lin, eb)
     accesses = reads + [(src_lin, run * eb, src_lin.num_regs // run)]
     banks = arch.timing.lds_bytes_per_clk // 4
-    lanes = np.arange(arch.wave_size)
 
     def cost(pad: int) -> tuple[int, bool, int]:
         cycles = 0
         for lin, nbytes, count in accesses:
-            coord = sum(((lanes >> k) & 1)[:, None] * b[None, :] for k, b in enumerate(lin.lane_bases))
+            coord = L.lane_coords(lin, arch.wave_size)
             cycles += count * lds_cycles((coord[:, 0] * (cols + pad) + coord[:, 1]) * eb, nbytes, banks)
         return cycles, cols + pad != usual, pad
     return cols + min(range(0, cols // 4 + 1, 8 // eb), key=cost)
