@@ -55,12 +55,17 @@ def is_tile(v: ir.Value) -> bool:
     return isinstance(v.type, ir.RankedTensorType)
 
 
+def as_operation(x: object) -> ir.Operation | None:
+    """x's Operation: an OpView unwrapped; an Operation or None as it is."""
+    return x.operation if hasattr(x, "operation") else x
+
+
 def defining_op(v: ir.Value) -> ir.Operation | None:
     """The op that defines v (None for block arguments); OpViews unwrapped."""
     owner = v.owner
     if isinstance(owner, ir.Block):
         return None
-    return owner.operation if hasattr(owner, "operation") else owner
+    return as_operation(owner)
 
 
 def clone_op(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> ir.Operation:

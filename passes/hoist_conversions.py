@@ -16,18 +16,14 @@ from mlir import ir
 
 from tiledsl.ir.dialect import int_attr
 from tiledsl.passes import layouts as L
-from tiledsl.passes.common import PassContext, kernel_funcs, ops_in, tile_shape, walk_blocks
-
-
-def _op(x: object) -> ir.Operation | None:
-    return x.operation if hasattr(x, "operation") else x  # OpView -> Operation
+from tiledsl.passes.common import PassContext, as_operation, kernel_funcs, ops_in, tile_shape, walk_blocks
 
 
 def _defined_inside(value: ir.Value, loop: ir.Operation) -> bool:
     owner = value.owner
-    block = owner if isinstance(owner, ir.Block) else _op(owner).block
+    block = owner if isinstance(owner, ir.Block) else as_operation(owner).block
     while True:
-        parent = _op(block.owner)
+        parent = as_operation(block.owner)
         if parent is None or parent.name in ("func.func", "builtin.module"):
             return False
         if parent == loop:
@@ -50,7 +46,7 @@ def hoist_conversions(module: ir.Module, ctx: PassContext) -> int:
         for fn in kernel_funcs(module):
             threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
             for block in list(walk_blocks(fn)):
-                loop = _op(block.owner)
+                loop = as_operation(block.owner)
                 if loop is None or loop.name != "scf.for":
                     continue
                 for op in ops_in(block):

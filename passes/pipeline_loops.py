@@ -24,7 +24,16 @@ from mlir import ir
 from mlir.dialects import arith, scf
 
 from tiledsl.ir.dialect import int_attr, tile_op
-from tiledsl.passes.common import PassContext, clone_op, defining_op, is_tile, kernel_funcs, ops_in, walk_blocks
+from tiledsl.passes.common import (
+    PassContext,
+    as_operation,
+    clone_op,
+    defining_op,
+    is_tile,
+    kernel_funcs,
+    ops_in,
+    walk_blocks,
+)
 
 
 def pipeline_loops(module: ir.Module, ctx: PassContext) -> int:
@@ -192,7 +201,8 @@ def _place_in(body: ir.Block) -> int:
             continue
         replaced = body.arguments[slot + 1]
         ops = ops_in(body)
-        last = max((i for i, op in enumerate(ops[:-1]) if _uses(op, replaced)), default=-1)
+        readers = {_top_level(use.owner, body) for use in replaced.uses} - {yield_op}
+        last = max((ops.index(op) for op in readers), default=-1)
         if last <= ops.index(load):
             continue
         group = _exclusive_slice(load, body)
@@ -203,18 +213,8 @@ def _place_in(body: ir.Block) -> int:
     return moved
 
 
-def _uses(op: ir.Operation, v: ir.Value) -> bool:
-    """Does op, or an op nested in it, read v?"""
-    return any(x == v for x in op.operands) or \
-        any(_uses(inner, v) for r in op.regions for b in r.blocks for inner in ops_in(b))
-
-
 def _has_other_users(op: ir.Operation, allowed: ir.Operation) -> bool:
-    return any(_as_op(use.owner) != allowed for r in op.results for use in r.uses)
-
-
-def _as_op(op) -> ir.Operation:
-    return op.operation if hasattr(op, "operation") else op
+    return any(as_operation(use.owner) != allowed for r in op.results for use in r.uses)
 
 
 # Ops that stay where they are: LDS accesses and barriers are ordered with each other (a paged
@@ -237,7 +237,7 @@ def _exclusive_slice(load: ir.Operation, body: ir.Block) -> list[ir.Operation]:
 
 def _top_level(op: ir.Operation, body: ir.Block) -> ir.Operation | None:
     """op's ancestor that is an op of `body` (op itself if it is one)."""
-    op = _as_op(op)
+    op = as_operation(op)
     while op is not None and op.parent is not None:
         if op.block == body:
             return op
