@@ -68,6 +68,35 @@ def defining_op(v: ir.Value) -> ir.Operation | None:
     return as_operation(owner)
 
 
+def loop_of(op: ir.Operation) -> ir.Operation | None:
+    """The innermost scf.for around op."""
+    parent = op.parent
+    while parent is not None and parent.operation.name != "scf.for":
+        parent = parent.parent
+    return None if parent is None else parent.operation
+
+
+def defined_inside(v: ir.Value, loop: ir.Operation) -> bool:
+    """v is defined in the loop's body (its induction variable and iteration arguments included)."""
+    owner = v.owner
+    op = as_operation(owner.owner) if isinstance(owner, ir.Block) else as_operation(owner).parent
+    while op is not None:
+        if op == loop:
+            return True
+        op = op.parent
+    return False
+
+
+def loop_invariant(v: ir.Value, loop: ir.Operation) -> bool:
+    """v does not change in the loop: defined outside it, or scalar arithmetic on such values
+    (`seqlen_q - 1` written inside the loop: LLVM hoists it)."""
+    if not defined_inside(v, loop):
+        return True
+    op = defining_op(v)
+    return op is not None and op.name.startswith("arith.") and not op.regions and \
+        all(loop_invariant(x, loop) for x in op.operands)
+
+
 def clone_op(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> ir.Operation:
     """A copy of op at the insertion point, its operands replaced through `mapping`."""
     attrs = {a: op.attributes[a] for a in op.attributes}

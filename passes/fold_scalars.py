@@ -29,6 +29,8 @@ from tiledsl.passes.common import (
     defining_op,
     is_tile,
     kernel_funcs,
+    loop_invariant,
+    loop_of,
     ops_in,
     tile_shape,
     walk_blocks,
@@ -87,35 +89,6 @@ def _terms(v: ir.Value, sign: int, shared: bool = False) -> list[Term]:
     if op is not None and op.name == "tile.splat":
         return [] if constant_int(op.operands[0]) == 0 else [(sign, op.operands[0], True)]
     return [(sign, v, False)]
-
-
-def _loop_of(op: ir.Operation) -> ir.Operation | None:
-    """The innermost scf.for around op."""
-    parent = op.parent
-    while parent is not None and parent.operation.name != "scf.for":
-        parent = parent.parent
-    return None if parent is None else parent.operation
-
-
-def _inside(v: ir.Value, loop: ir.Operation) -> bool:
-    """v is defined in the loop (its induction variable included)."""
-    owner = v.owner
-    op = owner.owner if isinstance(owner, ir.Block) else owner
-    while op is not None:
-        if op.operation == loop:
-            return True
-        op = op.parent
-    return False
-
-
-def _invariant(v: ir.Value, loop: ir.Operation) -> bool:
-    """v does not change in the loop: defined outside it, or scalar arithmetic on such values
-    (`seqlen_q - 1` written inside the loop; LLVM hoists it)."""
-    if not _inside(v, loop):
-        return True
-    op = defining_op(v)
-    return op is not None and op.name.startswith("arith.") and not op.regions and \
-        all(_invariant(x, loop) for x in op.operands)
 
 
 def _single_use(v: ir.Value) -> bool:
@@ -198,11 +171,11 @@ def _fold(root: ir.Operation) -> int:
     # The term whose sum already holds a scalar (the loop index, typically) takes the others: one
     # splat instead of several, and the sum varies with the loop as it did; among those (or
     # none), the one broadcast from the fewest elements.
-    loop = _loop_of(root)
+    loop = loop_of(root)
 
     def preference(entry: tuple) -> tuple[bool, bool, int]:
         own = [t for t in _terms(entry[1], 1, shared=True) if t[2]]
-        varies = loop is not None and any(not _invariant(t[1], loop) for t in own)
+        varies = loop is not None and any(not loop_invariant(t[1], loop) for t in own)
         return not own, not varies, _elements(entry[1])
 
     target = min(spread, key=preference)
@@ -225,8 +198,8 @@ def _fold(root: ir.Operation) -> int:
             rest.append(term)
     merges = any(t[2] for t in inner)
     if not t_chain:  # a sum used elsewhere too: worth it only to make a loop-invariant splat vary
-        merges = loop is not None and all(_invariant(t[1], loop) for t in gathered) \
-            and any(t[2] and not _invariant(t[1], loop) for t in inner)
+        merges = loop is not None and all(loop_invariant(t[1], loop) for t in gathered) \
+            and any(t[2] and not loop_invariant(t[1], loop) for t in inner)
     if not gathered or not (merges or _elements(t_src) < _elements(root.result)):
         return 0  # no scalar to move, or no cheaper place for it
     with ir.InsertionPoint(root), root.location:

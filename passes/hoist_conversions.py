@@ -16,19 +16,15 @@ from mlir import ir
 
 from tiledsl.ir.dialect import int_attr
 from tiledsl.passes import layouts as L
-from tiledsl.passes.common import PassContext, as_operation, kernel_funcs, ops_in, tile_shape, walk_blocks
-
-
-def _defined_inside(value: ir.Value, loop: ir.Operation) -> bool:
-    owner = value.owner
-    block = owner if isinstance(owner, ir.Block) else as_operation(owner).block
-    while True:
-        parent = as_operation(block.owner)
-        if parent is None or parent.name in ("func.func", "builtin.module"):
-            return False
-        if parent == loop:
-            return True
-        block = parent.block
+from tiledsl.passes.common import (
+    PassContext,
+    as_operation,
+    defined_inside,
+    kernel_funcs,
+    ops_in,
+    tile_shape,
+    walk_blocks,
+)
 
 
 def _grows(op: ir.Operation, threads: L.Threads) -> bool:
@@ -50,7 +46,7 @@ def hoist_conversions(module: ir.Module, ctx: PassContext) -> int:
                 if loop is None or loop.name != "scf.for":
                     continue
                 for op in ops_in(block):
-                    if op.name == "tile.convert_layout" and not _defined_inside(op.operands[0], loop):
+                    if op.name == "tile.convert_layout" and not defined_inside(op.operands[0], loop):
                         if _grows(op, threads):
                             op.attributes["tile.resident"] = ir.UnitAttr.get()
                         op.move_before(loop)

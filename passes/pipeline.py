@@ -25,10 +25,12 @@ from tiledsl.passes.hoist_conversions import hoist_conversions
 from tiledsl.passes.lower_to_gpu import lower_to_gpu
 from tiledsl.passes.pipeline_loops import pipeline_loops, place_lookahead_loads
 from tiledsl.passes.stage_lds import stage_lds
+from tiledsl.passes.version_masks import version_masks
 
 # Every pass is `pass(module, context)`; lower-to-gpu returns the new (gpu-dialect) module.
 PASSES: list[tuple[str, Callable[[ir.Module, PassContext], object]]] = [
     ("fold-scalars", fold_scalars),
+    ("version-masks", version_masks),
     ("assign-layouts", assign_layouts),
     ("hoist-conversions", hoist_conversions),
     ("pipeline-loops", pipeline_loops),
