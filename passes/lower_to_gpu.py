@@ -157,15 +157,18 @@ class _Lowering:
 # -- rules: one per op ---------------------------------------------------------------------------
 
 def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
-    """Elementwise arith/math ops: the same op on the per-lane vectors. A bitwise op or an i32
-    compare with an operand that is a splat of a scalar uses that scalar, in an op per element:
-    the broadcast vector would be hoisted out of a loop by LLVM as a vector and then live across it
-    as one register per element (an SGPR each when uniform; philox's round keys, 20 x 64 SGPRs on
-    wave64; `keys < seqlen_k` in a masked branch, 30 more SGPRs in the forward). Other ops keep
-    the vector form: the same change there moved the forward's masked variants to more registers,
-    and for `muli` the backward's dq_acc addresses (rows * D_QK) spilled 16 VGPRs on gfx942 --
-    though without it the forward at head dim 80 holds one stride in 7 SGPRs for `cols * stride`
-    on gfx942 (compiler gap, issue 15: keep scalar operands scalar)."""
+    """Elementwise arith/math ops: the same op on the per-lane vectors. A bitwise op with an
+    operand that is a splat of a scalar uses that scalar, in an op per element: the broadcast
+    vector would be hoisted out of a loop by LLVM as a vector and then live across it as one
+    register per element (an SGPR each when uniform; philox's round keys, 20 x 64 SGPRs on
+    wave64). Other ops keep the vector form: the same change there moved the forward's masked
+    variants to more registers, and for `muli` the backward's dq_acc addresses (rows * D_QK)
+    spilled 16 VGPRs on gfx942 -- though without it the forward at head dim 80 holds one
+    stride in 7 SGPRs for `cols * stride` on gfx942 (compiler gap, issue 15: keep scalar
+    operands scalar). Tried for i32 compares: it kept `(n0 + ns)[None, :] < seqlen_k` (a
+    loop-invariant scalar) from holding 30 more SGPRs on CDNA, and was neutral on the forward
+    but for gfx1100 at hdim 128 (3 % slower, modeled); not made, the kernels compare
+    `ns < seqlen_k - n0`, whose scalar changes with the loop."""
     attrs = {a: op.attributes[a] for a in op.attributes}
     if op.name == "arith.constant" and is_tile(op.result):
         value = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
@@ -176,7 +179,7 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
     result_types = [lw.lowered_type(r.type) for r in op.results]
     if op.name in _SPLAT_AS_SCALAR and any(s is not None for s in scalars):
         vt = ir.VectorType(result_types[0])
-        if ir.VectorType(operands[0].type).element_type == i32():
+        if vt.element_type == i32():
             columns = [[s] * vt.shape[0] if s is not None else lw.elems(x)
                        for s, x in zip(scalars, operands, strict=True)]
             elems = [ir.Operation.create(op.name, results=[vt.element_type], operands=list(ops), attributes=attrs)
@@ -188,7 +191,7 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
         lw.vmap[r] = n
 
 
-_SPLAT_AS_SCALAR = ("arith.xori", "arith.andi", "arith.ori", "arith.cmpi")
+_SPLAT_AS_SCALAR = ("arith.xori", "arith.andi", "arith.ori")
 
 
 def _per_element(fn):

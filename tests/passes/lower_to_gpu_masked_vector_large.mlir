@@ -6,9 +6,7 @@
 // and the store is one 16-byte vector under one test.
 // CHECK: gpu.func @masked_copy({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
 // CHECK-NOT: rocdl.make.buffer.rsrc
-// CHECK: arith.cmpi slt, %{{.*}}, %{{.*}} : i32
-// CHECK: %[[TESTS:.*]] = vector.from_elements {{.*}} : vector<8xi1>
-// CHECK: %[[TEST:.*]] = vector.extract %[[TESTS]][0] : i1 from vector<8xi1>
+// CHECK: %[[TEST:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i32
 // CHECK: scf.if %[[TEST]] -> (vector<8xf16>) {
 // CHECK-NEXT: llvm.getelementptr %arg0[%{{.*}}] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, f16
 // CHECK-NEXT: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xf16>
