@@ -17,13 +17,11 @@ Integer adds wrap, so any order gives the same bits. Floats are left alone (thei
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from mlir import ir
 from mlir.dialects import arith
 
-from tiledsl.ir.dialect import int_attr, tile_op
-from tiledsl.passes import layouts as L
+from tiledsl.ir.dialect import tile_op
 from tiledsl.passes.common import (
     PassContext,
     clone_op,
@@ -41,32 +39,14 @@ from tiledsl.passes.common import (
 _SUMS = ("arith.addi", "arith.subi")
 _MEMORY = ("tile.load", "tile.store", "tile.atomic_add")
 Term = tuple[int, ir.Value, bool]  # (sign +1/-1, value, is a scalar)
-Cost = Callable[[ir.Value], int]  # what computing a tile costs: its elements, or registers per lane
 
 
 def fold_scalars(module: ir.Module, ctx: PassContext) -> int:
-    """Before layouts: a term costs its elements, and the sum holding the loop index is preferred."""
-    return _fold_all(module, lambda fn: _elements, regs_first=False)
-
-
-def fold_scalars_laid_out(module: ir.Module, ctx: PassContext) -> int:
-    """fold-scalars-laid-out, after assign-layouts: the same rewrite where a term costs its
-    registers per lane in its layout, the cheapest first. An accumulator layout may hold the row
-    vector in fewer registers than the key vector (gfx12's WMMA): the scalars, loop index included,
-    move there, one op per row register instead of per key register each iteration."""
-    def cost_of(fn: ir.Operation) -> Cost:
-        threads = L.Threads(ctx.arch.wave_size, int_attr(fn, "tile.waves"))
-        return lambda v: L.num_regs(L.layout_of(v.type), tile_shape(v.type), threads)
-    return _fold_all(module, cost_of, regs_first=True)
-
-
-def _fold_all(module: ir.Module, cost_of: Callable[[ir.Operation], Cost], regs_first: bool) -> int:
     replaced = []
     for fn in kernel_funcs(module):
-        cost = cost_of(fn)
         for block in list(walk_blocks(fn)):
             for op in ops_in(block):
-                if op.name in _SUMS and _is_root(op) and _fold(op, cost, regs_first):
+                if op.name in _SUMS and _is_root(op) and _fold(op):
                     replaced.append(op)
     for op in replaced:
         _erase_unused(op)
@@ -166,7 +146,7 @@ def _rechain(value: ir.Value, chain: list[ir.Operation]) -> ir.Value:
     return value
 
 
-def _fold(root: ir.Operation, cost: Cost, regs_first: bool) -> int:
+def _fold(root: ir.Operation) -> int:
     """Rewrite one sum; 1 if it was."""
     terms = _terms(root.result, 1)
     scalars = [t for t in terms if t[2]]
@@ -177,7 +157,7 @@ def _fold(root: ir.Operation, cost: Cost, regs_first: bool) -> int:
         found = None if term[2] else _broadcast_source(term[1])
         if found is None and not term[2] and any(t[2] for t in _terms(term[1], 1, shared=True)):
             found = (term[1], [])
-        if found is not None and cost(found[0]) <= cost(root.result):
+        if found is not None and _elements(found[0]) <= _elements(root.result):
             spread.append((term, *found))
     if not spread:
         if len(scalars) < 2:
@@ -193,12 +173,10 @@ def _fold(root: ir.Operation, cost: Cost, regs_first: bool) -> int:
     # none), the one broadcast from the fewest elements.
     loop = loop_of(root)
 
-    def preference(entry: tuple) -> tuple:
+    def preference(entry: tuple) -> tuple[bool, bool, int]:
         own = [t for t in _terms(entry[1], 1, shared=True) if t[2]]
         varies = loop is not None and any(not loop_invariant(t[1], loop) for t in own)
-        if regs_first:
-            return cost(entry[1]), not own, not varies
-        return not own, not varies, cost(entry[1])
+        return not own, not varies, _elements(entry[1])
 
     target = min(spread, key=preference)
     t_term, t_src, t_chain = target
@@ -222,7 +200,7 @@ def _fold(root: ir.Operation, cost: Cost, regs_first: bool) -> int:
     if not t_chain:  # a sum used elsewhere too: worth it only to make a loop-invariant splat vary
         merges = loop is not None and all(loop_invariant(t[1], loop) for t in gathered) \
             and any(t[2] and not loop_invariant(t[1], loop) for t in inner)
-    if not gathered or not (merges or cost(t_src) < cost(root.result)):
+    if not gathered or not (merges or _elements(t_src) < _elements(root.result)):
         return 0  # no scalar to move, or no cheaper place for it
     with ir.InsertionPoint(root), root.location:
         for sign, tiles, src, chain in lifted:
