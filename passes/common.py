@@ -68,6 +68,16 @@ def defining_op(v: ir.Value) -> ir.Operation | None:
     return as_operation(owner)
 
 
+def ancestor_in(op: ir.Operation, block: ir.Block) -> ir.Operation | None:
+    """op's ancestor that is an op of `block` (op itself if it is one); None if op is not inside it."""
+    op = as_operation(op)
+    while op is not None and op.parent is not None:
+        if op.block == block:
+            return op
+        op = as_operation(op.parent)
+    return None
+
+
 def loop_of(op: ir.Operation) -> ir.Operation | None:
     """The innermost scf.for around op."""
     parent = op.parent

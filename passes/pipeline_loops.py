@@ -26,6 +26,7 @@ from mlir.dialects import arith, scf
 from tiledsl.ir.dialect import int_attr, tile_op
 from tiledsl.passes.common import (
     PassContext,
+    ancestor_in,
     as_operation,
     clone_op,
     defining_op,
@@ -201,7 +202,7 @@ def _place_in(body: ir.Block) -> int:
             continue
         replaced = body.arguments[slot + 1]
         ops = ops_in(body)
-        readers = {_top_level(use.owner, body) for use in replaced.uses} - {yield_op}
+        readers = {ancestor_in(use.owner, body) for use in replaced.uses} - {yield_op}
         last = max((ops.index(op) for op in readers), default=-1)
         if last <= ops.index(load):
             continue
@@ -230,16 +231,6 @@ def _exclusive_slice(load: ir.Operation, body: ir.Block) -> list[ir.Operation]:
     for op in reversed(ops[:ops.index(load)]):
         users = [use.owner for r in op.results for use in r.uses]
         if op.name not in _PINNED and not len(op.regions) and users \
-                and all(_top_level(u, body) in group for u in users):
+                and all(ancestor_in(u, body) in group for u in users):
             group.add(op)
     return [op for op in ops if op in group]
-
-
-def _top_level(op: ir.Operation, body: ir.Block) -> ir.Operation | None:
-    """op's ancestor that is an op of `body` (op itself if it is one)."""
-    op = as_operation(op)
-    while op is not None and op.parent is not None:
-        if op.block == body:
-            return op
-        op = op.parent
-    return None

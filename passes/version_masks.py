@@ -36,6 +36,7 @@ from mlir.dialects import arith, scf
 from tiledsl.ir.dialect import tile_op
 from tiledsl.passes.common import (
     PassContext,
+    ancestor_in,
     as_operation,
     clone_op,
     constant_int,
@@ -46,6 +47,7 @@ from tiledsl.passes.common import (
     loop_invariant,
     loop_of,
     ops_in,
+    uniform_constant_int,
     walk_blocks,
 )
 
@@ -110,14 +112,6 @@ def _i32(t: ir.Type) -> bool:
     return elt == ir.IntegerType.get_signless(32)
 
 
-def _uniform_constant(v: ir.Value) -> int | None:
-    """v's value when it is an integer constant (scalar or splat tile), or a tile.splat of one."""
-    op = defining_op(v)
-    if op is not None and op.name == "tile.splat":
-        return constant_int(op.operands[0])
-    return constant_int(v)
-
-
 def _scalar_of(v: ir.Value) -> ir.Value | None:
     """The scalar v is (a scalar itself, or a tile.splat of one); None for other tiles."""
     if not is_tile(v):
@@ -138,7 +132,8 @@ def _modeled_int(v: ir.Value) -> bool:
     if op.name in _SHAPE_OPS:
         return _modeled_int(op.operands[0])
     if op.name == "arith.muli":  # by a constant
-        return any(_uniform_constant(op.operands[i]) is not None and _modeled_int(op.operands[1 - i]) for i in (0, 1))
+        return any(uniform_constant_int(op.operands[i]) is not None and _modeled_int(op.operands[1 - i])
+                   for i in (0, 1))
     if op.name == "arith.divsi":  # by a scalar (which the test requires to be positive)
         return _scalar_of(op.operands[1]) is not None and _modeled_int(op.operands[0])
     return op.name in _INT_NODES and all(_modeled_int(x) for x in op.operands)
@@ -154,7 +149,7 @@ def _modeled_condition(v: ir.Value) -> bool:
         return all(_modeled_condition(x) for x in op.operands)
     if op.name == "arith.cmpi":
         return _predicate(op) is not None and all(_modeled_int(x) for x in op.operands)
-    return op.name == "tile.splat" or _uniform_constant(v) == 1
+    return op.name == "tile.splat" or uniform_constant_int(v) == 1
 
 
 def _predicate(cmp: ir.Operation) -> str | None:
@@ -245,7 +240,7 @@ class _Intervals:
         return self.leaf(v), self.leaf(v)
 
     def _compute(self, v: ir.Value) -> Bounds:
-        c = _uniform_constant(v)
+        c = uniform_constant_int(v)
         if c is not None:
             return self.const(c), self.const(c)
         op = defining_op(v)
@@ -278,8 +273,8 @@ class _Intervals:
 
     def _node(self, op: ir.Operation) -> Bounds:
         if op.name == "arith.muli":
-            i = 0 if _uniform_constant(op.operands[0]) is not None else 1
-            c = _uniform_constant(op.operands[i])
+            i = 0 if uniform_constant_int(op.operands[0]) is not None else 1
+            c = uniform_constant_int(op.operands[i])
             lo, hi = self.of(op.operands[1 - i])
             k = self.const(c)
             lo, hi = self.arith("mul", lo, k), self.arith("mul", hi, k)
@@ -350,43 +345,37 @@ def _all_pass(v: ir.Value, exact: _Intervals, wide: _Intervals) -> ir.Value:
     return arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result  # a constant true tile
 
 
-Affine = tuple[int, ir.Value]  # coef * the loop index + a loop-invariant rest
+Affine = tuple[int, ir.Value | None]  # coef * the loop index + a loop-invariant rest
 
 
-def _affine(v: ir.Value, loop: ir.Operation, ints: _Intervals) -> Affine | None:
+def _affine(v: ir.Value, loop: ir.Operation, ints: _Intervals | None) -> Affine | None:
     """v, a scalar of the test, as coef * the loop index + a rest that does not change in the loop,
-    the rest built with `ints`: in i32 as the program wraps, or in i64 exactly. None if v is not
-    linear in the index (a minimum, a load ...)."""
+    the rest built with `ints`: in i32 as the program wraps, or in i64 exactly (ints None: only
+    the coefficient, nothing built). None if v is not linear in the index (a minimum, a load ...)."""
+    def build(name: str, a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
+        return None if ints is None else ints.arith(name, a, b)
+
+    def const(c: int) -> ir.Value | None:
+        return None if ints is None else ints.const(c)
+
     if v == loop.regions[0].blocks[0].arguments[0]:
-        return 1, ints.const(0)
+        return 1, const(0)
     if loop_invariant(v, loop):
         c = constant_int(v)
-        return 0, ints.const(c) if c is not None else ints.leaf(v)
+        return 0, const(c) if c is not None else None if ints is None else ints.leaf(v)
     op = defining_op(v)
     if op is None or op.name not in ("arith.addi", "arith.subi", "arith.muli"):
         return None
     if op.name == "arith.muli":
         i = 0 if constant_int(op.operands[0]) is not None else 1
         c, inner = constant_int(op.operands[i]), _affine(op.operands[1 - i], loop, ints)
-        return None if c is None or inner is None else (inner[0] * c, ints.arith("mul", inner[1], ints.const(c)))
+        return None if c is None or inner is None else (inner[0] * c, build("mul", inner[1], const(c)))
     a, b = (_affine(x, loop, ints) for x in op.operands)
     if a is None or b is None:
         return None
     if op.name == "arith.addi":
-        return a[0] + b[0], ints.arith("add", a[1], b[1])
-    return a[0] - b[0], ints.arith("sub", a[1], b[1])
-
-
-def _linear(v: ir.Value, loop: ir.Operation) -> bool:
-    """_affine(v) exists."""
-    if v == loop.regions[0].blocks[0].arguments[0] or loop_invariant(v, loop):
-        return True
-    op = defining_op(v)
-    if op is None or op.name not in ("arith.addi", "arith.subi", "arith.muli"):
-        return False
-    if op.name == "arith.muli":
-        return any(constant_int(x) is not None for x in op.operands) and all(_linear(x, loop) for x in op.operands)
-    return all(_linear(x, loop) for x in op.operands)
+        return a[0] + b[0], build("add", a[1], b[1])
+    return a[0] - b[0], build("sub", a[1], b[1])
 
 
 def _against_index(p: ir.Value, q: ir.Value, exact: _Intervals, wide: _Intervals) -> tuple[int, ir.Value] | None:
@@ -395,11 +384,10 @@ def _against_index(p: ir.Value, q: ir.Value, exact: _Intervals, wide: _Intervals
     the checks join the bound (see _test). The bound must not wrap: checked like a node."""
     loop = exact.loop
     step = constant_int(loop.operands[2])
-    if step is None or step <= 0 or not _linear(p, loop) or not _linear(q, loop):
+    forms = [_affine(x, loop, None) for x in (p, q)]
+    if step is None or step <= 0 or None in forms or forms[0][0] - forms[1][0] not in (1, -1):
         return None
     (cp, rp), (cq, rq) = (_affine(x, loop, exact) for x in (p, q))
-    if cp - cq not in (1, -1):
-        return None
     (_, wp), (_, wq) = (_affine(x, loop, wide) for x in (p, q))
     if cp - cq == 1:  # index + rp < rq: index < rq - rp
         gap, bound = wide.arith("sub", wq, wp), exact.arith("sub", rq, rp)
@@ -480,13 +468,5 @@ def _sink_into(block: ir.Block, branch: ir.Operation) -> None:
         if op.regions or not (op.name.startswith("arith.") or op.name in _SINKABLE):
             continue
         users = [as_operation(u.owner) for r in op.results for u in r.uses]
-        if users and all(_within(u, block) for u in users):
+        if users and all(ancestor_in(u, block) is not None for u in users):
             op.move_before(ops_in(block)[0])
-
-
-def _within(op: ir.Operation, block: ir.Block) -> bool:
-    while op is not None and op.name != "func.func":
-        if op.block == block:
-            return True
-        op = as_operation(op.parent)
-    return False
