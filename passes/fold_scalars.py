@@ -17,11 +17,13 @@ Integer adds wrap, so any order gives the same bits. Floats are left alone (thei
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from mlir import ir
 from mlir.dialects import arith
 
-from tiledsl.ir.dialect import tile_op
+from tiledsl.ir.dialect import int_attr, tile_op
+from tiledsl.passes import layouts as L
 from tiledsl.passes.common import (
     PassContext,
     clone_op,
@@ -39,14 +41,38 @@ from tiledsl.passes.common import (
 _SUMS = ("arith.addi", "arith.subi")
 _MEMORY = ("tile.load", "tile.store", "tile.atomic_add")
 Term = tuple[int, ir.Value, bool]  # (sign +1/-1, value, is a scalar)
+Cost = Callable[[ir.Value], int]  # what computing a tile costs: its elements, or registers per lane
 
 
 def fold_scalars(module: ir.Module, ctx: PassContext) -> int:
+    """Before layouts: a term costs its elements, and the sum holding the loop index is preferred."""
+    return _fold_all(module, lambda fn: _elements, regs_first=False)
+
+
+def fold_scalars_laid_out(module: ir.Module, ctx: PassContext) -> int:
+    """fold-scalars-laid-out, after assign-layouts: the same rewrite where a term costs its
+    registers per lane in its layout, the cheapest first. An accumulator layout may hold the row
+    vector in fewer registers than the key vector (gfx12's WMMA): the scalars, loop index included,
+    move there, one op per row register instead of per key register each iteration. Off with
+    `CompileOptions.fold_laid_out` (the driver's retry when a kernel spills)."""
+    if not ctx.options.fold_laid_out:
+        return 0
+
+    def cost_of(fn: ir.Operation) -> Cost:
+        threads = L.Threads(ctx.arch.wave_size, int_attr(fn, "tile.waves"))
+        return lambda v: L.num_regs(L.layout_of(v.type), tile_shape(v.type), threads)
+    folded = _fold_all(module, cost_of, regs_first=True)
+    ctx.facts["laid_out_folds"] = folded  # the driver's spill retry is worth it only if nonzero
+    return folded
+
+
+def _fold_all(module: ir.Module, cost_of: Callable[[ir.Operation], Cost], regs_first: bool) -> int:
     replaced = []
     for fn in kernel_funcs(module):
+        cost = cost_of(fn)
         for block in list(walk_blocks(fn)):
             for op in ops_in(block):
-                if op.name in _SUMS and _is_root(op) and _fold(op):
+                if op.name in _SUMS and _is_root(op) and _fold(op, cost, regs_first):
                     replaced.append(op)
     for op in replaced:
         _erase_unused(op)
@@ -146,7 +172,7 @@ def _rechain(value: ir.Value, chain: list[ir.Operation]) -> ir.Value:
     return value
 
 
-def _fold(root: ir.Operation) -> int:
+def _fold(root: ir.Operation, cost: Cost, regs_first: bool) -> int:
     """Rewrite one sum; 1 if it was."""
     terms = _terms(root.result, 1)
     scalars = [t for t in terms if t[2]]
@@ -157,7 +183,7 @@ def _fold(root: ir.Operation) -> int:
         found = None if term[2] else _broadcast_source(term[1])
         if found is None and not term[2] and any(t[2] for t in _terms(term[1], 1, shared=True)):
             found = (term[1], [])
-        if found is not None and _elements(found[0]) <= _elements(root.result):
+        if found is not None and cost(found[0]) <= cost(root.result):
             spread.append((term, *found))
     if not spread:
         if len(scalars) < 2:
@@ -173,10 +199,12 @@ def _fold(root: ir.Operation) -> int:
     # none), the one broadcast from the fewest elements.
     loop = loop_of(root)
 
-    def preference(entry: tuple) -> tuple[bool, bool, int]:
+    def preference(entry: tuple) -> tuple:
         own = [t for t in _terms(entry[1], 1, shared=True) if t[2]]
         varies = loop is not None and any(not loop_invariant(t[1], loop) for t in own)
-        return not own, not varies, _elements(entry[1])
+        if regs_first:
+            return cost(entry[1]), not own, not varies
+        return not own, not varies, cost(entry[1])
 
     target = min(spread, key=preference)
     t_term, t_src, t_chain = target
@@ -188,27 +216,34 @@ def _fold(root: ir.Operation) -> int:
         if entry is target:
             continue
         term, src, chain = entry
-        own = _terms(src, 1)
-        # Liftable: a sum used only here, with a scalar, and a positive tile to keep it from needing
-        # a negation once the scalars are gone.
-        if any(t[2] for t in own) and _single_use(src) and any(t[0] > 0 and not t[2] for t in own):
+        own = _terms(src, 1, shared=True)
+        tiles = [t for t in own if not t[2]]
+        # Liftable: a sum with a scalar and a tile; used only here, or else one tile once the
+        # scalars are gone (used as it is: `ns` of `n0 + ns`, a sum CSE shares with the kernel's
+        # other uses, costs no new op).
+        if any(t[2] for t in own) and tiles and (_single_use(src) or len(tiles) == 1):
             gathered += [(sign * term[0], value, True) for sign, value, scalar in own if scalar]
-            lifted.append((term[0], [t for t in own if not t[2]], src, chain))
+            if all(t[0] < 0 for t in tiles):  # `c - ns` leaves `-ns`: subtract `ns` instead
+                lifted.append((-term[0], [(-t[0], t[1], t[2]) for t in tiles], src, chain))
+            else:
+                lifted.append((term[0], tiles, src, chain))
         else:
             rest.append(term)
     merges = any(t[2] for t in inner)
     if not t_chain:  # a sum used elsewhere too: worth it only to make a loop-invariant splat vary
         merges = loop is not None and all(loop_invariant(t[1], loop) for t in gathered) \
             and any(t[2] and not loop_invariant(t[1], loop) for t in inner)
-    if not gathered or not (merges or _elements(t_src) < _elements(root.result)):
+    if not gathered or not (merges or cost(t_src) < cost(root.result)):
         return 0  # no scalar to move, or no cheaper place for it
     with ir.InsertionPoint(root), root.location:
-        for sign, tiles, src, chain in lifted:
-            rest.append((sign, _rechain(_build(tiles, None, src.type), chain), False))
+        # The target first, then the terms that gave up their scalars: the order a kernel
+        # writes by hand (`(rows - n0)[:, None] - ns[None, :]`), which LLVM schedules best.
         new_src = _build([t for t in inner if not t[2]], _scalar_sum(gathered + [t for t in inner if t[2]]),
                          t_src.type)
-        new = None if new_src is None else _build(rest + [(1, _rechain(new_src, t_chain), False)], None,
-                                                  root.result.type)
+        target_term = None if new_src is None else (1, _rechain(new_src, t_chain), False)
+        for sign, tiles, src, chain in lifted:
+            rest.append((sign, _rechain(_build(tiles, None, src.type), chain), False))
+        new = None if target_term is None else _build(rest + [target_term], None, root.result.type)
     if new is None:
         return 0
     root.result.replace_all_uses_with(new)

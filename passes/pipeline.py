@@ -20,7 +20,7 @@ from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
 from tiledsl.passes.assign_layouts import assign_layouts
 from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, ops_in, tile_shape, walk_blocks
-from tiledsl.passes.fold_scalars import fold_scalars
+from tiledsl.passes.fold_scalars import fold_scalars, fold_scalars_laid_out
 from tiledsl.passes.hoist_conversions import hoist_conversions
 from tiledsl.passes.lower_to_gpu import lower_to_gpu
 from tiledsl.passes.pipeline_loops import pipeline_loops, place_lookahead_loads
@@ -32,6 +32,7 @@ PASSES: list[tuple[str, Callable[[ir.Module, PassContext], object]]] = [
     ("fold-scalars", fold_scalars),
     ("version-masks", version_masks),
     ("assign-layouts", assign_layouts),
+    ("fold-scalars-laid-out", fold_scalars_laid_out),
     ("hoist-conversions", hoist_conversions),
     ("pipeline-loops", pipeline_loops),
     ("stage-lds", stage_lds),

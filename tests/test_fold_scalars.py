@@ -32,3 +32,51 @@ def test_margins_match_numpy(arch: str) -> None:
         first = (keys - rows - shift + wl + 2**31) % 2**32 - 2**31  # i32 wrap-around
         want = np.minimum(want, np.minimum(first, bound - keys))
     np.testing.assert_array_equal(y[:, :32], want.astype(np.int32))
+
+
+LAID_OUT = Path(__file__).resolve().parent / "kernels" / "laid_out_margin.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_laid_out_fold_matches_numpy(arch: str) -> None:
+    """fold-scalars-laid-out moves the loop index and `off` onto the row vector where the
+    accumulator layout holds it in fewer registers (gfx12): the same values as numpy, with i32
+    wrapping (off near the top of the range)."""
+    k = compile_source(LAID_OUT.read_text(), str(LAID_OUT), arch)
+    rng = np.random.default_rng(5)
+    a = rng.integers(-2, 3, (128, 32)).astype(np.float16)
+    b = rng.integers(-2, 3, (192, 32)).astype(np.float16)
+    for off in (-3, 2**31 - 100):
+        y = np.zeros((128, 192), np.float32)
+        launch(k, a, b, y, np.int32(off), device=EmulatorDevice(arch))
+        with np.errstate(over="ignore"):
+            d = np.arange(192, dtype=np.int32)[None, :] - np.arange(128, dtype=np.int32)[:, None] + np.int32(off)
+        want = (a.astype(np.float32) @ b.astype(np.float32).T) * d.astype(np.float32)
+        np.testing.assert_array_equal(y, want)
+
+
+ALIBI = Path(__file__).resolve().parent / "kernels" / "alibi_distance.tile"
+
+
+def _instructions(asm: str) -> list[str]:
+    return [line for line in asm.splitlines() if line.startswith("\t") and not line.strip().startswith((";", "."))]
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_alibi_distance_as_written_compiles_like_hand_folded(arch: str) -> None:
+    """ALiBi's `diagonal[:, None] - (n0 + ns)[None, :]` compiles to the same instructions as the
+    hand-folded `(diagonal - n0)[:, None] - ns[None, :]` (the loop index leaves the key sum, which
+    then holds only `-ns`, for the row vector), and gives numpy's values, wrapping included."""
+    natural = compile_source(ALIBI.read_text(), str(ALIBI), arch, {"NATURAL": "true"})
+    by_hand = compile_source(ALIBI.read_text(), str(ALIBI), arch, {"NATURAL": "false"})
+    assert _instructions(natural.asm) == _instructions(by_hand.asm)
+    rng = np.random.default_rng(7)
+    a = rng.integers(-2, 3, (128, 32)).astype(np.float16)
+    b = rng.integers(-2, 3, (192, 32)).astype(np.float16)
+    for off in (5, 2**31 - 100):
+        y = np.zeros((128, 192), np.float32)
+        launch(natural, a, b, y, np.int32(off), device=EmulatorDevice(arch))
+        with np.errstate(over="ignore"):
+            d = np.arange(128, dtype=np.int32)[:, None] + np.int32(off) - np.arange(192, dtype=np.int32)[None, :]
+        want = (a.astype(np.float32) @ b.astype(np.float32).T) * np.abs(d.astype(np.float32))
+        np.testing.assert_array_equal(y, want)

@@ -361,6 +361,22 @@ FEW_SPILLS = 8  # registers: about what the row addresses of transposed LDS stor
 
 def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
                      kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
+    """_compile_retrying; while it still spills and fold-scalars-laid-out moved a sum, all of it
+    again without that pass (the moved sums can hold more registers across a loop), keeping the
+    result with fewer spills."""
+    best = _compile_retrying(arch_row, opts, filename, clean, source, kind)
+    spills = spill_counts(best[2])
+    worth_it = not opts.allow_spills or sum(spills) <= FEW_SPILLS  # not a kernel that spills anyway
+    if any(spills) and best[0].facts.get("laid_out_folds") and opts.fold_laid_out and worth_it:
+        again = _compile_retrying(arch_row, dataclasses.replace(opts, fold_laid_out=False), filename, clean,
+                                  source, kind)
+        if spill_counts(again[2]) < spills:
+            best = again
+    return best
+
+
+def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
+                      kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
     """_compile_once, again while it spills: with a barrier before every LDS staging (if it spills
     vector registers), then, while it spills a few registers: with fewer rows per lane for
     transposed LDS stores (several rows take more registers, their row addresses), down to one

@@ -52,6 +52,11 @@ class CompileOptions:
     # staged from a row-major tile is stored row-major and read with transpose reads, instead of
     # stored column by column (stage-lds). False is for measuring the difference.
     transpose_reads: bool = True
+    # fold-scalars-laid-out: scalar terms of index sums move to the tile with the fewest registers
+    # per lane once layouts are known (a row vector rather than a key vector in gfx12's WMMA
+    # accumulator). The driver compiles again with False when a kernel spills: the moved sums can
+    # hold more registers live across the loop (gfx1100's causal hdim 128 backward, a small grid).
+    fold_laid_out: bool = True
     # Set by the driver only: a kernel's occupancy(N) target lowered to this when N waves per SIMD
     # would spill or cannot be reached (the driver compiles again with N-1, ... 0 = no target).
     occupancy_cap: int | None = None

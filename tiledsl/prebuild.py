@@ -135,6 +135,7 @@ def prebuild_variants(variants: Sequence[Any], jobs: int, progress: bool = True,
     """Build every variant, `jobs` at a time in worker processes, with a progress bar (count and
     ETA) on stderr; keeps going past failures. Results in the variants' order. `package`: also
     write the variants that built into the kernel package at that directory (index last)."""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
@@ -150,7 +151,9 @@ def prebuild_variants(variants: Sequence[Any], jobs: int, progress: bool = True,
             for v in variants:
                 done(build_variant(v, package is not None))
         else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
+            # Spawned, not forked: a fork copies locks other threads hold (a progress bar's monitor, a
+            # caller's threads) and the worker can hang on one before it starts.
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
                 for fut in as_completed([pool.submit(build_variant, v, package is not None) for v in variants]):
                     done(fut.result())
     ordered = [results[v.key()] for v in variants]

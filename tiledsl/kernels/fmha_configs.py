@@ -87,18 +87,23 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse)
 
 
-# CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the
-# next K/V tiles into the current ones' registers (stages(2, reuse=true)); modeled f16 TFLOP/s at
-# B 2, H 16, S 2048 without -> with: gfx942 hdim 128 577.8 -> 604.3, gfx90a hdim 128 143.1 ->
-# 144.9, gfx90a hdim 64 causal (MASKED) 92.4 -> 97.4. Slower, so not taken: gfx942 hdim 64 causal
-# 311.9 -> 300.6 and hdim 128 causal 366.1 -> 359.0, gfx90a hdim 128 causal 83.4 -> 79.3, gfx950
-# hdim 128 1061.8 -> 1005.7 and causal 657.5 -> 574.7 (gfx950 hdim 64 causal: 508.4 -> 511.6).
+# CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
+# K/V tiles into the current ones' registers (stages(2, reuse=true)). Re-tuned after the version-
+# masks and fold-scalars-laid-out passes (benchmarks/fmha_tune.py --model), modeled f16 TFLOP/s at B
+# 2, H 16, S 2048, old row -> new: gfx950 hdim 128 128x64 two stages 1089.1 -> 1158.2 with reuse,
+# causal 625.0 -> 741.6 with reuse (it lost before: 657.5 -> 574.7); gfx90a hdim 64 128x128 one
+# stage 129.2 -> 128x64 two stages with reuse 142.3; gfx942 hdim 64 128x128 one stage 490.1 -> two
+# stages with reuse 522.3 (517.5 without). Not taken: gfx90a hdim 128 causal 128x32 84.3 -> 128x64
+# 96.3 with reuse, 94.2 without, but both spill 2 SGPRs in a feature mix. Reuse still loses in:
+# gfx942 hdim 64 causal 328.7 -> 320.7, hdim 128 causal 411.1 -> 389.9, hdim 128 604.9 -> 577.5
+# without (kept); gfx950 hdim 64 causal 522.8 -> 512.3; gfx950's WIDE hdim 64 row 846.9 -> 798.3.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2, reuse=True),
+    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True), 128: _c(128, 64, 4, 2, 2, reuse=True),
                256: _c(64, 32, 4, 2)},
-    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2, reuse=True),
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2, 2, reuse=True), 128: _c(128, 64, 4, 2, 2, reuse=True),
                256: _c(64, 32, 4, 2)},
-    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2), 256: _c(128, 64, 4, 2)},
+    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2, reuse=True),
+               256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 128, 8, 1), 128: _c(128, 64, 8, 1), 256: _c(64, 32, 8, 1)},
 }
@@ -140,7 +145,7 @@ def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bo
 MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True), 128: _c(128, 32, 4, 2, 2)},
     "gfx942": {64: _c(128, 64, 4, 2, 2), 128: _c(128, 64, 4, 2, 2)},
-    "gfx950": {64: _c(128, 64, 4, 2, 2), 128: _c(128, 64, 4, 2, 2)},
+    "gfx950": {64: _c(128, 64, 4, 2, 2)},
     "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(128, 64, 8, 1), 128: _c(64, 64, 8, 1), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 64, 8, 1)},
 }
