@@ -237,14 +237,16 @@ def _fold(root: ir.Operation, cost: Cost, regs_first: bool) -> int:
         return 0  # no scalar to move, or no cheaper place for it
     with ir.InsertionPoint(root), root.location:
         # The target first, then the terms that gave up their scalars: the order a kernel
-        # writes by hand (`(rows - n0)[:, None] - ns[None, :]`), which LLVM schedules best.
+        # writes by hand (`(rows - n0)[:, None] - ns[None, :]`), which LLVM schedules best. No build
+        # needs a negation: the target holds the gathered scalars, each lifted term a positive tile,
+        # and the root the target with sign +1.
         new_src = _build([t for t in inner if not t[2]], _scalar_sum(gathered + [t for t in inner if t[2]]),
                          t_src.type)
-        target_term = None if new_src is None else (1, _rechain(new_src, t_chain), False)
+        assert new_src is not None
+        target_term = (1, _rechain(new_src, t_chain), False)
         for sign, tiles, src, chain in lifted:
             rest.append((sign, _rechain(_build(tiles, None, src.type), chain), False))
-        new = None if target_term is None else _build(rest + [target_term], None, root.result.type)
-    if new is None:
-        return 0
+        new = _build(rest + [target_term], None, root.result.type)
+    assert new is not None
     root.result.replace_all_uses_with(new)
     return 1

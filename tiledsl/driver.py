@@ -361,9 +361,9 @@ FEW_SPILLS = 8  # registers: about what the row addresses of transposed LDS stor
 
 def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
                      kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
-    """_compile_retrying; while it still spills and fold-scalars-laid-out moved a sum, all of it
-    again without that pass (the moved sums can hold more registers across a loop), keeping the
-    result with fewer spills."""
+    """_compile_retrying; if the result still spills and fold-scalars-laid-out moved a sum, all of
+    it once more without that pass (the moved sums can hold more registers across a loop), keeping
+    the result with fewer spills."""
     best = _compile_retrying(arch_row, opts, filename, clean, source, kind)
     spills = spill_counts(best[2])
     worth_it = not opts.allow_spills or sum(spills) <= FEW_SPILLS  # not a kernel that spills anyway
