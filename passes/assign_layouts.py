@@ -406,10 +406,10 @@ class _Assigner:
             for x in op.operands:
                 if not is_tile(x) or self.of(x) == want:
                     continue
-                load = self.load_chain(x)
-                if load is not None and load.result not in self.retarget:
-                    self.retarget[load.result] = want
-                    found = True
+                for load in self.load_chain(x):
+                    if load.result not in self.retarget:
+                        self.retarget[load.result] = want
+                        found = True
                 for vec_load, layout in self.row_vector_loads(x, want):
                     if vec_load.result not in self.retarget:
                         self.retarget[vec_load.result] = layout
@@ -470,9 +470,10 @@ class _Assigner:
                     found |= self.retarget_transposed(b)
             if op.name != "tile.dot" or _bool_attr(op, "trans_b"):
                 continue
-            load = self.load_chain(op.operands[1])
-            if load is None or load.result in self.retarget:
+            loads = self.load_chain(op.operands[1])  # one, or both versions of a versioned load
+            if not loads or any(ld.result in self.retarget for ld in loads):
                 continue
+            load = loads[0]
             rows, cols = tile_shape(load.result.type)[-2:]
             eb = DTYPE_BYTES[tile_dtype(load.result.type)]
             vec = self.blocked(load.result).vec
@@ -484,7 +485,8 @@ class _Assigner:
                         if per_lane >= vec * r and rows % r == 0]
                 best = self.cheapest_rows(fits, vec, (rows, cols), eb) if fits else 1
                 if best > 1:
-                    self.retarget[load.result] = L.Blocked(vec, best)
+                    for ld in loads:
+                        self.retarget[ld.result] = L.Blocked(vec, best)
                     found = True
         return found
 
@@ -530,9 +532,10 @@ class _Assigner:
             if op.name != "tile.dot":
                 continue
             for i, need in enumerate(self.needs(op)[:2]):
-                load = self.load_chain(op.operands[i])
-                if load is None or load.result in self.retarget or not _loaded_outside_the_loop(load, op):
+                loads = self.load_chain(op.operands[i])
+                if len(loads) != 1 or loads[0].result in self.retarget or not _loaded_outside_the_loop(loads[0], op):
                     continue
+                load = loads[0]
                 shape = tile_shape(load.result.type)
                 eb = DTYPE_BYTES[tile_dtype(load.result.type)]
                 if 2 * int(np.prod(shape)) * eb < self.arch.lds_bytes:
@@ -544,21 +547,26 @@ class _Assigner:
                     found = True
         return found
 
-    def load_chain(self, v: ir.Value) -> ir.Operation | None:
-        """The tile.load that v is an elementwise function of (casts, scaling by free values),
-        every value on the way used once, and whose offsets and mask are free; else None."""
+    def load_chain(self, v: ir.Value) -> list[ir.Operation]:
+        """The tile.loads that v is an elementwise function of (casts, scaling by free values),
+        every value on the way used once, and whose offsets and mask are free: one load, or one
+        per branch where v comes out of an scf.if (a load version-masks split); else none."""
         while not isinstance(v.owner, ir.Block) and len(list(v.uses)) == 1:
             op = v.owner
             if op.name == "tile.load":
                 free = all(self.of(x) is None for x in list(op.operands)[1:3] if is_tile(x))
-                return op if free and len(tile_shape(v.type)) >= 2 else None
+                return [op] if free and len(tile_shape(v.type)) >= 2 else []
+            if op.name == "scf.if":
+                i = list(op.results).index(v)
+                loads = [self.load_chain(ops_in(region.blocks[0])[-1].operands[i]) for region in op.regions]
+                return [ld for branch in loads for ld in branch] if all(loads) else []
             if not op.name.startswith(ELEMENTWISE_PREFIXES):
-                return None
+                return []
             bound = [x for x in op.operands if is_tile(x) and self.of(x) is not None]
             if len(bound) != 1:
-                return None
+                return []
             v = bound[0]
-        return None
+        return []
 
     def run(self) -> None:
         self.memo: dict = {}

@@ -14,8 +14,10 @@ load the last tile again (values never used) instead of testing a mask around ev
 access of every iteration (a branch and zeroed registers per access on the GPU). Loops with a
 step that is not a positive constant keep the mask.
 
-A load qualifies when its address/mask computation depends only on the induction variable and
-values defined outside the loop, and the loop does not write to the same tensor.
+A load qualifies when it stands in the loop's body (not in a branch), is not marked
+`prefetch=false` (attribute `prefetch = false`: a tile whose registers a look-ahead copy would
+double), its address/mask computation depends only on the induction variable and values defined
+outside the loop, and the loop does not write to the same tensor.
 """
 
 from __future__ import annotations
@@ -45,6 +47,18 @@ def pipeline_loops(module: ir.Module, ctx: PassContext) -> int:
         for loop in loops:
             count += _pipeline(loop, int_attr(loop, "tile.stages"))
     return count
+
+
+def pipelined_loop(load: ir.Operation) -> ir.Operation | None:
+    """The loop that may pipeline this load: the `stages(S >= 2)` loop whose body holds it, unless
+    the load says prefetch=false. Loads in branches and other loops stay in their iteration."""
+    if "prefetch" in load.attributes and not ir.BoolAttr(load.attributes["prefetch"]).value:
+        return None
+    parent = load.parent.operation if load.parent is not None else None
+    if parent is None or parent.name != "scf.for" or "tile.stages" not in parent.attributes \
+            or int_attr(parent, "tile.stages") < 2:
+        return None
+    return parent
 
 
 def _slice(load: ir.Operation, body: ir.Block) -> list[ir.Operation] | None:
@@ -107,7 +121,8 @@ def _pipeline(loop: ir.Operation, stages: int) -> int:
     written = _written_ptrs(body)
     loads = []
     for op in ops_in(body):
-        if op.name == "tile.load" and not any(op.operands[0] == w for w in written):
+        if op.name == "tile.load" and pipelined_loop(op) is not None \
+                and not any(op.operands[0] == w for w in written):
             deps = _slice(op, body)
             if deps is not None:
                 loads.append((op, deps))

@@ -1,10 +1,10 @@
-"""version-masks: a select or store whose mask moves with its loop does its per-element work only
-on the blocks the mask does not pass whole.
+"""version-masks: a select, store or load whose mask moves with its loop does its per-element work
+only on the blocks the mask does not pass whole.
 
 In a loop over key blocks, `s = where(margin >= 0, s, -inf)` (the end of the keys, a causal
 diagonal, a window) masks only the blocks that cross an edge; every other block passes whole, and
-its compares and selects are wasted. For a select or store whose mask is the `&` of terms, some
-of which
+its compares and selects are wasted. For a select, a store or a load that stays in its iteration
+(not pipelined: see _mask_of) whose mask is the `&` of terms, some of which
 
 - compare integer tiles built from aranges, scalars and constants by sums, differences,
   minimum/maximum, products by a constant, quotients by a positive scalar and broadcasts
@@ -50,6 +50,7 @@ from tiledsl.passes.common import (
     uniform_constant_int,
     walk_blocks,
 )
+from tiledsl.passes.pipeline_loops import pipelined_loop
 
 Bounds = tuple[ir.Value, ir.Value]  # (least, greatest) as scalars
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
@@ -71,20 +72,24 @@ def version_masks(module: ir.Module, ctx: PassContext) -> int:
             terms = _and_terms(_mask_of(op))
             tested = [t for t in terms if _modeled_condition(t)]
             if any(_varies(t, loop) and not _uniform(t) for t in tested):
-                _version(op, loop, tested, [t for t in terms if t not in tested])
+                chain = _with_consumers(op) if op.name == "tile.load" else [op]
+                _version(chain, loop, tested, [t for t in terms if t not in tested])
                 count += 1
     return count
 
 
 def _mask_of(op: ir.Operation) -> ir.Value | None:
-    """The tile condition of a select, or the mask of a store. Atomic adds keep their masks: the
-    backward's dq_acc adds, two copies of them in the branches, modeled 6 % faster on gfx942 and
-    13 % (gfx950 hdim 64) and 18 % (gfx90a causal hdim 64) slower. Loads too: a load inside a
-    branch is not pipelined."""
+    """The tile condition of a select, or the mask of a store or of a load that stays in its
+    iteration. Atomic adds keep their masks: the backward's dq_acc adds, two copies of them in
+    the branches, modeled 6 % faster on gfx942 and 13 % (gfx950 hdim 64) and 18 % (gfx90a causal
+    hdim 64) slower. So do the loads pipeline-loops may take: a load inside a branch is not
+    pipelined (a kernel that wants a tile versioned rather than prefetched says prefetch=false)."""
     if op.name == "arith.select" and is_tile(op.operands[0]):
         return op.operands[0]
     if op.name == "tile.store":
         return op.operands[3]
+    if op.name == "tile.load" and is_tile(op.operands[2]) and pipelined_loop(op) is None:
+        return op.operands[2]
     return None
 
 
@@ -435,10 +440,51 @@ def _test(terms: list[ir.Value], loop: ir.Operation) -> ir.Value:
     return result
 
 
-def _version(op: ir.Operation, loop: ir.Operation, tested: list[ir.Value], kept: list[ir.Value]) -> None:
-    """if <the tested terms pass whole> { op under the kept terms } else { op }."""
+def _with_consumers(load: ir.Operation) -> list[ir.Operation]:
+    """The load and the elementwise ops that take its value on to its use: each the only user of
+    the one before, in the same block, its other operands available before the load (constants
+    and splats between are moved up). They are versioned with it, so each branch yields their
+    result, as a kernel written by hand adds a bias tile to the scores inside each branch: a
+    branch that yields the loaded tile itself made LLVM merge it through copies (the forward's
+    bias: up to 150 more instructions and 40 more SGPRs per variant). A select or compare ends
+    the chain (a mask of its own, which the pass versions separately)."""
+    chain = [load]
+    while len(chain[-1].results) == 1:
+        uses = list(chain[-1].results[0].uses)
+        if len(uses) != 1:
+            break
+        user = as_operation(uses[0].owner)
+        if user.block != load.block or not user.name.startswith("arith.") \
+                or user.name in ("arith.select", "arith.cmpi", "arith.cmpf") \
+                or len(user.results) != 1 or not is_tile(user.results[0]):
+            break
+        if not all(_hoisted_above(v, load) for v in user.operands if v != chain[-1].results[0]):
+            break
+        chain.append(user)
+    return chain
+
+
+def _hoisted_above(v: ir.Value, anchor: ir.Operation) -> bool:
+    """v is available before `anchor` (an op of the same block as v's user): defined by an
+    enclosing block or before it, or made so by moving up its constant or splat."""
+    op = defining_op(v)
+    if op is None or op.block != anchor.block:
+        return True
+    ops = ops_in(anchor.block)
+    if ops.index(op) < ops.index(anchor):
+        return True
+    if op.name not in ("arith.constant", "tile.splat") or not all(_hoisted_above(x, anchor) for x in op.operands):
+        return False
+    op.move_before(anchor)
+    return True
+
+
+def _version(chain: list[ir.Operation], loop: ir.Operation, tested: list[ir.Value], kept: list[ir.Value]) -> None:
+    """if <the tested terms pass whole> { chain under the kept terms } else { chain }: chain is
+    the masked op and what it feeds on its way (a load's, _with_consumers)."""
+    op, last = chain[0], chain[-1]
     mask = _mask_of(op)
-    results = [r.type for r in op.results]
+    results = [r.type for r in last.results]
     with ir.InsertionPoint(op), op.location:
         branch = scf.IfOp(_test(tested, loop), results, has_else=True)
     with ir.InsertionPoint(branch.then_block), op.location:
@@ -451,14 +497,21 @@ def _version(op: ir.Operation, loop: ir.Operation, tested: list[ir.Value], kept:
             if rest is None:
                 rest = tile_op("splat", [arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result],
                                [mask.type]).result
-            fast = clone_op(op, {mask: rest}).results
+            mapping = {mask: rest}
+            for each in chain:
+                fast = clone_op(each, mapping).results
+                mapping.update(zip(each.results, fast, strict=True))
         scf.YieldOp(list(fast))
-    for old, new in zip(op.results, branch.results, strict=True):
+    for old, new in zip(last.results, branch.results, strict=True):
         old.replace_all_uses_with(new)
     with ir.InsertionPoint(branch.else_block), op.location:
-        done = scf.YieldOp(list(op.results))
-    op.move_before(done)
-    _sink_into(branch.else_block, branch.operation)
+        done = scf.YieldOp(list(last.results))
+    for each in chain:
+        each.move_before(done)
+    if op.name == "tile.load":
+        _sink_into_both(branch)
+    else:
+        _sink_into(branch.else_block, branch.operation)
 
 
 def _sink_into(block: ir.Block, branch: ir.Operation) -> None:
@@ -470,3 +523,28 @@ def _sink_into(block: ir.Block, branch: ir.Operation) -> None:
         users = [as_operation(u.owner) for r in op.results for u in r.uses]
         if users and all(ancestor_in(u, block) is not None for u in users):
             op.move_before(ops_in(block)[0])
+
+
+def _sink_into_both(branch: scf.IfOp) -> None:
+    """Move the pure ops before `branch` that only it uses into the branches, copied into each
+    that uses them: a versioned load's addresses are computed where it is issued, as in a kernel
+    that writes both loads by hand. Computed before the branch, LLVM scheduled them ahead of the
+    score MFMAs, where their registers cost the LDS reads their double buffering (gfx942 hdim 128
+    with a bias: 7 % slower, modeled)."""
+    blocks = (branch.then_block, branch.else_block)
+    ops = ops_in(branch.operation.block)
+    for op in reversed(ops[:ops.index(branch.operation)]):
+        if op.regions or len(op.results) != 1 or not (op.name.startswith("arith.") or op.name in _SINKABLE):
+            continue
+        uses = list(op.results[0].uses)
+        into = [next((i for i, b in enumerate(blocks) if ancestor_in(as_operation(u.owner), b) is not None), None)
+                for u in uses]
+        if not uses or None in into:
+            continue
+        if 0 in into and 1 in into:  # the then branch gets a copy, the else branch the op
+            with ir.InsertionPoint(ops_in(blocks[0])[0]):
+                copy = clone_op(op, {}).results[0]
+            for use, i in zip(uses, into, strict=True):
+                if i == 0:
+                    as_operation(use.owner).operands[use.operand_number] = copy
+        op.move_before(ops_in(blocks[into[0] if set(into) == {into[0]} else 1])[0])

@@ -391,6 +391,8 @@ def test_expression_result_unused():
     ("    let r = max(alpha, 1.0);", "t.tile:3:17", "max reduces a tile along an axis, got f32 scalar"),
     ("    let r = tanh(alpha, approx=alpha > 0.0);", "t.tile:3:32",
      "tanh: approx must be a compile-time bool (true, false or a bool constexpr)"),
+    ("    let r = load(x[0, 0], prefetch=1);", "t.tile:3:36",
+     "load: prefetch must be a compile-time bool (true, false or a bool constexpr)"),
     ("    for i in range(0, n) stages(2, reuse=alpha > 0.0) { }", "t.tile:3:42",
      "stages: reuse must be a compile-time bool (true, false or a bool constexpr)"),
     ("    for i in range(0, n) stages(2, early=true) { }", "t.tile:3:36", "stages(...) has no option 'early'"),

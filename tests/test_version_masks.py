@@ -1,4 +1,4 @@
-"""version-masks: a masked select or store in a loop does its per-element work only on the blocks
+"""version-masks: a masked select, store or (not prefetched) load in a loop does its per-element work only on the blocks
 its mask does not pass whole (passes/version_masks.py). Same results as the mask everywhere,
 including where the index arithmetic wraps (the pass must then take the masked branch), and fewer
 instructions executed where blocks pass whole."""
@@ -14,6 +14,7 @@ from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.driver import compile_source
 from tiledsl.launcher import launch
+from tiledsl.options import CompileOptions
 
 pytestmark = pytest.mark.emulator
 KERNEL = Path(__file__).parent / "kernels" / "masked_loop.tile"
@@ -56,3 +57,36 @@ def test_versioned_masks_match_the_mask_everywhere(arch: str) -> None:
     # Blocks that pass whole skip the compares and selects: fewer instructions than the same loop
     # where every block takes the masked branch because the sums could wrap.
     assert executed["whole"] < executed["wraps"], executed
+
+
+PREFETCH_KERNEL = Path(__file__).parent / "kernels" / "prefetch_loop.tile"
+
+
+def _loop_loads(mlir: str) -> tuple[int, int]:
+    """(loads before the kernel's loop, loads inside it) in a pass dump."""
+    head, _, body = mlir.partition("scf.for")
+    return head.count('"tile.load"'), body.count('"tile.load"')
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_load_that_stays_in_its_iteration_is_versioned(arch: str, tmp_path: Path) -> None:
+    """In a stages(2) loop, x's masked load is prefetched (one look-ahead load before the loop)
+    and keeps its mask; w's, marked prefetch=false, is not prefetched but split by version-masks
+    into an unmasked load and a masked one. Both give the masked values at every `lim`."""
+    options = CompileOptions(arch=arch, dump_ir_dir=str(tmp_path))
+    k = compile_source(PREFETCH_KERNEL.read_text(), str(PREFETCH_KERNEL), arch, options=options)
+    versioned = next(tmp_path.glob("*pass01-version-masks.mlir")).read_text()
+    assert _loop_loads(versioned) == (0, 3), "w's load splits in two, x's stays one"
+    pipelined = next(tmp_path.glob("*pass05-pipeline-loops.mlir")).read_text()
+    assert _loop_loads(pipelined) == (1, 3), "only x's load is issued ahead"
+    assert pipelined.count("prefetch = false") == 2
+
+    x = np.arange(64 * N, dtype=np.float32).reshape(64, N)
+    w = (np.arange(64 * N, dtype=np.float32) * np.float32(0.25)).reshape(64, N)
+    keys = np.arange(N, dtype=np.int64)[None, :]
+    for lim in (N, 100, 32, 0, I32_MAX, I32_MIN):
+        dev = EmulatorDevice(arch)
+        y = np.zeros_like(x)
+        launch(k, x, w, y, np.int32(lim), device=dev)
+        want = np.where(keys < lim, x + w, np.float32(-1.0) + np.float32(0.5))
+        np.testing.assert_array_equal(y, want, err_msg=f"lim {lim}")

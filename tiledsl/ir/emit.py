@@ -382,7 +382,7 @@ class _Emitter:
         return self.to_type(m, _tile_like(shape_t, "i1"))
 
     def call_load(self, e: A.Call) -> ir.Value:
-        a = self.args(e, ["access", "mask", "other"])
+        a = self.args(e, ["access", "mask", "other", "prefetch"])
         acc = self.expr(a["access"])  # type: ignore[arg-type]
         assert isinstance(acc, Access)
         mask = self._mask(a["mask"], e.type)
@@ -394,7 +394,10 @@ class _Emitter:
         else:
             other = self.scalar(other_node)
         rt = self.ttype(acc.shape, acc.dtype) if acc.shape else self.elt(acc.dtype)
-        return tile_op("load", [acc.ptr, acc.offsets, mask, other], [rt]).result
+        # prefetch=false: the load stays in its iteration (pipeline-loops leaves it alone).
+        attrs = {"prefetch": ir.BoolAttr.get(False)} if isinstance(a["prefetch"], A.Const) \
+            and a["prefetch"].value is False else None
+        return tile_op("load", [acc.ptr, acc.offsets, mask, other], [rt], attrs).result
 
     def _write(self, e: A.Call, op: str) -> None:
         a = self.args(e, ["access", "value", "mask"])

@@ -163,7 +163,7 @@ BUILTINS: dict[str, str] = {
     "arange": "arange(start, end)",
     "zeros": "zeros([dims...], dtype)",
     "full": "full([dims...], value, dtype)",
-    "load": "load(access, mask=None, other=0)",
+    "load": "load(access, mask=None, other=0, prefetch=true)",
     "dot": "dot(a, b, acc=None, trans_b=false)",
     "max": "max(x, axis)",
     "min": "min(x, axis)",

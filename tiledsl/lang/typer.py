@@ -56,7 +56,7 @@ _PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {
     "arange": (("start", True), ("end", True)),
     "zeros": (("shape", True), ("dtype", True)),
     "full": (("shape", True), ("value", True), ("dtype", True)),
-    "load": (("access", True), ("mask", False), ("other", False)),
+    "load": (("access", True), ("mask", False), ("other", False), ("prefetch", False)),
     "store": (("access", True), ("value", True), ("mask", False)),
     "atomic_add": (("access", True), ("value", True), ("mask", False)),
     "dot": (("a", True), ("b", True), ("acc", False), ("trans_b", False)),
@@ -556,6 +556,8 @@ class Typer:
             if t.dtype != acc.dtype:
                 self.fail(f"load: other is {desc(t)} but '{acc.tensor}' holds {acc.dtype}", other.loc,
                           hint=f"convert with cast(other, {acc.dtype})")
+        if a["prefetch"] is not None:
+            self.compile_time_bool(a["prefetch"], "load: prefetch")
         return _make(acc.shape or None, acc.dtype)
 
     def _call_store(self, e: Call, a: dict, env: Env) -> None:
