@@ -71,6 +71,9 @@ class FmhaConfig:
     # Two stages whose next K/V tiles are loaded after the current ones' last use, into their
     # registers (the loop's stages(2, reuse=true)): no copy per iteration, less latency hidden.
     reuse: bool = False
+    # Query rows past the end of the sequence masked (MASK_ROWS) rather than clamped to its last
+    # row: fewer instructions everywhere, faster only in some rows (fmha_fwd.tile says where).
+    mask_rows: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -81,11 +84,14 @@ class FmhaConfig:
              "STAGES": str(self.stages), "OCCUPANCY": str(self.occupancy)}
         if self.reuse:
             d["REUSE"] = "true"
+        if self.mask_rows:
+            d["MASK_ROWS"] = "true"
         return d
 
 
-def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False) -> FmhaConfig:
-    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse)
+def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
+       mask_rows: bool = False) -> FmhaConfig:
+    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -103,13 +109,18 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # workgroups waited at their barriers a third of their cycles). gfx1100 hdim 64 58.9 -> 80.1
 # (64x32, 4 waves), causal 49.8 -> 60.0, hdim 128 64.5 -> 69.8 (64x32, 8 waves), causal 50.4 ->
 # 59.1; gfx1201 hdim 64 111.6 -> 128.7 (128x32, 4 waves), causal 79.1 -> 91.8 (64x64, 4 waves),
-# hdim 128 107.5 -> 115.0 (64x32, 4 waves), causal 85.3 -> 94.4.
+# hdim 128 107.5 -> 115.0 (64x32, 4 waves), causal 85.3 -> 94.4. Masked query rows (mask_rows,
+# session 25) where the model finds them faster and no feature mix spills: gfx950 hdim 128 1158.2
+# -> 1206.2, causal 741.6 -> 770.4; gfx942 hdim 128 604.9 -> 610.8; gfx1100 hdim 64 causal 60.0 ->
+# 69.3 (its MASKED row); gfx1201 hdim 64 causal 91.8 (64x64) -> 98.6 (128x32, its MASKED row,
+# 64x64 would model 92.5). Not taken: gfx942 hdim 64 522.3 -> 465.7, causal 328.7 -> 325.9, hdim 128
+# causal 411.1 -> 421.1 but 4 SGPRs spilled in a mix; the other rows within 1 %.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True), 128: _c(128, 64, 4, 2, 2, reuse=True),
                256: _c(64, 32, 4, 2)},
-    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2, 2, reuse=True), 128: _c(128, 64, 4, 2, 2, reuse=True),
-               256: _c(64, 32, 4, 2)},
-    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2, reuse=True),
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2, 2, reuse=True),
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True), 256: _c(64, 32, 4, 2)},
+    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True),
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1), 128: _c(64, 32, 8, 1), 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 1), 128: _c(64, 32, 4, 1), 256: _c(64, 32, 8, 1)},
@@ -153,8 +164,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True), 128: _c(128, 32, 4, 2, 2)},
     "gfx942": {64: _c(128, 64, 4, 2, 2), 128: _c(128, 64, 4, 2, 2)},
     "gfx950": {64: _c(128, 64, 4, 2, 2)},
-    "gfx1100": {32: _c(128, 64, 8, 1), 256: _c(64, 16, 4, 1)},
-    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(64, 64, 4, 1)},
+    "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True), 256: _c(64, 16, 4, 1)},
+    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 1, mask_rows=True)},
 }
 
 
