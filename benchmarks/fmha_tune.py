@@ -1,13 +1,15 @@
 """Search FMHA forward tile configs: compile candidates under every feature mix, print a table.
 
 For each arch and padded head dim, every candidate (BLOCK_M, BLOCK_N, WAVES, STAGES, occupancy,
-reuse) is compiled for the feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE,
-sink, soft-cap, padded head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
+reuse; with --mask-rows, query rows past the end masked instead of clamped) is compiled for the
+feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE, sink, soft-cap, padded
+head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
 reported with its worst spills and its instructions per MFMA/WMMA. A row of fmha_configs should
 be the candidate with no spills in any mix and the fewest instructions per matrix instruction.
 With --model, also the modeled TFLOP/s of the f16 forward at the benchmarks' model shape (the
 emulator's timing model): the figure to choose rows by, among the candidates without spills.
-Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--model] [--jobs N]
+Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--mask-rows] [--model]
+       [--jobs N]
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def spills(k: CompiledKernel) -> tuple[int, int]:
 
 def evaluate(arch: str, hdim: int, masked: bool, cfg: FmhaConfig, model: bool = False) -> str:
     head = (f"{arch:8} d{hdim:<4}{'causal' if masked else 'full':7}{cfg.block_m:>5}{cfg.block_n:>5}{cfg.waves:>4}"
-            f"{cfg.occupancy:>4}{'y' if cfg.reuse else '-':>4}")
+            f"{cfg.occupancy:>4}{'y' if cfg.reuse else '-':>4}{'y' if cfg.mask_rows else '-':>4}")
     try:
         return head + measure(arch, hdim, masked, cfg) + (f"{modeled(arch, hdim, masked, cfg):>10.1f}" if model else "")
     except TileError as e:  # e.g. a tile that needs more registers than the arch has
@@ -95,12 +97,14 @@ def main() -> int:
     ap.add_argument("--arch", nargs="+", default=list(ARCH_NAMES))
     ap.add_argument("--hdim", nargs="+", type=int, default=[64, 128])
     ap.add_argument("--masked", action="store_true", help="tune the masked (causal/window) rows")
+    ap.add_argument("--mask-rows", action="store_true",
+                    help="the candidates with masked query rows (FmhaConfig.mask_rows)")
     ap.add_argument("--model", action="store_true", help="add modeled TFLOP/s (emulator timing model)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    jobs = [(a, h, args.masked, c, args.model) for a in args.arch for h in args.hdim
-            for c in (CDNA if get_arch(a).is_cdna else RDNA)]
-    print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'OCC':>4}{'RU':>4}{'S':>4}"
+    jobs = [(a, h, args.masked, replace(c, mask_rows=args.mask_rows), args.model) for a in args.arch
+            for h in args.hdim for c in (CDNA if get_arch(a).is_cdna else RDNA)]
+    print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'OCC':>4}{'RU':>4}{'MR':>4}{'S':>4}"
           f"{'VGPRsp':>8}{'SGPRsp':>8}{'instr/MMA':>10}" + (f"{'TFLOP/s':>10}" if args.model else ""))
     with ProcessPoolExecutor(args.jobs) as pool:
         for line in pool.map(evaluate, *zip(*jobs, strict=True)):

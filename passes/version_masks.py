@@ -514,11 +514,16 @@ def _version(chain: list[ir.Operation], loop: ir.Operation, tested: list[ir.Valu
         _sink_into(branch.else_block, branch.operation)
 
 
+def _sinkable(op: ir.Operation) -> bool:
+    """A pure op without regions that a branch may take along."""
+    return not op.regions and (op.name.startswith("arith.") or op.name in _SINKABLE)
+
+
 def _sink_into(block: ir.Block, branch: ir.Operation) -> None:
     """Move the pure ops before `branch` that only `block` uses into it, in order."""
     ops = ops_in(branch.block)
     for op in reversed(ops[:ops.index(branch)]):
-        if op.regions or not (op.name.startswith("arith.") or op.name in _SINKABLE):
+        if not _sinkable(op):
             continue
         users = [as_operation(u.owner) for r in op.results for u in r.uses]
         if users and all(ancestor_in(u, block) is not None for u in users):
@@ -534,7 +539,7 @@ def _sink_into_both(branch: scf.IfOp) -> None:
     blocks = (branch.then_block, branch.else_block)
     ops = ops_in(branch.operation.block)
     for op in reversed(ops[:ops.index(branch.operation)]):
-        if op.regions or len(op.results) != 1 or not (op.name.startswith("arith.") or op.name in _SINKABLE):
+        if not _sinkable(op) or len(op.results) != 1:
             continue
         uses = list(op.results[0].uses)
         into = [next((i for i, b in enumerate(blocks) if ancestor_in(as_operation(u.owner), b) is not None), None)
@@ -547,4 +552,4 @@ def _sink_into_both(branch: scf.IfOp) -> None:
             for use, i in zip(uses, into, strict=True):
                 if i == 0:
                     as_operation(use.owner).operands[use.operand_number] = copy
-        op.move_before(ops_in(blocks[into[0] if set(into) == {into[0]} else 1])[0])
+        op.move_before(ops_in(blocks[1 if 1 in into else 0])[0])

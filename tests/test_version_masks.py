@@ -1,7 +1,7 @@
-"""version-masks: a masked select, store or (not prefetched) load in a loop does its per-element work only on the blocks
-its mask does not pass whole (passes/version_masks.py). Same results as the mask everywhere,
-including where the index arithmetic wraps (the pass must then take the masked branch), and fewer
-instructions executed where blocks pass whole."""
+"""version-masks: a masked select, store or (not prefetched) load in a loop does its per-element
+work only on the blocks its mask does not pass whole (passes/version_masks.py). Same results as
+the mask everywhere, including where the index arithmetic wraps (the pass must then take the
+masked branch), and fewer instructions executed where blocks pass whole."""
 
 from __future__ import annotations
 
