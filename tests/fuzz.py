@@ -181,7 +181,33 @@ def fuzz_api(count: int, seed: int) -> list[Finding]:
             desc = f"fmha_fwd({', '.join(getattr(a, 'shape', repr(a)).__str__() for a in args)}, {kwargs!r})"
             found.append(Finding(n, "fmha_fwd", "gfx942", desc,
                                  "".join(traceback.format_exception_only(type(exc), exc)).strip()))
+        found += _fuzz_num_splits(n, rng)
     return found
+
+
+SPLIT_VALUES = [1, 4, 128, 0, -1, 2**40, 2.5, "8", True, None]
+
+
+def _fuzz_num_splits(n: int, rng: random.Random) -> list[Finding]:
+    """fmha_num_splits (pure host code) with random sizes and options: a ValueError or an int."""
+    from tiledsl.ops import fmha_num_splits
+
+    kwargs: dict[str, Any] = {name: rng.choice(SPLIT_VALUES[:4] if rng.random() < 0.7 else SPLIT_VALUES)
+                              for name in ("batch", "nhead_q", "max_seqlen_q", "max_seqlen_k")}
+    kwargs["hdim_q"] = rng.choice([64, 128, 80, 0, 300, "64"])
+    for name in rng.sample(["hdim_v", "nhead_k", "causal", "window"], rng.randint(0, 2)):
+        kwargs[name] = rng.choice(KWARGS.get(name, SPLIT_VALUES))
+    arch = rng.choice(["gfx942", "gfx1201", "gfx9", None])
+    try:
+        splits = fmha_num_splits(arch, **kwargs)  # type: ignore[arg-type]
+        if not isinstance(splits, int) or splits < 1:
+            raise AssertionError(f"returned {splits!r}, not a split count")
+    except ValueError:
+        return []
+    except Exception as exc:  # noqa: BLE001
+        return [Finding(n, "fmha_num_splits", str(arch), f"fmha_num_splits({arch!r}, **{kwargs!r})",
+                        "".join(traceback.format_exception_only(type(exc), exc)).strip())]
+    return []
 
 
 def report(findings: list[Finding]) -> str:

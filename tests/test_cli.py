@@ -49,6 +49,18 @@ def test_missing_file_exits_2(tmp_path, capsys):
     assert "nope.tile: no such file" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("flag", ["-o", "--dump-ir"])
+def test_unusable_output_dir_exits_2(tile, tmp_path, flag, capsys):
+    """An output path that is a file, or under one, is a usage error before anything compiles."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for bad, why in ((a_file, "is a file"), (a_file / "sub", "Not a directory")):
+        argv = ["compile", str(tile), "--arch", "gfx942", "-o", str(tmp_path / "out"), flag, str(bad)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"error: {flag} {bad}: " in err and why in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("argv", [[], ["compile"], ["compile", "x.tile"], ["frobnicate"],
                                   ["compile", "x.tile", "--arch", "gfx942"]])
 def test_usage_errors_exit_2(argv, capsys):

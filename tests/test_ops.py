@@ -45,6 +45,9 @@ BAD = [
     (lambda q, k, v: dict(scale=True), "scale: expected a finite number within f32 range, got True"),
     (lambda q, k, v: dict(softcap=True), "softcap: expected a finite number >= 0 within f32 range"),
     (lambda q, k, v: dict(causal=1.0), "causal: expected a bool, 'top_left' or 'bottom_right', got 1.0"),
+    (lambda q, k, v: dict(return_lse="yes"), "return_lse: expected a bool, got 'yes'"),
+    (lambda q, k, v: dict(q=np.broadcast_to(q[:, :1], (1, 2**30, 2, 64))),
+     r"q: 1 x 1073741824 x 2 x 64 elements \(batch x sequence x heads x head dim\) exceed the kernels' i32"),
     (lambda q, k, v: dict(sink=np.array([0.0, np.inf])), "sink: head 1 has logit inf"),
     (lambda q, k, v: dict(sink=np.array([1e300, 0.0])), r"sink: head 0 has logit 1e\+300 \(as f32: inf\)"),
     (lambda q, k, v: dict(sink=np.array([np.nan, 0.0])), "sink: head 0 has logit nan"),
@@ -73,6 +76,28 @@ def test_bad_arguments_are_value_errors(change, message: str) -> None:
     kwargs.update(change(q, k, v))
     with pytest.raises(ValueError, match=message):
         fmha_fwd(kwargs.pop("q"), kwargs.pop("k"), kwargs.pop("v"), **kwargs)
+
+
+NUM_SPLITS_SIZES = dict(batch=1, nhead_q=4, max_seqlen_q=1, max_seqlen_k=4096, hdim_q=128)
+BAD_NUM_SPLITS = [
+    (dict(arch="gfx9"), "arch: expected one of gfx90a, gfx942, gfx950, gfx1100, gfx1201, got 'gfx9'"),
+    (dict(batch=-1), "batch: expected an int >= 0, got -1"),
+    (dict(max_seqlen_k="4096"), "max_seqlen_k: expected an int >= 0, got '4096'"),
+    (dict(hdim_q=True), "hdim_q: expected an int >= 0, got True"),
+    (dict(hdim_v=512), "hdim_v: head dim 512 is not supported: expected 1..256"),
+    (dict(nhead_k=3), r"nhead_k: expected a divisor of nhead_q \(4\), got 3"),
+    (dict(window=5), "window: expected a pair of ints"),
+    (dict(causal="yes"), "causal: expected a bool"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD_NUM_SPLITS, ids=[m.split(":")[0] for _, m in BAD_NUM_SPLITS])
+def test_num_splits_bad_arguments_are_value_errors(change, message: str) -> None:
+    from tiledsl.ops import fmha_num_splits
+
+    kwargs = {"arch": "gfx942", **NUM_SPLITS_SIZES, **change}
+    with pytest.raises(ValueError, match=message):
+        fmha_num_splits(kwargs.pop("arch"), **kwargs)
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)

@@ -220,6 +220,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     archs = _parse_archs(args.arch)
     _parse_defines(args.defines)  # every -D checked before anything compiles
+    _output_dir(args.outdir, "-o")
+    if args.dump_ir:
+        _output_dir(args.dump_ir, "--dump-ir")
     cache = None if args.no_cache else Cache.from_env()
 
     def report(kernel: CompiledKernel, files: list[Path]) -> None:
@@ -248,6 +251,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
               + "; ".join(f"{a} ({why})" for a, why in failed.items()), file=sys.stderr)
         return EXIT_USER
     return EXIT_OK
+
+
+def _output_dir(path: str, flag: str) -> None:
+    """Create an output directory up front, so a bad path is a usage error before any compile."""
+    if Path(path).exists() and not Path(path).is_dir():
+        raise TileError(f"{flag} {path}: is a file; expected a directory (it is created if missing)")
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TileError(f"{flag} {path}: cannot create the output directory: {exc.strerror or exc}") from None
 
 
 def _receipt_names() -> list[str]:
@@ -325,6 +338,8 @@ def _prebuild_registry(args: argparse.Namespace) -> int:
             args.mask or ["none", "causal"], args.features or [])]
         label = "fmha_fwd"
     root = _use_cache_dir(args.cache_dir)
+    if args.output:
+        _output_dir(args.output, "-o")
     start = time.perf_counter()
     try:
         results = prebuild_variants(variants, args.jobs, progress=not args.quiet, package=args.output,

@@ -148,8 +148,10 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         _to_bshd,
         alibi_view,
         aligned_names,
+        check_bool,
         check_heads,
         check_options,
+        check_query_elems,
         resolve_device,
         spans_large,
         unit_last_stride,
@@ -160,6 +162,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                          "alibi_slopes=")
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
         raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
+    check_bool("return_lse", return_lse)
+    check_bool("rotary_interleaved", rotary_interleaved)
     varlen = cu_seqlens_q is not None
     q = _check_array("q", q, 3 if varlen else 4, "[total_q, Hq, D]" if varlen else "[B, Sq, Hq, D]")
     on_device = isinstance(q, DeviceArray)
@@ -185,6 +189,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                          f"got {tuple(v_cache.shape[:3])}")
     dv = v_cache.shape[3]
     check_heads(d, dv, hq, hk, "k_cache", "v_cache")
+    check_query_elems(b4, sq, hq, max(d, dv))
     scale, mask, sink32 = check_options(scale, d, softcap, causal, window, sink, hq)
 
     if varlen:
@@ -200,6 +205,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     max_q = longest_q if max_seqlen_q is None else max_seqlen_q
 
     if isinstance(cache_seqlens, int | np.integer) and not isinstance(cache_seqlens, bool):
+        if not 0 <= cache_seqlens < 2**31:
+            raise ValueError(f"cache_seqlens: expected an int in 0..2**31-1 (keys held), got {cache_seqlens}")
         cache_seqlens = np.full(batch, int(cache_seqlens), np.int32)
     seqlens = _host_ints("cache_seqlens", cache_seqlens, (batch,), "one per sequence")
     if (seqlens < 0).any():

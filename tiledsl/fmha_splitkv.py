@@ -55,7 +55,7 @@ def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, m
         workgroups = max(1, -(-max_seqlen_q * (nhead_q // nhead_k) // cfg.block_m)) * nhead_k * batch
     else:
         workgroups = max(1, -(-max_seqlen_q // cfg.block_m)) * nhead_q * batch
-    if workgroups >= a.compute_units:
+    if workgroups == 0 or workgroups >= a.compute_units:  # no work (an empty batch), or enough already
         return 1
     wanted = -(-a.compute_units // workgroups)
     blocks = key_blocks(a.name, hdim_q, hdim_v, masked, max_seqlen_k)

@@ -25,6 +25,8 @@ from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_un
 from tiledsl.launcher import numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, bias_shape, fmha_mask_params
 
+I32_LIMIT = 2**31  # elements a call's q and output may span: the kernels' offsets are i32
+
 if TYPE_CHECKING:
     from tiledsl.driver import CompiledKernel
 
@@ -111,6 +113,14 @@ def check_heads(d: int, dv: int, hq: int, hk: int, k_name: str, v_name: str) -> 
                          f"got {hk}")
 
 
+def check_query_elems(b: int, sq: int, hq: int, d: int) -> None:
+    """q's and the output's elements fit the kernels' i32 offsets (checked before the output is
+    allocated: a broadcast q can be small in memory and name a huge output)."""
+    if b * sq * hq * d > I32_LIMIT:
+        raise ValueError(f"q: {b} x {sq} x {hq} x {d} elements (batch x sequence x heads x head dim) exceed "
+                         f"the kernels' i32 offsets ({I32_LIMIT})")
+
+
 def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg, window: Any,
                   sink: Any, hq: int) -> tuple[float, MaskParams, np.ndarray | None]:
     """Check the attention options every forward/backward entry point shares: (scale, mask, sink
@@ -142,6 +152,12 @@ def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg
                              "finite f32 logits, or -inf for a head without a sink (a +inf sink would take all "
                              "the attention)")
     return float(scale), mask, sink32
+
+
+def check_bool(name: str, x: Any) -> None:
+    """A flag argument: a bool (numpy's too), never a truthy stand-in like 1 or "yes"."""
+    if not isinstance(x, bool | np.bool_):
+        raise ValueError(f"{name}: expected a bool, got {x!r}")
 
 
 def _f32_number(x: Any) -> bool:
@@ -242,6 +258,7 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
         raise ValueError(f"v: expected the batch, sequence and head sizes of k {k4.shape[:3]}, got {v4.shape[:3]}")
     dv = v4.shape[3]
     check_heads(d, dv, hq, hk, "k", "v")
+    check_query_elems(b, sq, hq, max(d, dv))
     scale, mask, sink32 = check_options(scale, d, softcap, causal, window, sink, hq)
     if varlen:
         cuq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, sq)
@@ -431,6 +448,7 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     rounded to e4m3 for P v, and the output is out_dtype "bf16" (default) or "f16".
     """
     dc = check_dropout(dropout_p, seed, offset, return_dropout_mask)
+    check_bool("return_lse", return_lse)
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
         raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
     c = validate_attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, sink=sink,
@@ -518,9 +536,23 @@ def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, m
                     window: tuple[int, int] = (-1, -1), nhead_k: int | None = None) -> int:
     """The split count `fmha_fwd(..., num_splits=0)` (and `fmha_fwd_kvcache`) picks for these
     sizes (docs/inference.md); nhead_k: kv heads (default nhead_q), for GQA packing."""
+    from tiledsl.backends.rocm.arch import ARCH_NAMES
     from tiledsl.fmha_splitkv import fmha_num_splits as heuristic
 
-    masked = fmha_mask_params(causal, tuple(window)).kind != "none"  # type: ignore[arg-type]
+    if arch not in ARCH_NAMES:
+        raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)}, got {arch!r}")
+    sizes = {"batch": batch, "nhead_q": nhead_q, "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k,
+             "hdim_q": hdim_q, "hdim_v": hdim_q if hdim_v is None else hdim_v,
+             "nhead_k": nhead_q if nhead_k is None else nhead_k}
+    for name, value in sizes.items():
+        if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
+        if name.startswith("hdim") and not 1 <= value <= MAX_HDIM:
+            raise ValueError(f"{name}: head dim {value} is not supported: expected 1..{MAX_HDIM}")
+    if sizes["nhead_k"] == 0 or nhead_q % sizes["nhead_k"]:
+        raise ValueError(f"nhead_k: expected a divisor of nhead_q ({nhead_q}), got {sizes['nhead_k']}")
+    _, mask, _ = check_options(None, sizes["hdim_q"], 0.0, causal, window, None, nhead_q)
+    masked = mask.kind != "none"
     return heuristic(arch, batch=batch, nhead_q=nhead_q, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                      hdim_q=hdim_q, hdim_v=hdim_v, masked=masked, nhead_k=nhead_k)
 
@@ -700,10 +732,8 @@ def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, determinis
     if unknown:
         raise ValueError(f"fmha_bwd: unknown argument(s) {', '.join(unknown)}")
     c = validate_attention(q, k, v, **{**defaults, **options})
-    if not isinstance(deterministic, bool):
-        raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
-    if not isinstance(return_dbias, bool):
-        raise ValueError(f"return_dbias: expected a bool, got {return_dbias!r}")
+    check_bool("deterministic", deterministic)
+    check_bool("return_dbias", return_dbias)
     o_shape = tuple(q.shape[:-1]) + (c.dv,)
     _check_like("do", do, q.dtype, o_shape, c.on_device)
     _check_like("out", out, q.dtype, o_shape, c.on_device)
