@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--deterministic", action="store_true", help="no atomics (one dq_acc slice per key block)")
     pl.add_argument("--bias", choices=["none", "tensor", "alibi"], default="none",
                     help="an attention bias tensor or ALiBi slopes (docs/bias.md)")
-    pl.add_argument("--bias-dtype", choices=["f16", "bf16", "f32"], default="f32", help="the bias tensor's dtype")
+    pl.add_argument("--bias-dtype", choices=["f16", "bf16", "f32"],
+                    help="with --bias tensor: the bias tensor's dtype (default f32)")
     pl.add_argument("--dbias", action="store_true", help="with --bias tensor: also its gradient (return_dbias)")
     pl.add_argument("--json", action="store_true",
                     help="print the plan as JSON for the C runtime (stages by package key, workspace layout)")
@@ -304,6 +305,7 @@ def _use_cache_dir(cache_dir: str | None) -> Path:
     from tiledsl.cache import default_cache_dir
 
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    _output_dir(str(root), "--cache-dir")  # the cache skips what it cannot write; prebuilding must not
     os.environ["TILEDSL_CACHE_DIR"] = str(root)
     os.environ["TILEDSL_OFFLINE"] = "0"
     return root
@@ -436,6 +438,15 @@ def cmd_registry_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+MAX_BATCH = 65535  # sequences are a grid dimension (y or z), which HIP launches up to 65535 of
+
+
+def check_batch(batch: int) -> None:
+    """`--batch` of `plan` and `profile`."""
+    if not 1 <= batch <= MAX_BATCH:
+        raise TileError(f"--batch: expected 1..{MAX_BATCH} (sequences are a grid dimension), got {batch}")
+
+
 def _pair(text: str, what: str) -> tuple[int, int]:
     """"A" or "A/B" as two non-negative ints (A, A) or (A, B)."""
     parts = text.split("/")
@@ -454,26 +465,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     hdim_q, hdim_v = _pair(args.hdim, "--hdim")
     hq, hk = _pair(args.heads, "--heads")
-    if args.varlen:
+    if args.varlen is not None:
         pairs = [_pair(x, "--varlen") for x in args.varlen.split(",")]
+        if len(pairs) > MAX_BATCH:
+            raise TileError(f"--varlen: at most {MAX_BATCH} sequences (a grid row each), got {len(pairs)}")
         seqlens_q, seqlens_k = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
     else:
+        check_batch(args.batch)
         sq, sk = _pair(args.seqlen, "--seqlen")
         seqlens_q, seqlens_k = (sq,) * args.batch, (sk,) * args.batch
     if args.dbias and args.bias != "tensor":
         raise TileError("--dbias: the gradient of a bias tensor; add --bias tensor")
+    if args.bias_dtype is not None and args.bias != "tensor":
+        raise TileError(f"--bias-dtype: the dtype of a bias tensor; add --bias tensor (got --bias {args.bias})")
     mask_arg = args.mask
     window = (-1, -1)
     causal: Any = {"none": False, "causal": True, "top_left": "top_left"}.get(mask_arg)
     if mask_arg.startswith("window="):
-        causal, window = False, _pair(mask_arg[len("window="):].replace(",", "/"), "--mask window")
+        try:
+            causal, window = False, _pair(mask_arg[len("window="):].replace(",", "/"), "--mask window")
+        except TileError:
+            raise TileError(f"--mask: expected window=LEFT,RIGHT (non-negative integers), got '{mask_arg}'") from None
     elif causal is None:
         raise TileError(f"--mask: expected none, causal, top_left or window=LEFT,RIGHT, got '{mask_arg}'")
     try:
         plan = plan_from_sizes(get_arch(args.arch).name, dtype=args.dtype, hdim_q=hdim_q, hdim_v=hdim_v, hq=hq,
                                hk=hk, seqlens_q=seqlens_q, seqlens_k=seqlens_k, varlen=bool(args.varlen),
                                mask=fmha_mask_params(causal, window), softcap=args.softcap,
-                               deterministic=args.deterministic, bias=args.bias, bias_dtype=args.bias_dtype,
+                               deterministic=args.deterministic, bias=args.bias, bias_dtype=args.bias_dtype or "f32",
                                dbias="reduce" if args.dbias else "none")
     except ValueError as exc:
         raise TileError(str(exc)) from None
@@ -495,24 +514,33 @@ def collect_stats(outdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     root = Path(outdir)
     if not root.is_dir():
         raise TileError(f"{outdir}: not a directory (expected the -o directory of `tiledsl compile`)")
-    rows = []
+    rows, others = [], []
     for path in sorted(root.glob("*.json")):
         try:
             manifest = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise TileError(f"{path}: not a readable manifest: {exc}") from None
         if not isinstance(manifest, dict) or "kernel" not in manifest or "arch" not in manifest:
-            continue  # some other JSON file living in the directory
+            others.append(path.name)  # some other JSON file living in the directory
+            continue
         asm_path = path.with_suffix(".s")
-        asm = asm_path.read_text() if asm_path.exists() else ""
-        row = isa_stats(asm, manifest).to_json()
+        try:
+            asm = asm_path.read_text() if asm_path.exists() else ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TileError(f"{asm_path}: not a readable assembly listing: {exc}") from None
+        try:
+            row = isa_stats(asm, manifest).to_json()
+        except (ValueError, TypeError, KeyError) as exc:  # a field of the wrong type, edited by hand
+            raise TileError(f"{path}: not a manifest as `tiledsl compile` writes it: {type(exc).__name__}: "
+                            f"{exc}") from None
         row["spills"] = row["vgpr_spills"] + row["sgpr_spills"]
         row["manifest"] = str(path)
         if not asm:
             row["instructions"] = row["mfma"] = row["wmma"] = row["matrix_ops"] = None
         rows.append(row)
     if not rows:
-        raise TileError(f"{outdir}: no manifests (<kernel>.<arch>.json) found")
+        skipped = f" ({', '.join(others)} lack 'kernel' or 'arch')" if others else ""
+        raise TileError(f"{outdir}: no manifests (<kernel>.<arch>.json) found{skipped}")
     return rows
 
 

@@ -21,6 +21,23 @@ class DeviceArray:
     strides: tuple[int, ...]  # elements
     offset: int = 0  # elements from the start of the buffer
 
+    def __post_init__(self) -> None:
+        # Checked here, once, so that every user of a view (the launcher, numpy(), the ops) can
+        # rely on plain ints and a numpy dtype.
+        for attr in ("addr", "size", "device", "freed"):
+            if not hasattr(self.buffer, attr):
+                raise ValueError(f"DeviceArray: buffer: expected a device Buffer (from device.alloc), got "
+                                 f"{type(self.buffer).__name__}")
+        shape = _ints("shape", self.shape, 0)
+        strides = _ints("strides", self.strides, 0)
+        if len(strides) != len(shape):
+            raise ValueError(f"DeviceArray: strides {strides} do not match shape {shape} ({len(shape)} dims)")
+        offset = _ints("offset", (self.offset,), 0)[0]
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "strides", strides)
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "dtype", _dtype(self.dtype))
+
     @property
     def device(self) -> Any:
         return self.buffer.device
@@ -39,13 +56,16 @@ class DeviceArray:
 
     @staticmethod
     def empty(device: Any, shape: tuple[int, ...], dtype: Any, name: str = "array") -> DeviceArray:
-        dt = np.dtype(dtype)
-        n = int(np.prod(shape))
+        dt = _dtype(dtype)
+        shape = _ints("shape", shape, 0)
+        n = int(np.prod(shape, dtype=object))
         strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
         return DeviceArray(device.alloc(max(n * dt.itemsize, 16), name), tuple(shape), dt, strides)
 
     @staticmethod
     def from_numpy(device: Any, array: np.ndarray, name: str = "array") -> DeviceArray:
+        if not isinstance(array, np.ndarray):
+            raise ValueError(f"DeviceArray.from_numpy: expected a numpy array, got {type(array).__name__}")
         out = DeviceArray.empty(device, array.shape, array.dtype, name)
         if array.size:
             device.copy_in(out.buffer, np.ascontiguousarray(array).tobytes())
@@ -73,6 +93,8 @@ class DeviceArray:
         return view.copy()
 
     def transpose(self, *axes: int) -> DeviceArray:
+        if sorted(a for a in axes if isinstance(a, int)) != list(range(self.ndim)):
+            raise ValueError(f"DeviceArray.transpose: expected a permutation of 0..{self.ndim - 1}, got {axes}")
         return DeviceArray(self.buffer, tuple(self.shape[a] for a in axes), self.dtype,
                            tuple(self.strides[a] for a in axes), self.offset)
 
@@ -82,5 +104,25 @@ class DeviceArray:
 
     def squeeze0(self) -> DeviceArray:
         """Drop a leading axis of size 1 (x[0])."""
-        assert self.shape[0] == 1
+        if not self.shape or self.shape[0] != 1:
+            raise ValueError(f"DeviceArray.squeeze0: expected a leading axis of size 1, got shape {self.shape}")
         return DeviceArray(self.buffer, self.shape[1:], self.dtype, self.strides[1:], self.offset)
+
+
+def _ints(what: str, values: Any, low: int) -> tuple[int, ...]:
+    """A tuple of Python ints >= low (numpy integers accepted; floats and bools are not sizes)."""
+    if not isinstance(values, tuple | list) or not all(
+            isinstance(v, int | np.integer) and not isinstance(v, bool) and v >= low for v in values):
+        raise ValueError(f"DeviceArray: {what}: expected a tuple of ints >= {low}, got {values!r}")
+    return tuple(int(v) for v in values)
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    """A numpy dtype of fixed-size numbers (object, string and structured dtypes have no device form)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"DeviceArray: dtype: expected a numpy dtype, got {dtype!r}") from None
+    if dt.kind not in "biufcV" or dt.hasobject or dt.fields is not None or dt.itemsize == 0:
+        raise ValueError(f"DeviceArray: dtype: expected a numeric dtype, got {dt}")
+    return dt

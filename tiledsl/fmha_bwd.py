@@ -10,7 +10,6 @@ plan and runs it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,7 +264,6 @@ def _flag(b: bool) -> str:
     return "true" if b else "false"
 
 
-@functools.lru_cache(maxsize=64)
 @plan_builder
 def build_plan(shape: BwdShape) -> Plan:
     """Compile (or load from the cache) the three stages for `shape` and lay out the workspace."""

@@ -15,7 +15,6 @@ its tensors (docs/inference.md).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,6 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
     return library_kernel(KERNELS / "fmha_kv_append.tile", a.arch, defines, options)
 
 
-@functools.lru_cache(maxsize=64)
 @plan_builder
 def build_kvcache_plan(shape: KvCacheShape) -> Plan:
     a = shape.attention

@@ -245,7 +245,6 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
     ]
 
 
-@functools.lru_cache(maxsize=64)
 @plan_builder
 def build_attention_plan(shape: SplitShape) -> Plan:
     """fmha_fwd's plan: one kernel, or split-KV producers and combine over one workspace."""

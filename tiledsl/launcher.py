@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tiledsl.backends.rocm.arch import get_arch
-from tiledsl.backends.rocm.runtime.device import TensorArg, launch_dims_problem
+from tiledsl.backends.rocm.runtime.device import TensorArg, device_label, launch_dims_problem
 from tiledsl.device_array import DeviceArray
 from tiledsl.fp8 import F8_DTYPES, fp8_format
 from tiledsl.grid import eval_condition, eval_grid
@@ -66,6 +66,26 @@ def span_bytes(shape: tuple[int, ...], elem_strides: tuple[int, ...] | list[int]
     return (sum((n - 1) * s for n, s in zip(shape, elem_strides, strict=True)) + 1) * itemsize
 
 
+def _overlaps(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether two elements of a (non-empty) strided view share memory. Dims sorted by stride must
+    each step past everything the smaller ones reach; a view that fails that test (interleaved
+    dims, which numpy never makes itself) has its offsets enumerated."""
+    dims = sorted((s, n) for n, s in zip(shape, strides, strict=True) if n > 1)
+    reach = 0
+    for s, n in dims:
+        if s <= reach:
+            break
+        reach += (n - 1) * s
+    else:
+        return False
+    offsets = np.zeros(1, np.int64)
+    for s, n in dims:
+        if offsets.size * n > 1 << 24:  # too many to enumerate: refuse rather than risk it
+            return True
+        offsets = (offsets[:, None] + np.arange(n, dtype=np.int64) * s).ravel()
+    return bool(np.unique(offsets).size != offsets.size)
+
+
 def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str | None = None) -> _Tensor:
     name, dtype, dims = spec["name"], spec["dtype"], spec["dims"]
     if not isinstance(value, np.ndarray | DeviceArray):
@@ -91,6 +111,9 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str
             raise ValueError(f"argument '{name}': dim {axis} = {size} does not fit in i32")
     itemsize = value.dtype.itemsize
     byte_strides = value.strides if isinstance(value, np.ndarray) else [s * itemsize for s in value.strides]
+    if not value.size:  # nothing is read or written: numpy gives empty arrays any strides (even 0)
+        byte_strides = [0] * value.ndim
+        return _Tensor(name, value, 0, list(byte_strides), spec.get("stride_unit", 1))
     strides = []
     for axis, s in enumerate(byte_strides):
         if s < 0 or s % itemsize:
@@ -114,6 +137,13 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str
         raise ValueError(f"argument '{name}': spans {span} bytes; this kernel variant addresses it with buffer "
                          f"instructions, which reach {BUFFER_REACH} bytes (2 GiB): compile it with "
                          f"CompileOptions(large_tensors=('{name}',))")
+    if spec.get("written") and isinstance(value, np.ndarray) and not value.flags.writeable:
+        raise ValueError(f"argument '{name}': the kernel writes it, but the array is read-only (a broadcast "
+                         f"view, or writeable=False); pass a writable array")
+    if spec.get("written") and _overlaps(value.shape, strides):
+        raise ValueError(f"argument '{name}': the kernel writes it, but its elements overlap in memory (shape "
+                         f"{tuple(value.shape)}, strides {tuple(strides)} elements); pass an array whose elements "
+                         "are distinct")
     if isinstance(value, DeviceArray) and value.offset * itemsize + span > value.buffer.size:
         raise ValueError(f"argument '{name}': the view ends at byte {value.offset * itemsize + span} of a "
                          f"{value.buffer.size}-byte buffer")
@@ -124,7 +154,11 @@ def _pack_scalar(dtype: str, value: Any, name: str) -> bytes:
     if dtype == "f32":
         if not isinstance(value, int | float | np.floating | np.integer) or isinstance(value, bool):
             raise ValueError(f"argument '{name}': expected an f32 number, got {value!r}")
-        return struct.pack("<f", float(value))
+        try:
+            return struct.pack("<f", float(value))
+        except OverflowError:
+            raise ValueError(f"argument '{name}': {value!r} does not fit in f32 (largest finite "
+                             f"{float(np.finfo(np.float32).max):.6g})") from None
     if not isinstance(value, int | np.integer) or isinstance(value, bool):
         raise ValueError(f"argument '{name}': expected an i32 integer, got {value!r}")
     if not -(2**31) <= int(value) <= I32_MAX:
@@ -252,8 +286,8 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
     for t in prep.tensors:
         if isinstance(t.array, DeviceArray):
             if t.array.device is not device:
-                raise ValueError(f"argument '{t.name}': a DeviceArray of {t.array.device.name}, but the kernel "
-                                 f"runs on {device.name}")
+                raise ValueError(f"argument '{t.name}': a DeviceArray of {device_label(t.array.device)}, but the "
+                                 f"kernel runs on {device_label(device)}")
             if t.array.buffer.freed:
                 raise ValueError(f"argument '{t.name}': its DeviceArray was freed")
     fn = device.kernel(kernel.hsaco, manifest["symbol"])

@@ -128,16 +128,24 @@ def requesting(variant: str) -> Iterator[None]:
 
 
 def plan_builder(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Decorate a plan builder `build(shape)`: the kernels it loads belong to the registry
-    variant of `shape` (`tiledsl.registry.variant_of`)."""
+    """Decorate a plan builder `build(shape)`: plans are cached by shape and by the settings they
+    were built under (read on every call: a changed $TILEDSL_KERNELS or $TILEDSL_OFFLINE builds
+    anew, and a bad value is an error at once), and the kernels a build loads belong to the
+    registry variant of `shape` (`tiledsl.registry.variant_of`). `.cache_clear()` empties it."""
 
-    @functools.wraps(build)
-    def wrapper(shape: Any) -> Any:
+    @functools.lru_cache(maxsize=64)
+    def cached(shape: Any, _settings: tuple[Any, ...]) -> Any:
         from tiledsl.registry import variant_of
 
         with requesting(variant_of(shape).key()):
             return build(shape)
 
+    @functools.wraps(build)
+    def wrapper(shape: Any) -> Any:
+        s = settings()  # packages are kept alive by _loaded/_env_packages, so their ids are stable
+        return cached(shape, (tuple(id(p) for p in s.packages), s.strict, s.cache_dir))
+
+    wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
     return wrapper
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
-from tiledsl.launcher import launch, numpy_dtype
+from tiledsl.launcher import launch, numpy_dtype, prepare
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,8 @@ class Stage:
         for param, value in self.args:
             if isinstance(value, Ref):
                 if value.name not in env:
-                    raise KeyError(f"stage {self.name}: no value for '{value.name}' (parameter {param})")
+                    raise ValueError(f"stage {self.name}: the call's arguments have no '{value.name}' (its "
+                                     f"parameter {param})")
                 value = env[value.name]
             out[param] = value
         return out
@@ -145,7 +146,7 @@ class Plan:
     def check_workspace(self, device: Any, workspace: Any) -> Any:
         """The caller's workspace as a Buffer of `device` with room for this plan, or a
         ValueError saying what is wrong with it. A DeviceArray stands for its whole buffer."""
-        from tiledsl.backends.rocm.runtime.device import Buffer
+        from tiledsl.backends.rocm.runtime.device import Buffer, device_label
 
         buf = workspace.buffer if isinstance(workspace, DeviceArray) else workspace
         if isinstance(workspace, DeviceArray) and workspace.offset:
@@ -154,8 +155,8 @@ class Plan:
             raise ValueError(f"workspace: expected a device Buffer (device.alloc) or DeviceArray, got "
                              f"{type(workspace).__name__}")
         if buf.device is not device:
-            raise ValueError(f"workspace: a buffer of another device object ({buf.device.name}) than the one "
-                             f"the plan runs on ({device.name})")
+            raise ValueError(f"workspace: a buffer of {device_label(buf.device)}, but the plan runs on "
+                             f"{device_label(device)}")
         if buf.freed:
             raise ValueError(f"workspace: buffer '{buf.name}' was freed")
         if buf.size < self.workspace_size:
@@ -163,26 +164,34 @@ class Plan:
         return buf
 
     def prepare_workspace(self, device: Any, buffer: Any) -> None:
-        self.workspace.prepare(device, buffer)
+        """Fill `buffer` (checked as `run` checks a caller's workspace) the way the stages expect:
+        the host segment copied in, the regions that accumulate zeroed."""
+        self.workspace.prepare(device, self.check_workspace(_check_device(device), buffer))
 
     def run(self, device: Any, env: Mapping[str, Any], workspace: Any = None) -> None:
         """Launch every stage on `device` with the call's tensors in `env` (DeviceArrays on
         `device`). `workspace`: a Buffer of at least `workspace_size` bytes, else one from the
         device's pool. The workspace's regions are added to `env` under their names, and the
         whole workspace as i32 and f32 words under `ws_i` and `ws_f`."""
+        _check_device(device)
+        if not isinstance(env, Mapping):
+            raise ValueError(f"env: expected a mapping of the call's arguments by name, got {type(env).__name__}")
         if workspace is not None:
             buf = self.check_workspace(device, workspace)
         else:
             buf = WORKSPACE_POOL.get(device, self.workspace_size)
         if buf is not None:
-            self.prepare_workspace(device, buf)
+            self.workspace.prepare(device, buf)
         full = dict(env)
         if buf is not None:
             full["ws_i"] = self.workspace.words(buf, np.int32)
             full["ws_f"] = self.workspace.words(buf, np.float32)
             full.update(self.workspace.views(buf))
-        for stage in self.stages:
-            launch(stage.kernel, device=device, **stage.bind(full))
+        bound = [stage.bind(full) for stage in self.stages]
+        for stage, args in zip(self.stages, bound, strict=True):  # every stage's arguments before any runs
+            prepare(stage.kernel.manifest, (), args)
+        for stage, args in zip(self.stages, bound, strict=True):
+            launch(stage.kernel, device=device, **args)
 
     def to_json(self) -> dict[str, Any]:
         """The plan as JSON-ready data for the C runtime (include/tiledsl.h, docs/c_runtime.md):
@@ -275,6 +284,15 @@ def _json_ready(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def _check_device(device: Any) -> Any:
+    from tiledsl.backends.rocm.runtime.device import Device
+
+    if not isinstance(device, Device):
+        raise ValueError(f"device: expected a Device object (tiledsl.backends.rocm.runtime.device_from(...) "
+                         f"makes one from 'emulator:ARCH' or 'hip:N'), got {device!r}")
+    return device
 
 
 class WorkspacePool:

@@ -82,17 +82,20 @@ def run_profile(op: str, arch: Arch, *, dtype: str = "f16", batch: int = 4, hq: 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from tiledsl.backends.rocm.runtime.timing_model import format_timing
-    from tiledsl.cli import _pair  # `tiledsl plan`'s N or N/M arguments (cli imports this module)
+    from tiledsl.cli import _output_dir, _pair, check_batch  # `tiledsl plan`'s (cli imports this module)
 
     arch = get_arch(args.arch)
     hq, hk = _pair(args.heads, "--heads")
     sq, sk = _pair(args.seqlen, "--seqlen")
     if min(hq, hk, sq, sk) < 1:
         raise TileError("--heads and --seqlen must be positive")
-    if args.batch < 1 or args.hdim < 1:
-        raise TileError("--batch and --hdim must be positive")
+    check_batch(args.batch)
+    if args.hdim < 1:
+        raise TileError("--hdim must be positive")
     if args.sample_cus < 1:
         raise TileError("--sample-cus must be positive")
+    if args.plot:
+        _output_dir(args.plot, "--plot")  # before the run, which takes minutes
     try:
         r = run_profile(args.op, arch, dtype=args.dtype, batch=args.batch, hq=hq, hk=hk, sq=sq, sk=sk,
                         hdim=args.hdim, causal=args.causal, sample_cus=args.sample_cus, execute=args.execute,
@@ -116,7 +119,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         from tiledsl.profile_plot import plot_roofline, plot_timeline
 
         outdir = Path(args.plot)
-        outdir.mkdir(parents=True, exist_ok=True)
         plot_roofline(arch, r["launches"], outdir / "roofline.png")
         plot_timeline(r["launches"][0], outdir / "timeline.png")
         print(f"wrote {outdir / 'roofline.png'} and {outdir / 'timeline.png'}")

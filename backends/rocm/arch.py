@@ -248,7 +248,6 @@ ARCH_NAMES: tuple[str, ...] = tuple(ARCHS)
 
 def get_arch(name: str) -> Arch:
     """The row for `name`, or a clear error listing the supported archs."""
-    try:
+    if isinstance(name, str) and name in ARCHS:
         return ARCHS[name]
-    except KeyError:
-        raise TileError(f"unknown arch '{name}': expected one of {', '.join(ARCH_NAMES)}") from None
+    raise TileError(f"unknown arch {name!r}: expected one of {', '.join(ARCH_NAMES)}")

@@ -84,7 +84,7 @@ def check_requirements(kernel: Kernel, values: dict[str, ConstexprValue]) -> lis
     """requires(...) after constexpr folding: a condition false for these constexprs is an error
     here; one true is dropped; the rest are checked by the launcher on every call."""
     kept = []
-    for r in kernel.requires:
+    for r in map(_short_circuit, kernel.requires):
         if isinstance(r, Const):
             if not r.value:
                 bound = ", ".join(f"{k}={v}" for k, v in sorted(values.items())) or "no constexprs"
@@ -93,6 +93,23 @@ def check_requirements(kernel: Kernel, values: dict[str, ConstexprValue]) -> lis
             continue
         kept.append(r)
     return kept
+
+
+def _short_circuit(e: Expr) -> Expr:
+    """A requires(...) condition with its compile-time operands of and/or taken out: `PAD_D or
+    D == HDIM` is true when PAD_D is, and `D == HDIM` when it is not (only run-time comparisons
+    can go to the manifest)."""
+    if isinstance(e, UnaryOp) and e.op == "not":
+        e.operand = _short_circuit(e.operand)
+        return Const(e.loc, not e.operand.value) if isinstance(e.operand, Const) else e
+    if not (isinstance(e, BinOp) and e.op in ("and", "or", "&", "|")):
+        return e
+    e.lhs, e.rhs = _short_circuit(e.lhs), _short_circuit(e.rhs)
+    either = e.op in ("or", "|")
+    for known, other in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+        if isinstance(known, Const) and isinstance(known.value, bool):
+            return known if known.value == either else other
+    return e
 
 
 def declared_dim_units(kernel: Kernel, shape_symbols: list[str]) -> dict[str, int]:

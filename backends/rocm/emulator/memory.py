@@ -115,12 +115,12 @@ class Heap:
                 break
         if off is None:
             off = self.top
-            self.top += padded
-            if self.top > self.data.size:
-                grown = np.zeros(max(self.top, self.data.size * 2), dtype=np.uint8)
+            if off + padded > self.data.size:  # grown first: a failed growth leaves the heap as it was
+                grown = np.zeros(max(off + padded, self.data.size * 2), dtype=np.uint8)
                 grown[:self.data.size] = self.data
                 self.data = grown
                 self.windows = {}
+            self.top = off + padded
         self.data[off:off + padded] = 0
         addr = self.base + off
         bisect.insort(self._starts, addr)

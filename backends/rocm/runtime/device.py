@@ -102,6 +102,27 @@ def launch_dims_problem(grid: Dim3, block: Dim3) -> str | None:
     return None
 
 
+def check_size(size: Any, name: str) -> None:
+    """An allocation's size: an int >= 0 (a float or bool is a caller's mistake, not a size)."""
+    if not isinstance(size, int | np.integer) or isinstance(size, bool) or size < 0:
+        raise DeviceError(f"cannot allocate {size!r} bytes for '{name}': expected an int >= 0")
+
+
+def device_label(device: Any) -> str:
+    """A device's name and identity, for errors about two device objects (of one arch they share a name)."""
+    return f"device object 0x{id(device):x} ({device.name})"
+
+
+def check_buffer(device: Device, buf: Any, what: str) -> None:
+    """`buf` is a Buffer of `device`: another device's buffer, or anything else, is refused before
+    any memory is touched."""
+    if not isinstance(buf, Buffer):
+        raise DeviceError(f"{what}: expected a Buffer (from alloc), got {type(buf).__name__}")
+    if buf.device is not device:
+        raise DeviceError(f"{what}: '{buf.name}' is a buffer of {device_label(buf.device)}, not of "
+                          f"{device_label(device)}")
+
+
 def _dim3(x: int | tuple[int, ...], what: str) -> Dim3:
     t = (x,) if isinstance(x, int) else tuple(x)
     if not 1 <= len(t) <= 3 or any(int(v) < 1 for v in t):

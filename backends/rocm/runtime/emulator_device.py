@@ -27,12 +27,19 @@ from tiledsl.backends.rocm.runtime.device import (
     Module,
     Stream,
     TensorArg,
+    check_buffer,
+    check_size,
     complete_kernargs,
     launch_dims,
 )
 from tiledsl.backends.rocm.runtime.timing_model import LaunchTiming, TimingOptions, model_launch
 
 SCHEDULES = ("in_order", "shuffle")
+
+
+def host_memory_bytes() -> int:
+    """This machine's physical memory: the emulated device memory's ceiling."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class EmulatorDevice(Device):
@@ -60,7 +67,11 @@ class EmulatorDevice(Device):
             raise DeviceError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
         if not isinstance(timing, (bool, TimingOptions)):
             raise DeviceError(f"timing: expected a bool or a TimingOptions, got {timing!r}")
-        self.arch = get_arch(arch) if isinstance(arch, str) else arch
+        if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
+            raise DeviceError(f"seed: expected an int >= 0, got {seed!r}")
+        if not isinstance(lockstep, bool):
+            raise DeviceError(f"lockstep: expected a bool, got {lockstep!r}")
+        self.arch = arch if isinstance(arch, Arch) else get_arch(arch)
         self.schedule = schedule
         self.rng = np.random.default_rng(seed) if schedule == "shuffle" else None
         self.lockstep = lockstep
@@ -81,17 +92,28 @@ class EmulatorDevice(Device):
 
     # -- memory ---------------------------------------------------------------------------
     def alloc(self, size: int, name: str = "buffer") -> Buffer:
-        if size < 0:
-            raise DeviceError(f"cannot allocate {size} bytes")
-        return Buffer(self, self.heap.alloc(size, name), int(size), name)
+        check_size(size, name)
+        try:
+            if self.heap.top + size > host_memory_bytes() // 2:  # past it the OS would kill us on first touch
+                raise MemoryError
+            addr = self.heap.alloc(size, name)
+        except MemoryError:  # the emulated device memory lives in this process's memory
+            raise DeviceError(f"cannot allocate {size} bytes for '{name}': out of memory (the emulator keeps "
+                              f"device memory in host memory, at most half of its {host_memory_bytes()} bytes, "
+                              f"and holds {self.heap.top} already)") from None
+        return Buffer(self, addr, int(size), name)
 
     def free(self, buf: Buffer) -> None:
+        check_buffer(self, buf, "free")
         if buf.freed:
             raise DeviceError(f"double free of '{buf.name}' at 0x{buf.addr:x}")
         self.heap.free(buf.addr)
         buf.freed = True
 
     def copy_in(self, buf: Buffer, data: bytes | np.ndarray, offset: int = 0) -> None:
+        check_buffer(self, buf, "copy_in")
+        if not isinstance(data, bytes | bytearray | memoryview | np.ndarray):
+            raise DeviceError(f"copy_in: expected bytes or a numpy array, got {type(data).__name__}")
         raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
         if offset < 0 or offset + len(raw) > buf.size:
             raise DeviceError(f"copy of {len(raw)} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
@@ -99,6 +121,7 @@ class EmulatorDevice(Device):
 
 
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        check_buffer(self, buf, "copy_out")
         size = buf.size - offset if size is None else size
         if offset < 0 or offset + size > buf.size:
             raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")

@@ -27,6 +27,8 @@ from tiledsl.backends.rocm.runtime.device import (
     Kernel,
     Module,
     Stream,
+    check_buffer,
+    check_size,
     complete_kernargs,
     launch_dims,
 )
@@ -135,13 +137,13 @@ class HipDevice(Device):
 
     # -- memory ---------------------------------------------------------------------------
     def alloc(self, size: int, name: str = "buffer") -> Buffer:
-        if size < 0:
-            raise DeviceError(f"cannot allocate {size} bytes for '{name}'")
+        check_size(size, name)
         self._current()
         ptr = call(f"hipMalloc({size}) for '{name}'", self.hip.hipMalloc, max(int(size), 1))
         return Buffer(self, int(ptr), int(size), name, handle=ptr)
 
     def free(self, buf: Buffer) -> None:
+        check_buffer(self, buf, "free")
         if buf.freed:
             raise DeviceError(f"double free of '{buf.name}'")
         self._current()
@@ -149,6 +151,9 @@ class HipDevice(Device):
         buf.freed = True
 
     def copy_in(self, buf: Buffer, data: bytes | np.ndarray, offset: int = 0) -> None:
+        check_buffer(self, buf, "copy_in")
+        if not isinstance(data, bytes | bytearray | memoryview | np.ndarray):
+            raise DeviceError(f"copy_in: expected bytes or a numpy array, got {type(data).__name__}")
         host = np.frombuffer(data.tobytes() if isinstance(data, np.ndarray) else bytes(data), np.uint8)
         if offset < 0 or offset + host.size > buf.size:
             raise DeviceError(f"copy of {host.size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
@@ -159,6 +164,7 @@ class HipDevice(Device):
              self.hip.hipMemcpyKind.hipMemcpyHostToDevice)
 
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        check_buffer(self, buf, "copy_out")
         size = buf.size - offset if size is None else size
         if offset < 0 or size < 0 or offset + size > buf.size:
             raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
