@@ -156,9 +156,10 @@ def test_plan_misuse_is_refused_before_any_launch(arch: str) -> None:
         plan.run(dev, {})
     d = {name: DeviceArray.from_numpy(dev, x) for name, x in
          (("q", q), ("k", kv), ("v", kv), ("do", q), ("out", q), ("lse", lse))}
-    env = {**d, "dq": DeviceArray.empty(dev, (1, 9, 2, 32), np.float16), "dk": DeviceArray.empty(dev, kv.shape, kv.dtype),
-           "dv": DeviceArray.empty(dev, kv.shape, kv.dtype), "cu_seqlens_q": np.zeros(1, np.int32),
-           "cu_seqlens_k": np.zeros(1, np.int32), "scale": 0.125, "softcap": 1.0}
+    env = {**d, "dq": DeviceArray.empty(dev, (1, 9, 2, 32), np.float16),
+           "dk": DeviceArray.empty(dev, kv.shape, kv.dtype), "dv": DeviceArray.empty(dev, kv.shape, kv.dtype),
+           "cu_seqlens_q": np.zeros(1, np.int32), "cu_seqlens_k": np.zeros(1, np.int32), "scale": 0.125,
+           "softcap": 1.0}
     # dq's head dim is not the plan's: the last stage's precondition says so before the first runs.
     with pytest.raises(ValueError, match=r"fmha_bwd_convert_dq\(\) requires \(D_QK == 64\), but D_QK = 32"):
         plan.run(dev, env)

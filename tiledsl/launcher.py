@@ -271,6 +271,9 @@ def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> Prepar
     device for the kernel's arch). numpy arrays are copied in and, after the run, back in place."""
     from tiledsl.backends.rocm.runtime import default_device, device_from
 
+    if not (hasattr(kernel, "manifest") and hasattr(kernel, "hsaco")):
+        raise ValueError(f"kernel: expected a compiled kernel (tiledsl.load_kernel, compile_source), got "
+                         f"{type(kernel).__name__}")
     manifest = kernel.manifest
     prep = prepare(manifest, args, kwargs)
     device = device_from(device, manifest["arch"]) if device is not None else default_device(manifest["arch"])

@@ -4,6 +4,11 @@
 manifest `out/<kernel>.<arch>.json`; `load_kernel("out/", name="k", arch="gfx942")` reads the
 pair back, checks that the manifest describes that code object, and returns a kernel that
 `tiledsl.launcher.launch(kernel, *args, device=...)` runs. No compiler is needed.
+
+Both files come from a user's disk, so each is checked before use: the manifest has every field a
+launch reads (`tiledsl.manifest.validate_manifest`), the code object parses, its sha256 is the one
+the manifest recorded (manifests written before the digest existed have none and skip that), and
+the two agree (`check_manifest`). Every problem is a ValueError naming the file.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from typing import Any
 from tiledsl.errors import TileError
 
 _SUFFIXES = (".hsaco", ".json", ".s")
-_REQUIRED = ("kernel", "arch", "symbol", "kernargs", "kernarg_size", "tensors", "scalars", "grid", "workgroup_size")
 
 
 def load_kernel(path: str | os.PathLike[str], name: str | None = None, arch: str | None = None) -> Any:
@@ -59,29 +63,66 @@ def _name_arch(hsaco: Path) -> tuple[str, str]:
 
 def _read_pair(hsaco_path: Path, name: str | None, arch: str | None) -> Any:
     from tiledsl.driver import CompiledKernel
-    from tiledsl.manifest import check_manifest
 
     manifest_path = hsaco_path.with_suffix(".json")
-    try:
-        hsaco = hsaco_path.read_bytes()
-        text = manifest_path.read_text()
-    except OSError as exc:
-        raise ValueError(f"path: cannot read {exc.filename}: {exc.strerror}") from None
-    try:
-        manifest = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"path: {manifest_path} is not valid JSON ({exc})") from None
-    missing = [k for k in _REQUIRED if not isinstance(manifest, dict) or k not in manifest]
-    if missing:
-        raise ValueError(f"path: {manifest_path} is not a tiledsl manifest (no {', '.join(missing)})")
-    try:
-        check_manifest(manifest, hsaco)
-    except TileError as exc:
-        raise ValueError(f"path: {hsaco_path}: {exc}") from None
+    hsaco = _read_bytes(hsaco_path)
+    manifest = _read_manifest(manifest_path)
+    _check_code_object(hsaco_path, hsaco, manifest)
     for what, want, got in (("name", name, manifest["kernel"]), ("arch", arch, manifest["arch"])):
         if want is not None and want != got:
             raise ValueError(f"{what}: expected {want!r}, but {hsaco_path} holds {got!r}")
     return CompiledKernel(manifest["kernel"], manifest["arch"], hsaco, _asm(hsaco_path), manifest, from_cache=True)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"path: cannot read {exc.filename or path}: {exc.strerror or exc}") from None
+
+
+def _read_manifest(manifest_path: Path) -> dict[str, Any]:
+    """The manifest at `manifest_path`, with every field a launch reads checked."""
+    from tiledsl.manifest import validate_manifest
+
+    raw = _read_bytes(manifest_path)
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"path: {manifest_path} is not a tiledsl manifest: not UTF-8 text (byte "
+                         f"0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        manifest = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        raise ValueError(f"path: {manifest_path} is not valid JSON ({exc})") from None
+    try:
+        validate_manifest(manifest)
+    except ValueError as exc:
+        raise ValueError(f"path: {manifest_path}: {exc}") from None
+    return manifest
+
+
+def _check_code_object(hsaco_path: Path, hsaco: bytes, manifest: dict[str, Any]) -> None:
+    """The code object parses, is the one the manifest was written for, and agrees with it."""
+    from tiledsl.backends.rocm import elf
+    from tiledsl.manifest import check_manifest, digest_problem
+
+    # Parse first: a truncated or mangled file says so, rather than only that its digest differs.
+    try:
+        elf.read_code_object(hsaco).metadata()
+    except TileError as exc:
+        raise ValueError(f"path: {hsaco_path}: {exc}") from None
+    except Exception as exc:  # a reader bug must still name the file, never surface as a bare crash
+        raise ValueError(f"path: {hsaco_path}: not a valid AMDGPU code object ({type(exc).__name__}: {exc})") from None
+    problem = digest_problem(manifest, hsaco)
+    if problem:
+        raise ValueError(f"path: {hsaco_path}: {problem} (`tiledsl compile FILE --arch {manifest['arch']} -o DIR`)")
+    try:
+        check_manifest(manifest, hsaco)
+    except TileError as exc:
+        raise ValueError(f"path: {hsaco_path}: {exc}") from None
+    except Exception as exc:  # as above
+        raise ValueError(f"path: {hsaco_path}: not a valid AMDGPU code object ({type(exc).__name__}: {exc})") from None
 
 
 def _asm(hsaco_path: Path) -> str:

@@ -11,15 +11,17 @@ index.json:
 
     {"format": "tiledsl-kernel-package", "version": 1, "tiledsl": "0.1.0",
      "toolchain": {"llvmlite": "0.50.0", ...}, "receipts": ["training"], "archs": ["gfx942"],
-     "kernels": {KEY: {"arch", "kernel", "constexprs", "hsaco", "manifest", "sha256", "bytes"}},
+     "kernels": {KEY: {"arch", "kernel", "constexprs", "hsaco", "manifest", "sha256", "bytes",
+                       "manifest_sha256"}},
      "variants": {"gfx942/fmha_fwd-f16-batch-d128-causal-lse": {"signature": {...},
                                                                 "kernels": [KEY, ...]}}}
 
 KEY (`kernel_key`) is a sha256 over what decides a kernel's code and ABI -- the package format
 version, the arch, the kernel source's text, the -D defines and the compile options -- and not
 over the toolchain or the compiler's own code, so a runtime-only install of the same tiledsl
-finds the kernels a full install built. `sha256` is the code object's digest: a file that does
-not match it is reported as corrupted, never loaded.
+finds the kernels a full install built. `sha256` is the code object's digest and
+`manifest_sha256` the manifest's: a file that does not match is reported as corrupted, never
+loaded. Each manifest is also validated and checked against its code object when loaded.
 
 This module is on the runtime-only path: it imports neither the compiler nor MLIR.
 """
@@ -96,15 +98,43 @@ class Package:
         if hashlib.sha256(hsaco).hexdigest() != entry["sha256"]:
             raise PackageError(f"kernel package {self.root}: {entry['hsaco']} is corrupted (its sha256 does not "
                                f"match index.json); rebuild the package with `tiledsl prebuild ... -o {self.root}`")
+        raw = self._read(entry["manifest"], "manifest")
+        # Packages written before index.json recorded manifest digests have none: their manifests
+        # are still validated below, only an edit that keeps them valid goes unnoticed.
+        want = entry.get("manifest_sha256")
+        if want is not None and hashlib.sha256(raw).hexdigest() != want:
+            raise self._bad_manifest(entry, "does not match the package (its sha256 differs from index.json's "
+                                            "manifest_sha256): it was edited or damaged")
         try:
-            manifest = json.loads(self._read(entry["manifest"], "manifest"))
-        except ValueError as exc:
-            raise PackageError(f"kernel package {self.root}: {entry['manifest']} is not valid JSON ({exc}); "
-                               "rebuild the package") from None
-        if not isinstance(manifest, dict) or manifest.get("arch") != entry["arch"]:
-            raise PackageError(f"kernel package {self.root}: {entry['manifest']} is not the manifest of a "
-                               f"{entry['arch']} kernel; rebuild the package")
+            manifest = json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise self._bad_manifest(entry, f"is not valid JSON ({exc})") from None
+        self._check_manifest(entry, manifest, hsaco)
         return hsaco, manifest
+
+    def _check_manifest(self, entry: dict[str, Any], manifest: Any, hsaco: bytes) -> None:
+        """The manifest has every field a launch reads, belongs to this entry and describes its
+        code object (the same checks as tiledsl.load_kernel)."""
+        from tiledsl.manifest import check_manifest, digest_problem, validate_manifest
+
+        try:
+            validate_manifest(manifest)
+        except ValueError as exc:
+            raise self._bad_manifest(entry, f"is not a valid manifest: {exc}") from None
+        for field in ("arch", "kernel", "constexprs"):
+            if field in entry and manifest.get(field) != entry[field]:
+                raise self._bad_manifest(entry, f"says {field} {_difference(manifest.get(field), entry[field])}")
+        problem = digest_problem(manifest, hsaco)
+        try:
+            check_manifest(manifest, hsaco)
+        except TileError as exc:
+            problem = problem or str(exc)
+        if problem:
+            raise self._bad_manifest(entry, f"does not describe {entry['hsaco']}: {problem}")
+
+    def _bad_manifest(self, entry: dict[str, Any], problem: str) -> PackageError:
+        return PackageError(f"kernel package {self.root}: the manifest {entry['manifest']} {problem}; rebuild the "
+                            f"package with `tiledsl prebuild ... -o {self.root}`")
 
     def _read(self, relative: str, what: str) -> bytes:
         path = self.root / relative
@@ -116,6 +146,16 @@ class Package:
 
     def __repr__(self) -> str:
         return f"Package({str(self.root)!r}: {len(self.kernels)} kernels, {len(self.variants)} variants)"
+
+
+def _difference(manifest_value: Any, index_value: Any) -> str:
+    """How a manifest's field differs from index.json's (for a table, the keys that differ)."""
+    if isinstance(manifest_value, dict) and isinstance(index_value, dict):
+        keys = sorted(k for k in manifest_value.keys() | index_value.keys()
+                      if manifest_value.get(k) != index_value.get(k))
+        return ", ".join(f"{k} = {manifest_value.get(k)!r}" for k in keys) + ", index.json " + ", ".join(
+            f"{k} = {index_value.get(k)!r}" for k in keys)
+    return f"{manifest_value!r}, index.json {index_value!r}"
 
 
 def read_index(root: Path) -> dict[str, Any]:
@@ -142,6 +182,9 @@ def read_index(root: Path) -> dict[str, Any]:
     for key, entry in kernels.items():
         if not isinstance(entry, dict) or any(not isinstance(entry.get(f), str) for f in needed):
             raise PackageError(f"kernel package {root}: {INDEX} entry {key[:16]}... lacks one of {', '.join(needed)}")
+        if not isinstance(entry.get("manifest_sha256", ""), str):  # absent in packages written before it
+            raise PackageError(f"kernel package {root}: {INDEX} entry {key[:16]}... has a manifest_sha256 that is "
+                               "not a string; rebuild the package")
     return data
 
 
@@ -166,11 +209,13 @@ def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel
     for k in kernels:
         arch, name = k.manifest["arch"], k.manifest["kernel"]
         stem = f"{arch}/{name}-{k.key[:12]}"
+        manifest = json.dumps(k.manifest, indent=1, sort_keys=True).encode()
         _write_atomic(root / f"{stem}.hsaco", k.hsaco)
-        _write_atomic(root / f"{stem}.json", json.dumps(k.manifest, indent=1, sort_keys=True).encode())
+        _write_atomic(root / f"{stem}.json", manifest)
         index["kernels"][k.key] = {"arch": arch, "kernel": name, "constexprs": k.manifest.get("constexprs", {}),
                                    "hsaco": f"{stem}.hsaco", "manifest": f"{stem}.json",
-                                   "sha256": hashlib.sha256(k.hsaco).hexdigest(), "bytes": len(k.hsaco)}
+                                   "sha256": hashlib.sha256(k.hsaco).hexdigest(), "bytes": len(k.hsaco),
+                                   "manifest_sha256": hashlib.sha256(manifest).hexdigest()}
     for name, v in variants.items():
         missing = [key for key in v["kernels"] if key not in index["kernels"]]
         if missing:
