@@ -154,7 +154,8 @@ def test_prebuild_variant_errors(tmp_path, capsys):
                       (["prebuild", "--variant", "gfx942/fmha_fwd-f16-batch-d64-none-softcap-lse"],
                        "did you mean gfx942/fmha_fwd-f16-batch-d64-none-lse-softcap"),
                       (["prebuild", "--receipt", "flash", "--variant", FWD, "--arch", ARCH], "not --receipt and"),
-                      (["prebuild", "--receipt", "flash"], "--arch is required")):
+                      (["prebuild", "--receipt", "flash"], "--arch is required"),
+                      (["prebuild", "--variant", FWD, "-o", str(tmp_path)], "holds other files and no index.json")):
         assert main(argv) == 2, argv
         assert err in capsys.readouterr().err, argv
 

@@ -341,7 +341,10 @@ def _prebuild_registry(args: argparse.Namespace) -> int:
         label = "fmha_fwd"
     root = _use_cache_dir(args.cache_dir)
     if args.output:
+        from tiledsl.package import check_package_dir
+
         _output_dir(args.output, "-o")
+        check_package_dir(Path(args.output))  # before the compiles, which take minutes
     start = time.perf_counter()
     try:
         results = prebuild_variants(variants, args.jobs, progress=not args.quiet, package=args.output,

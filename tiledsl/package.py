@@ -193,6 +193,14 @@ def _empty_index() -> dict[str, Any]:
             "archs": [], "kernels": {}, "variants": {}}
 
 
+def check_package_dir(root: Path) -> None:
+    """A package goes into a new or empty directory, or extends one: never into a directory of
+    other files (such as a `tiledsl compile -o` directory, which load_kernel would then refuse)."""
+    if root.is_dir() and not (root / INDEX).exists() and any(root.iterdir()):
+        raise PackageError(f"kernel package {root}: the directory holds other files and no {INDEX}; write the "
+                           "package to a new or empty directory")
+
+
 def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel],
                   variants: Mapping[str, Mapping[str, Any]], *, receipt: str | None = None) -> Path:
     """Add kernels and variants to the package at `root` (created if missing; an existing index is
@@ -202,6 +210,7 @@ def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel
 
     root = Path(root).expanduser()
     root.mkdir(parents=True, exist_ok=True)
+    check_package_dir(root)
     index = read_index(root) if (root / INDEX).exists() else _empty_index()
     if index.get("tiledsl") != tiledsl.__version__:
         raise PackageError(f"kernel package {root}: built by tiledsl {index.get('tiledsl')}, this is "
