@@ -458,11 +458,14 @@ class _Assigner:
     def retarget_transposed(self, block: ir.Block) -> bool:
         """Give 16- and 8-bit loads that become a dot's B operand [K, N] (staged through LDS
         transposed, K contiguous: stage-lds) `transposed_rows` rows per lane, so the transposed store
-        writes that many elements at once where it wrote one (Triton does the same for V).
-        Records them in `retarget`; True if any was new."""
+        writes that many elements at once where it wrote one (Triton does the same for V). On every
+        arch: RDNA's WMMA operands hold K contiguous too (the gfx1201 hdim 128 forward went from 32
+        16-bit LDS stores of V per lane and iteration to 8 of 64 bits, modeled 115.0 -> 131.1
+        TFLOP/s; an earlier tile row had measured it slower). Records them in `retarget`; True if
+        any was new."""
         found = False
         rows_per_lane = self.options.transposed_rows
-        if not self.arch.is_cdna or rows_per_lane <= 1:  # RDNA: the timing model found it slower (gfx1201)
+        if rows_per_lane <= 1:
             return found
         for op in ops_in(block):
             for region in op.regions:

@@ -114,7 +114,11 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # -> 1206.2, causal 741.6 -> 770.4; gfx942 hdim 128 604.9 -> 610.8; gfx1100 hdim 64 causal 60.0 ->
 # 69.3 (its MASKED row); gfx1201 hdim 64 causal 91.8 (64x64) -> 98.6 (128x32, its MASKED row,
 # 64x64 would model 92.5). Not taken: gfx942 hdim 64 522.3 -> 465.7, causal 328.7 -> 325.9, hdim 128
-# causal 411.1 -> 421.1 but 4 SGPRs spilled in a mix; the other rows within 1 %.
+# causal 411.1 -> 421.1 but 4 SGPRs spilled in a mix; the other rows within 1 %. With V stored to
+# LDS 4 keys at a time on RDNA too (assign-layouts' transposed rows, session 26): gfx1201 hdim 128
+# 115.0 -> 131.1, causal 94.4 -> 113.5; gfx1100 hdim 64 80.1 -> 82.3, causal 69.3 -> 70.9, and its
+# hdim 128 row 64x32 with 8 waves -> 4 waves: 69.8 -> 73.6, causal 59.1 -> 60.3 (8 waves 69.3 and
+# 57.5; 128x64 with 8 waves 65.6). gfx1201 hdim 64 128.7 -> 127.1 (64x32 119.8, 128x64 105.5).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True), 128: _c(128, 64, 4, 2, 2, reuse=True),
                256: _c(64, 32, 4, 2)},
@@ -122,7 +126,7 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True), 256: _c(64, 32, 4, 2)},
     "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True),
                256: _c(128, 64, 4, 2)},
-    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1), 128: _c(64, 32, 8, 1), 256: _c(64, 32, 8, 1)},
+    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1), 128: _c(64, 32, 4, 1), 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 1), 128: _c(64, 32, 4, 1), 256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
