@@ -84,3 +84,21 @@ def assert_grads_close(got, ref, dtype, what=("dq", "dk", "dv", "dsink")) -> Non
         assert np.isfinite(g).all(), f"{name} has non-finite values"
         err = np.abs(g - r).max() if r.size else 0.0
         assert err <= tol * max(np.abs(r).max(initial=0.0), 1.0), f"{name}: max error {err}"
+
+
+def prebuild_package(tmp_path_factory: Any, *variants: str) -> Path:
+    """A kernel package of `variants` built by `tiledsl prebuild -o` (through the test run's
+    compile cache), for the package tests' module fixtures."""
+    import os
+
+    import pytest
+
+    from tiledsl.cli import main
+
+    out = tmp_path_factory.mktemp("pkg") / "kernels"
+    with pytest.MonkeyPatch.context() as mp:  # prebuild sets both for its builders: keep them out of other tests
+        mp.setenv("TILEDSL_CACHE_DIR", os.environ.get("TILEDSL_CACHE_DIR", str(Path.home() / ".cache/tiledsl")))
+        mp.setenv("TILEDSL_OFFLINE", "0")
+        argv = ["prebuild", *(a for v in variants for a in ("--variant", v)), "-o", str(out), "-j", "1", "-q"]
+        assert main(argv) == 0
+    return out

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import random
 import re
 import shutil
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _fmha_util import prebuild_package
 
 import tiledsl
 from tiledsl.backends.rocm import elf
@@ -247,12 +247,7 @@ FWD = "gfx1201/fmha_fwd-f16-batch-d64-causal-lse"  # test_packages.py builds it 
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pkg") / "kernels"
-    with pytest.MonkeyPatch.context() as mp:  # prebuild sets both for its builders: keep them out of other tests
-        mp.setenv("TILEDSL_CACHE_DIR", os.environ.get("TILEDSL_CACHE_DIR", str(Path.home() / ".cache/tiledsl")))
-        mp.setenv("TILEDSL_OFFLINE", "0")
-        assert main(["prebuild", "--variant", FWD, "-o", str(out), "-j", "1", "-q"]) == 0
-    return out
+    return prebuild_package(tmp_path_factory, FWD)
 
 
 @pytest.fixture

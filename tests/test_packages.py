@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _fmha_util import prebuild_package
 
 import tiledsl
 from tiledsl import driver
@@ -34,12 +35,7 @@ MISSING = f"{ARCH}/fmha_fwd-f16-batch-d64-none"  # what a causal=False call on t
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pkg") / "kernels"
-    with pytest.MonkeyPatch.context() as mp:  # prebuild sets both for its builders: keep them out of other tests
-        mp.setenv("TILEDSL_CACHE_DIR", os.environ.get("TILEDSL_CACHE_DIR", str(Path.home() / ".cache/tiledsl")))
-        mp.setenv("TILEDSL_OFFLINE", "0")
-        assert main(["prebuild", "--variant", FWD, "--variant", BWD, "-o", str(out), "-j", "1", "-q"]) == 0
-    return out
+    return prebuild_package(tmp_path_factory, FWD, BWD)
 
 
 @pytest.fixture

@@ -402,18 +402,13 @@ def _check_kernarg_target(f: dict[str, Any], where: str, tensors: dict[str, dict
                           scalars: dict[str, dict[str, Any]], symbols: set[str]) -> None:
     """The tensor, dim, scalar or shape symbol a kernarg refers to exists."""
     kind, name = f["kind"], f["name"]
-    if kind == "pointer":
-        if name not in tensors:
-            raise _unknown(f"{where}.name", "pointer", name, "the tensors", tensors)
-        if f.get("dtype") != tensors[name]["dtype"]:
-            raise ValueError(f"field '{where}.dtype': pointer '{name}' has dtype {f.get('dtype')!r}, but tensors "
-                             f"says '{name}' is {tensors[name]['dtype']!r}")
-    elif kind == "scalar":
-        if name not in scalars:
-            raise _unknown(f"{where}.name", "scalar", name, "the scalars", scalars)
-        if f.get("dtype") != scalars[name]["dtype"]:
-            raise ValueError(f"field '{where}.dtype': scalar '{name}' has dtype {f.get('dtype')!r}, but scalars "
-                             f"says '{name}' is {scalars[name]['dtype']!r}")
+    if kind in ("pointer", "scalar"):  # a tensor's pointer or a scalar argument, of the same dtype
+        table, label = (tensors, "tensors") if kind == "pointer" else (scalars, "scalars")
+        if name not in table:
+            raise _unknown(f"{where}.name", kind, name, f"the {label}", table)
+        if f.get("dtype") != table[name]["dtype"]:
+            raise ValueError(f"field '{where}.dtype': {kind} '{name}' has dtype {f.get('dtype')!r}, but {label} "
+                             f"says '{name}' is {table[name]['dtype']!r}")
     elif kind == "stride":
         tensor = f.get("tensor")
         if tensor not in tensors:
