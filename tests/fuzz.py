@@ -4,8 +4,9 @@ Sources: the shipped kernels and examples, mutated token by token (delete, dupli
 extreme numbers, other names and keywords, stray characters, deep nesting, huge tiles), then run
 through parse -> check -> emit -> our tile passes. Every failure must be a TileError (a located
 SourceError or a CompileError naming its stage): anything else is an internal error, reported with
-the mutated source so it can become a test. API calls: `fmha_fwd` with random bad arguments must
-raise ValueError or TileError, never anything else.
+the mutated source so it can become a test. API calls: `fmha_fwd` and `fmha_num_splits` with random
+bad arguments must raise ValueError or TileError, never anything else; `fmha_bwd` and
+`fmha_fwd_kvcache` calls with one or two arguments from a table of bad values must be refused.
 
     python tests/fuzz.py --count 2000 --seed 1     (`make fuzz`; tests/test_fuzz.py runs a sample)
 """
@@ -210,6 +211,93 @@ def _fuzz_num_splits(n: int, rng: random.Random) -> list[Finding]:
     return []
 
 
+# Values each argument must refuse (whatever the others are): a call with one of them must raise
+# ValueError or TileError before anything compiles. Accepting one is a finding too.
+BAD_BWD = {
+    "scale": [float("nan"), float("inf"), "1", True, 1e39],
+    "causal": [1.0, "yes", None, 2],
+    "window": [(1,), (1.5, 2), "3", (-2, 0), None],
+    "softcap": [-1.0, float("nan"), True, "x"],
+    "layout": ["sbhd", 3, None],
+    "deterministic": [1, "yes", None],
+    "dropout_p": [1.0, -0.1, float("nan"), "0.1", True],
+    "seed": [-1, 2**64, 1.5, "s"],
+    "arch": ["gfx9", 942, ""],
+    "device": ["cuda", 3, "hip:x"],
+    "return_dbias": [1, "x"],
+    "bias": ["b", [[1.0]], "int32 [9, 11]", "f16 [3, 3]"],
+    "alibi_slopes": ["a", "f32 [3]"],
+    "max_seqlen_q": [-1, 3.5, 3],
+    "sink": ["s", "f32 [5]", "inf [2]"],
+}
+BAD_KVCACHE = {
+    "cache_seqlens": [-1, 2**40, 3.5, "x", "i32 [2]", "f32 [1]", "i32 [1] = 99"],
+    "block_table": ["x", "f32 [1, 1]", "i32 [1, 1] = 99"],
+    "num_splits": [-1, 2.5, True],
+    "return_lse": [1, "yes"],
+    "bias": ["f16 [9, 11]"],
+    "cache_batch_idx": ["i32 [1] = 5", "x"],
+    "rotary_cos": ["f32 [2, 70]"],
+    "scale": [float("nan"), "1"],
+    "causal": ["yes", 1.0],
+}
+
+
+def _bad_value(spec: Any) -> Any:
+    """A BAD_* entry as a value: "DTYPE [SHAPE]" (optionally "= FILL") names an array."""
+    import numpy as np
+
+    if isinstance(spec, str) and "[" in spec:
+        kind, rest = spec.split(" [", 1)
+        shape = tuple(int(x) for x in rest.split("]")[0].split(",") if x.strip())
+        fill = float(rest.split("=")[1]) if "=" in rest else 0.0
+        dtype = {"f16": np.float16, "f32": np.float32, "int32": np.int32, "i32": np.int32, "inf": np.float32}[kind]
+        return np.full(shape, np.inf if kind == "inf" else fill, dtype)
+    return spec
+
+
+def fuzz_bad_calls(count: int, seed: int) -> list[Finding]:
+    """fmha_bwd and fmha_fwd_kvcache with valid arguments but one or two from BAD_BWD/BAD_KVCACHE:
+    each call must be refused (ValueError or TileError) before anything compiles or runs."""
+    import numpy as np
+
+    from tiledsl.errors import TileError
+    from tiledsl.ops import fmha_bwd, fmha_fwd_kvcache
+
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    q, k = (nrng.standard_normal(s).astype(np.float16) for s in ((1, 9, 2, 64), (1, 11, 1, 64)))
+    lse = np.zeros((1, 2, 9), np.float32)
+    found = []
+    for n in range(count):
+        bwd = rng.random() < 0.5
+        table = BAD_BWD if bwd else BAD_KVCACHE
+        kwargs: dict[str, Any] = {"arch": "gfx942"}
+        if not bwd:
+            kwargs["cache_seqlens"] = np.array([3], np.int32)
+        if not bwd and rng.random() < 0.5:
+            kwargs["block_table"] = np.array([[0]], np.int32)
+        for name in rng.sample(sorted(table), rng.randint(1, 2)):
+            kwargs[name] = _bad_value(rng.choice(table[name]))
+        if kwargs.get("dropout_p") is None and "seed" in kwargs:
+            kwargs["dropout_p"] = 0.1  # a seed is checked whatever the rate; keep the call otherwise valid
+        try:
+            if bwd:
+                fmha_bwd(q, q, k, k, q, lse, **kwargs)
+            else:
+                cache = np.zeros((1, 16, 1, 64), np.float16)
+                fmha_fwd_kvcache(q, cache, cache.copy(), **kwargs)
+        except (ValueError, TileError):
+            continue
+        except Exception as exc:  # noqa: BLE001
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        else:
+            error = "accepted: a call with a bad argument ran"
+        op = "fmha_bwd" if bwd else "fmha_fwd_kvcache"
+        found.append(Finding(n, op, "gfx942", f"{op}(..., **{kwargs!r})", error))
+    return found
+
+
 def report(findings: list[Finding]) -> str:
     out = []
     for f in findings[:5]:
@@ -224,8 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=500, help="mutated sources (and as many API calls / 4)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    findings = fuzz_sources(args.count, args.seed, list(ARCH_NAMES)) + fuzz_api(args.count // 4, args.seed)
-    print(report(findings) if findings else f"{args.count} sources, {args.count // 4} API calls: no internal errors")
+    findings = (fuzz_sources(args.count, args.seed, list(ARCH_NAMES)) + fuzz_api(args.count // 4, args.seed)
+                + fuzz_bad_calls(args.count // 4, args.seed))
+    print(report(findings) if findings else
+          f"{args.count} sources, {args.count // 4} API calls, {args.count // 4} bad calls: no internal errors")
     return 1 if findings else 0
 
 

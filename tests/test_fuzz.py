@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from fuzz import fuzz_api, fuzz_sources, report
+from fuzz import fuzz_api, fuzz_bad_calls, fuzz_sources, report
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES
 
@@ -24,6 +24,13 @@ def test_mutated_sources_raise_no_internal_errors(seed: int) -> None:
 
 def test_bad_api_calls_raise_value_errors() -> None:
     findings = fuzz_api(max(COUNT // 3, 20), 0)
+    assert not findings, report(findings)
+
+
+def test_backward_and_kv_cache_calls_with_a_bad_argument_are_refused() -> None:
+    """Valid fmha_bwd / fmha_fwd_kvcache calls (the fuzzer's base calls run as they are) with one
+    or two arguments from its table of bad values: each is a ValueError or TileError."""
+    findings = fuzz_bad_calls(max(COUNT // 2, 20), 0)
     assert not findings, report(findings)
 
 
