@@ -52,6 +52,18 @@ def test_requirements_fold_with_the_constexprs() -> None:
     assert len(bound.kernel.requires) == 1 and bound.dim_units == {}  # 3 is not a power of two: checked only
 
 
+def test_bool_constexprs_fold_out_of_and_or() -> None:
+    """`PAD or N == 64`: nothing to check with PAD, the comparison without it (and/or with a
+    compile-time operand fold away, so the rest can go to the manifest)."""
+    from tiledsl.grid import render_condition
+
+    src = ("kernel k[PAD: bool = false, D: int = 64](x: tensor[f32](N)) grid(1)\n"
+           "  requires(PAD or N == D, not PAD or N > 0, N <= 4096 or PAD) {\n}\n")
+    for pad, want in ((False, ["(N == 64)", "(N <= 4096)"]), (True, ["(N > 0)"])):
+        bound = bind(parse(src, "k.tile"), {"PAD": pad}, get_arch("gfx1201"))
+        assert [render_condition(r) for r in bound.kernel.requires] == want, pad
+
+
 @pytest.mark.parametrize("cond,message", [
     ("x", "requires(...) cannot use 'x' (a tensor argument)"),
     ("N + 1", "requires(...) takes conditions (i1 scalars such as N % 8 == 0 or M <= 4096), got i32 scalar"),
