@@ -112,8 +112,7 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str
     itemsize = value.dtype.itemsize
     byte_strides = value.strides if isinstance(value, np.ndarray) else [s * itemsize for s in value.strides]
     if not value.size:  # nothing is read or written: numpy gives empty arrays any strides (even 0)
-        byte_strides = [0] * value.ndim
-        return _Tensor(name, value, 0, list(byte_strides), spec.get("stride_unit", 1))
+        return _Tensor(name, value, 0, [0] * value.ndim, spec.get("stride_unit", 1))
     strides = []
     for axis, s in enumerate(byte_strides):
         if s < 0 or s % itemsize:
@@ -269,13 +268,18 @@ def tensor_args(manifest: dict, tensors: Sequence[_Tensor], addresses: Mapping[s
 def launch(kernel: Any, *args: Any, device: Any = None, **kwargs: Any) -> PreparedLaunch:
     """Run a compiled kernel (anything with .hsaco and .manifest) on `device` (default: the default
     device for the kernel's arch). numpy arrays are copied in and, after the run, back in place."""
-    from tiledsl.backends.rocm.runtime import default_device, device_from
-
     if not (hasattr(kernel, "manifest") and hasattr(kernel, "hsaco")):
         raise ValueError(f"kernel: expected a compiled kernel (tiledsl.load_kernel, compile_source), got "
                          f"{type(kernel).__name__}")
+    return launch_prepared(kernel, prepare(kernel.manifest, args, kwargs), device)
+
+
+def launch_prepared(kernel: Any, prep: PreparedLaunch, device: Any = None) -> PreparedLaunch:
+    """`launch` with the arguments already checked by `prepare` (a plan checks every stage's
+    before it runs the first)."""
+    from tiledsl.backends.rocm.runtime import default_device, device_from
+
     manifest = kernel.manifest
-    prep = prepare(manifest, args, kwargs)
     device = device_from(device, manifest["arch"]) if device is not None else default_device(manifest["arch"])
     device_arch = getattr(device, "arch", None)
     device_arch = getattr(device_arch, "name", device_arch)

@@ -166,13 +166,21 @@ def _f32_number(x: Any) -> bool:
             and math.isfinite(float(x)) and abs(float(x)) <= float(np.finfo(np.float32).max))
 
 
+def check_arch(arch: Any) -> None:
+    """An `arch` argument names one of the five archs."""
+    from tiledsl.backends.rocm.arch import ARCH_NAMES
+
+    if not isinstance(arch, str) or arch not in ARCH_NAMES:
+        raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)}, got {arch!r}")
+
+
 def resolve_device(device: Any, on_device: bool, q: Any, arch: str | None) -> tuple[Any, str]:
     """The device a call runs on (q's for DeviceArrays, else the default for `arch`) and its arch."""
     from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
     from tiledsl.backends.rocm.runtime import default_device, device_from
 
-    if arch is not None and arch not in ARCH_NAMES:
-        raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)}, got {arch!r}")
+    if arch is not None:
+        check_arch(arch)
     if device is None and on_device:
         device = q.device
     if device is not None:
@@ -536,11 +544,9 @@ def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, m
                     window: tuple[int, int] = (-1, -1), nhead_k: int | None = None) -> int:
     """The split count `fmha_fwd(..., num_splits=0)` (and `fmha_fwd_kvcache`) picks for these
     sizes (docs/inference.md); nhead_k: kv heads (default nhead_q), for GQA packing."""
-    from tiledsl.backends.rocm.arch import ARCH_NAMES
     from tiledsl.fmha_splitkv import fmha_num_splits as heuristic
 
-    if arch not in ARCH_NAMES:
-        raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)}, got {arch!r}")
+    check_arch(arch)
     sizes = {"batch": batch, "nhead_q": nhead_q, "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k,
              "hdim_q": hdim_q, "hdim_v": hdim_q if hdim_v is None else hdim_v,
              "nhead_k": nhead_q if nhead_k is None else nhead_k}

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
-from tiledsl.launcher import launch, numpy_dtype, prepare
+from tiledsl.launcher import launch_prepared, numpy_dtype, prepare
 
 
 @dataclass(frozen=True)
@@ -187,11 +187,10 @@ class Plan:
             full["ws_i"] = self.workspace.words(buf, np.int32)
             full["ws_f"] = self.workspace.words(buf, np.float32)
             full.update(self.workspace.views(buf))
-        bound = [stage.bind(full) for stage in self.stages]
-        for stage, args in zip(self.stages, bound, strict=True):  # every stage's arguments before any runs
-            prepare(stage.kernel.manifest, (), args)
-        for stage, args in zip(self.stages, bound, strict=True):
-            launch(stage.kernel, device=device, **args)
+        # Every stage's arguments are checked before the first stage runs.
+        prepared = [prepare(stage.kernel.manifest, (), stage.bind(full)) for stage in self.stages]
+        for stage, prep in zip(self.stages, prepared, strict=True):
+            launch_prepared(stage.kernel, prep, device)
 
     def to_json(self) -> dict[str, Any]:
         """The plan as JSON-ready data for the C runtime (include/tiledsl.h, docs/c_runtime.md):

@@ -123,6 +123,18 @@ def check_buffer(device: Device, buf: Any, what: str) -> None:
                           f"{device_label(device)}")
 
 
+def copy_in_bytes(device: Device, buf: Any, data: Any, offset: int) -> bytes:
+    """The bytes `copy_in` writes at `offset` of `buf`, checked: a buffer of `device`, bytes or a
+    numpy array, and room for them."""
+    check_buffer(device, buf, "copy_in")
+    if not isinstance(data, bytes | bytearray | memoryview | np.ndarray):
+        raise DeviceError(f"copy_in: expected bytes or a numpy array, got {type(data).__name__}")
+    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    if offset < 0 or offset + len(raw) > buf.size:
+        raise DeviceError(f"copy of {len(raw)} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+    return raw
+
+
 def _dim3(x: int | tuple[int, ...], what: str) -> Dim3:
     t = (x,) if isinstance(x, int) else tuple(x)
     if not 1 <= len(t) <= 3 or any(int(v) < 1 for v in t):

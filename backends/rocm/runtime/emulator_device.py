@@ -6,6 +6,7 @@ launch returns with its results in memory and any fault raised at the launch sit
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import time
@@ -30,6 +31,7 @@ from tiledsl.backends.rocm.runtime.device import (
     check_buffer,
     check_size,
     complete_kernargs,
+    copy_in_bytes,
     launch_dims,
 )
 from tiledsl.backends.rocm.runtime.timing_model import LaunchTiming, TimingOptions, model_launch
@@ -37,6 +39,7 @@ from tiledsl.backends.rocm.runtime.timing_model import LaunchTiming, TimingOptio
 SCHEDULES = ("in_order", "shuffle")
 
 
+@functools.cache
 def host_memory_bytes() -> int:
     """This machine's physical memory: the emulated device memory's ceiling."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -93,15 +96,20 @@ class EmulatorDevice(Device):
     # -- memory ---------------------------------------------------------------------------
     def alloc(self, size: int, name: str = "buffer") -> Buffer:
         check_size(size, name)
+        # The emulated device memory lives in this process's memory: past half of the host's, the
+        # OS would kill the process when the pages are first touched, rather than refuse them.
+        if self.heap.top + size > host_memory_bytes() // 2:
+            raise self._out_of_memory(size, name)
         try:
-            if self.heap.top + size > host_memory_bytes() // 2:  # past it the OS would kill us on first touch
-                raise MemoryError
             addr = self.heap.alloc(size, name)
-        except MemoryError:  # the emulated device memory lives in this process's memory
-            raise DeviceError(f"cannot allocate {size} bytes for '{name}': out of memory (the emulator keeps "
-                              f"device memory in host memory, at most half of its {host_memory_bytes()} bytes, "
-                              f"and holds {self.heap.top} already)") from None
+        except MemoryError:
+            raise self._out_of_memory(size, name) from None
         return Buffer(self, addr, int(size), name)
+
+    def _out_of_memory(self, size: int, name: str) -> DeviceError:
+        return DeviceError(f"cannot allocate {size} bytes for '{name}': out of memory (the emulator keeps device "
+                           f"memory in host memory, at most half of its {host_memory_bytes()} bytes, and holds "
+                           f"{self.heap.top} already)")
 
     def free(self, buf: Buffer) -> None:
         check_buffer(self, buf, "free")
@@ -111,13 +119,7 @@ class EmulatorDevice(Device):
         buf.freed = True
 
     def copy_in(self, buf: Buffer, data: bytes | np.ndarray, offset: int = 0) -> None:
-        check_buffer(self, buf, "copy_in")
-        if not isinstance(data, bytes | bytearray | memoryview | np.ndarray):
-            raise DeviceError(f"copy_in: expected bytes or a numpy array, got {type(data).__name__}")
-        raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
-        if offset < 0 or offset + len(raw) > buf.size:
-            raise DeviceError(f"copy of {len(raw)} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
-        self.heap.write(buf.addr + offset, raw)
+        self.heap.write(buf.addr + offset, copy_in_bytes(self, buf, data, offset))
 
 
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:

@@ -30,6 +30,7 @@ from tiledsl.backends.rocm.runtime.device import (
     check_buffer,
     check_size,
     complete_kernargs,
+    copy_in_bytes,
     launch_dims,
 )
 
@@ -151,12 +152,7 @@ class HipDevice(Device):
         buf.freed = True
 
     def copy_in(self, buf: Buffer, data: bytes | np.ndarray, offset: int = 0) -> None:
-        check_buffer(self, buf, "copy_in")
-        if not isinstance(data, bytes | bytearray | memoryview | np.ndarray):
-            raise DeviceError(f"copy_in: expected bytes or a numpy array, got {type(data).__name__}")
-        host = np.frombuffer(data.tobytes() if isinstance(data, np.ndarray) else bytes(data), np.uint8)
-        if offset < 0 or offset + host.size > buf.size:
-            raise DeviceError(f"copy of {host.size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+        host = np.frombuffer(copy_in_bytes(self, buf, data, offset), np.uint8)
         if not host.size:
             return
         self._current()
