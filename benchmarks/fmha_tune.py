@@ -1,14 +1,16 @@
 """Search FMHA forward tile configs: compile candidates under every feature mix, print a table.
 
 For each arch and padded head dim, every candidate (BLOCK_M, BLOCK_N, WAVES, STAGES, occupancy,
-reuse; with --mask-rows, query rows past the end masked instead of clamped) is compiled for the
+reuse; with --mask-rows, query rows past the end masked instead of clamped; with --schedule, LLVM's
+scheduler) is compiled for the
 feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE, sink, soft-cap, padded
 head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
 reported with its worst spills and its instructions per MFMA/WMMA. A row of fmha_configs should
 be the candidate with no spills in any mix and the fewest instructions per matrix instruction.
 With --model, also the modeled TFLOP/s of the f16 forward at the benchmarks' model shape (the
 emulator's timing model): the figure to choose rows by, among the candidates without spills.
-Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--mask-rows] [--model]
+Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--mask-rows]
+       [--schedule STRATEGY] [--model]
        [--jobs N]
 """
 
@@ -27,6 +29,7 @@ from tiledsl.driver import CompiledKernel
 from tiledsl.errors import TileError
 from tiledsl.isa_stats import isa_stats
 from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_defines
+from tiledsl.options import SCHEDULES
 from tiledsl.reference import fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -84,8 +87,8 @@ def measure(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> str:
     mixes = [(d | cfg.defines(), variant_dim_units(dt, hdim, c)) for dt in ("f16", "bf16") for c in (False, True)
              if ((d := variant(arch, dt, hdim, c))["MASK"] != "none") == masked]
     plain = compile_contiguous(arch, fmha_defines(arch, hdim_q=hdim, mask=fmha_mask_params(masked), config=cfg),
-                               allow_spills=True)
-    found = [spills(compiled(arch, d, u)) for d, u in mixes] + [spills(plain)]
+                               allow_spills=True, schedule=cfg.schedule)
+    found = [spills(compiled(arch, d, u, cfg.schedule)) for d, u in mixes] + [spills(plain)]
     worst_v, worst_s = max(v for v, _ in found), max(s for _, s in found)
     st = isa_stats(plain.asm, plain.manifest)
     per = st.instructions / max(1, st.mfma + st.wmma)
@@ -99,10 +102,14 @@ def main() -> int:
     ap.add_argument("--masked", action="store_true", help="tune the masked (causal/window) rows")
     ap.add_argument("--mask-rows", action="store_true",
                     help="the candidates with masked query rows (FmhaConfig.mask_rows)")
+    ap.add_argument("--schedule", choices=SCHEDULES, default="", metavar="STRATEGY",
+                    help="the candidates with this LLVM scheduler (FmhaConfig.schedule): "
+                         + ", ".join(s for s in SCHEDULES if s))
     ap.add_argument("--model", action="store_true", help="add modeled TFLOP/s (emulator timing model)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    jobs = [(a, h, args.masked, replace(c, mask_rows=args.mask_rows), args.model) for a in args.arch
+    jobs = [(a, h, args.masked, replace(c, mask_rows=args.mask_rows, schedule=args.schedule), args.model)
+            for a in args.arch
             for h in args.hdim for c in (CDNA if get_arch(a).is_cdna else RDNA)]
     print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'OCC':>4}{'RU':>4}{'MR':>4}{'S':>4}"
           f"{'VGPRsp':>8}{'SGPRsp':>8}{'instr/MMA':>10}" + (f"{'TFLOP/s':>10}" if args.model else ""))

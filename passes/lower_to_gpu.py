@@ -34,9 +34,11 @@ LDS_SYMBOL = "__tile_lds"
 
 
 class _Lowering:
-    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None, lds_bytes: int, arena_bytes: int):
+    def __init__(self, fn: ir.Operation, arch: Arch, source: str | None, lds_bytes: int, arena_bytes: int,
+                 schedule: str = ""):
         self.fn = fn
         self.arch = arch
+        self.schedule = schedule
         self.source = source
         self.lds_bytes = lds_bytes
         self.arena_bytes = arena_bytes  # LDS below this byte holds resident tiles (see stage_lds)
@@ -75,6 +77,9 @@ class _Lowering:
                 # occupancy(N): LLVM caps the registers so N waves fit on a SIMD
                 # (amdgpu-waves-per-eu), spilling rather than exceeding the cap.
                 gfn.attributes["rocdl.waves_per_eu"] = fn.attributes["tile.occupancy"]
+            if self.schedule:  # CompileOptions.schedule, a function attribute LLVM reads
+                gfn.attributes["passthrough"] = ir.ArrayAttr.get([ir.ArrayAttr.get(
+                    [ir.StringAttr.get("amdgpu-sched-strategy"), ir.StringAttr.get(self.schedule)])])
             entry = gfn.add_entry_block()
         old_entry = fn.regions[0].blocks[0]
         for old, new in zip(old_entry.arguments, entry.arguments, strict=True):
@@ -624,7 +629,7 @@ def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:
                              ir.Attribute.parse("#llvm.linkage<internal>"), addr_space=3, alignment=16)
     buffer_args: set[int] = set()
     for fn in kernel_funcs(module):
-        lowering = _Lowering(fn, arch, source, lds_bytes, arena)
+        lowering = _Lowering(fn, arch, source, lds_bytes, arena, ctx.options.schedule)
         lowering.build(body)
         buffer_args |= lowering.buffer_args
     ctx.facts["buffer_args"] = sorted(buffer_args)

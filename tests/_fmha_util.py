@@ -15,7 +15,7 @@ import numpy as np
 
 import tiledsl
 from tiledsl.driver import CompiledKernel, compile_source
-from tiledsl.kernels.fmha_configs import fmha_defines, fmha_dim_units
+from tiledsl.kernels.fmha_configs import fmha_config, fmha_defines, fmha_dim_units
 from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_mask_params
 
@@ -49,18 +49,33 @@ def variant_dim_units(dtype: str, hdim: int, causal: bool) -> tuple[tuple[str, i
     return fmha_dim_units(actual_hdim(hdim, dtype, causal))
 
 
+def variant_schedule(arch: str, dtype: str, hdim: int, causal: bool) -> str:
+    """The LLVM scheduler fmha_fwd compiles a variant with (its config row's)."""
+    f = FEATURES[(dtype, causal)]
+    masked = fmha_mask_params(f.get("causal", False), f.get("window", (-1, -1))).kind != "none"
+    return fmha_config(arch, actual_hdim(hdim, dtype, causal), masked=masked).schedule
+
+
 @functools.cache
 def _compiled(arch: str, defines: tuple[tuple[str, str], ...],
-              dim_units: tuple[tuple[str, int], ...]) -> CompiledKernel:
+              dim_units: tuple[tuple[str, int], ...], schedule: str) -> CompiledKernel:
     d = dict(defines)
     # Spills are asserted by the tests with the figures in the message rather than raised here.
     # Strides get no alignment facts: this is the general variant, the one with the most work.
-    opts = CompileOptions.make(arch, d, allow_spills=True, dim_units=dim_units)
+    opts = CompileOptions.make(arch, d, allow_spills=True, dim_units=dim_units, schedule=schedule)
     return compile_source(KERNEL.read_text(), str(KERNEL), arch, d, opts, cache=None)
 
 
-def compiled(arch: str, defines: dict[str, str], dim_units: tuple[tuple[str, int], ...] = ()) -> CompiledKernel:
-    return _compiled(arch, tuple(sorted(defines.items())), dim_units)
+def compiled(arch: str, defines: dict[str, str], dim_units: tuple[tuple[str, int], ...] = (),
+             schedule: str = "") -> CompiledKernel:
+    return _compiled(arch, tuple(sorted(defines.items())), dim_units, schedule)
+
+
+def compiled_variant(arch: str, dtype: str, hdim: int, causal: bool) -> CompiledKernel:
+    """A feature-mix variant compiled as fmha_fwd would (general strides): its defines, dim units
+    and its config row's scheduler."""
+    return compiled(arch, variant(arch, dtype, hdim, causal), variant_dim_units(dtype, hdim, causal),
+                    variant_schedule(arch, dtype, hdim, causal))
 
 
 def check_out_lse(out: Any, lse: Any, ref_out: Any, ref_lse: Any, tol: float) -> None:

@@ -222,3 +222,26 @@ def test_compile_all_archs_goes_past_a_failing_one(tmp_path, capsys):
                      (["-D", "gfx942:BLOCK_M=64", "-D", "gfx942:BLOCK_M=32"], "-D gfx942:BLOCK_M given twice")):
         assert main(["compile", str(gemm), "--arch", "gfx942", *bad, "-o", str(tmp_path)]) == 2
         assert err in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_compile_schedule_reaches_llvm(arch, tmp_path, monkeypatch, capsys):
+    """--schedule becomes the kernel's amdgpu-sched-strategy attribute in the LLVM IR; the default
+    leaves LLVM's choice alone; an unknown strategy is a usage error."""
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    gemm = str(ROOT / "examples" / "gemm.tile")
+    for schedule, want in (("iterative-ilp", '"amdgpu-sched-strategy"="iterative-ilp"'), ("default", None)):
+        dump = tmp_path / schedule
+        assert main(["compile", gemm, "--arch", arch, "-o", str(tmp_path / "out"), "--dump-ir", str(dump),
+                     "--schedule", schedule, "-q"]) == 0
+        ll = next(dump.glob("*.ll")).read_text()
+        assert (want in ll) if want else "amdgpu-sched-strategy" not in ll
+    assert main(["compile", gemm, "--arch", arch, "-o", str(tmp_path / "out"), "--schedule", "fastest"]) == 2
+    assert "invalid choice: 'fastest'" in capsys.readouterr().err
+
+
+def test_compile_options_refuse_an_unknown_schedule():
+    from tiledsl.options import CompileOptions
+
+    with pytest.raises(ValueError, match="schedule: expected one of .*'iterative-ilp'.*, got 'ilp'"):
+        CompileOptions.make("gfx942", schedule="ilp")

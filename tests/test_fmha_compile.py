@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from _fmha_util import KERNEL, compiled, variant, variant_dim_units
+from _fmha_util import KERNEL, compiled, compiled_variant, variant
 
 from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
@@ -46,7 +46,7 @@ CASES = [(arch, dt, h, c) for arch in ARCH_NAMES for dt in ("f16", "bf16") for h
 def test_fmha_compiles(arch: str, dtype: str, hdim: int, causal: bool) -> None:
     defines = variant(arch, dtype, hdim, causal)
     assert defines["HDIM"] == str(hdim)
-    k = compiled(arch, defines, variant_dim_units(dtype, hdim, causal))
+    k = compiled_variant(arch, dtype, hdim, causal)
     co = elf.read_code_object(k.hsaco)
     assert co.e_machine == elf.EM_AMDGPU and co.arch == arch
     assert "fmha_fwd.kd" in co.symbols

@@ -16,7 +16,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _fmha_util import FEATURES, actual_hdim, compiled, variant, variant_dim_units
+from _fmha_util import FEATURES, actual_hdim, compiled_variant
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
@@ -40,7 +40,7 @@ RUNS: dict[tuple[str, bool], dict[str, Any]] = {
 def run_case(arch: str, dtype: str, hdim: int, causal: bool) -> None:
     r = RUNS[(dtype, causal)]
     feats = FEATURES[(dtype, causal)]
-    kernel = compiled(arch, variant(arch, dtype, hdim, causal), variant_dim_units(dtype, hdim, causal))
+    kernel = compiled_variant(arch, dtype, hdim, causal)
     rng = np.random.default_rng(zlib.crc32(f"{arch}{dtype}{hdim}{causal}".encode()))
     npdt = np.float16 if dtype == "f16" else ml_dtypes.bfloat16
     d, hq, hk = actual_hdim(hdim, dtype, causal), r["hq"], r["hk"]

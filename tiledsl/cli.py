@@ -22,6 +22,7 @@ from typing import Any
 from tiledsl import __version__, profile
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.errors import SourceError, TileError
+from tiledsl.options import SCHEDULES
 
 EXIT_OK, EXIT_ICE, EXIT_USER = 0, 1, 2
 
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "allows vector memory access)")
     c.add_argument("--allow-spills", action="store_true",
                    help="accept a kernel that spills registers to scratch memory (normally an error)")
+    c.add_argument("--schedule", choices=["default", *filter(None, SCHEDULES)], default="default",
+                   metavar="STRATEGY", help="LLVM's machine scheduler for the kernel: default, "
+                   + ", ".join(filter(None, SCHEDULES)) + " (docs/compiler.md)")
     c.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
 
     i = sub.add_parser("inspect", help="table of registers, LDS, spills, MFMA/WMMA of compiled kernels")
@@ -239,7 +243,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for arch in archs:  # one arch failing (e.g. spilling on gfx1100) does not stop the others
         defines = _parse_defines(args.defines, arch)
         options = CompileOptions.make(arch, defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills,
-                                      unit_last_stride=not args.strided, failure_dir=str(_reports_dir()))
+                                      unit_last_stride=not args.strided, failure_dir=str(_reports_dir()),
+                                      schedule="" if args.schedule == "default" else args.schedule)
         try:
             compile_file(args.file, [arch], defines, args.outdir, options, cache=cache, on_result=report)
         except TileError as exc:

@@ -383,7 +383,8 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
     element at a time, then with masked accesses as branches instead of buffer accesses (LLVM
     keeps fewer loads in flight; pointers take half the scalar registers of descriptors). A
     kernel that spills more than these can explain is not compiled again (an occupancy target
-    out of reach: the caller lowers it)."""
+    out of reach: the caller lowers it). A kernel compiled with a scheduler of its own
+    (CompileOptions.schedule) that spills is first compiled with LLVM's default."""
     best = _compile_once(arch_row, opts, filename, clean, source, kind)
 
     def few_spills() -> bool:
@@ -401,6 +402,11 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
             rows //= 2
             retry(dataclasses.replace(base, transposed_rows=rows))
 
+    # A scheduler other than LLVM's default (CompileOptions.schedule) can keep more values live:
+    # a kernel that spills with it is compiled with the default first.
+    if any(spill_counts(best[2])) and opts.schedule:
+        retry(dataclasses.replace(opts, schedule=""))
+    opts = best[0].options
     # Barriers between LDS stagings also keep LLVM from hoisting loads across them: a kernel that
     # spills vector registers is compiled again with every staging behind one (stage-lds), unless
     # it may spill and spills more than a few (RDNA's hdim 256 rows: a second compile of a large

@@ -21,7 +21,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_dropout import NO_DROPOUT, DropoutCall, check_dropout, dropout_mask_output
 from tiledsl.fmha_fp8 import Fp8Call, check_fp8, check_fp8_dtype, is_fp8
-from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_units, pack_gqa
+from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_config, fmha_defines, fmha_dim_units, pack_gqa
 from tiledsl.launcher import numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, bias_shape, fmha_mask_params
 
@@ -595,10 +595,12 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     from tiledsl.library import library_kernel
     from tiledsl.options import CompileOptions
 
+    cfg = fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
+                      dropout=dropout, fp8=dtype == "f8e4m3", wide=wide)
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
                            sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa,
                            page_size=page_size, bias=bias, bias_dtype=bias_dtype, dropout=dropout, out_dtype=out_dtype,
-                           wide=wide)
+                           config=cfg)
     if passes != 1:
         defines["PASSES"] = str(passes)
     # Bias variants accept spills rather than fail: the tile rows keep the tested feature mixes free
@@ -607,6 +609,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v), buffer_masks=not large,
+                                  schedule=cfg.schedule,
                                   allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1)
     return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 

@@ -10,6 +10,10 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
+# LLVM's AMDGPU scheduling strategies (GCNSchedStrategy / GCNIterativeScheduler in LLVM 22) a kernel
+# may ask for; "" is LLVM's default (max-occupancy).
+SCHEDULES = ("", "max-ilp", "max-memory-clause", "iterative-ilp", "iterative-minreg", "iterative-maxocc")
+
 
 @dataclass(frozen=True)
 class CompileOptions:
@@ -57,9 +61,18 @@ class CompileOptions:
     # accumulator). The driver compiles again with False when a kernel spills: the moved sums can
     # hold more registers live across the loop (gfx1100's causal hdim 128 backward, a small grid).
     fold_laid_out: bool = True
+    # LLVM's machine scheduler for the kernel ("amdgpu-sched-strategy"; "" keeps LLVM's default).
+    # "iterative-ilp" keeps more LDS reads in flight ahead of the matrix instructions that use them,
+    # which the timing model finds faster in some tile rows and slower in others, so the config rows
+    # choose (FmhaConfig.schedule, benchmarks/fmha_tune.py --schedule).
+    schedule: str = ""
     # Set by the driver only: a kernel's occupancy(N) target lowered to this when N waves per SIMD
     # would spill or cannot be reached (the driver compiles again with N-1, ... 0 = no target).
     occupancy_cap: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule: expected one of {', '.join(map(repr, SCHEDULES))}, got {self.schedule!r}")
 
     def stride_unit(self, tensor: str) -> int:
         return dict(self.stride_units).get(tensor, 1)

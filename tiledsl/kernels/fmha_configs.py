@@ -74,6 +74,9 @@ class FmhaConfig:
     # Query rows past the end of the sequence masked (MASK_ROWS) rather than clamped to its last
     # row: fewer instructions everywhere, faster only in some rows (fmha_fwd.tile says where).
     mask_rows: bool = False
+    # LLVM's scheduler for this row (CompileOptions.schedule; "" its default), where the model
+    # finds another one faster.
+    schedule: str = ""
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -90,8 +93,8 @@ class FmhaConfig:
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
-       mask_rows: bool = False) -> FmhaConfig:
-    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows)
+       mask_rows: bool = False, schedule: str = "") -> FmhaConfig:
+    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, schedule)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -119,15 +122,25 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # 115.0 -> 131.1, causal 94.4 -> 113.5; gfx1100 hdim 64 80.1 -> 82.3, causal 69.3 -> 70.9, and its
 # hdim 128 row 64x32 with 8 waves -> 4 waves: 69.8 -> 73.6, causal 59.1 -> 60.3 (8 waves 69.3 and
 # 57.5; 128x64 with 8 waves 65.6). gfx1201 hdim 64 128.7 -> 127.1 (64x32 119.8, 128x64 105.5).
+# LLVM's iterative ILP scheduler (FmhaConfig.schedule, session 27) keeps the next K fragment's LDS
+# reads in flight during the current MFMAs, which the default scheduler serialises (read, wait,
+# two MFMAs): gfx942 hdim 128 610.8 -> 664.5, causal 411.1 -> 434.6. Elsewhere it models slower
+# or equal (equal where it spills and the driver falls back to the default): gfx950 hdim 128
+# 1206.2 -> 1142.2, causal 770.4 -> 763.7; gfx90a 0.7-6 % slower; gfx1100 hdim 64 82.3 -> 76.7,
+# causal 70.9 -> 59.4; gfx1201 hdim 128 131.1 -> 126.3. LLVM's max-ilp: gfx1201 hdim 64 127.1 ->
+# 130.6 (taken; iterative-ilp 125.1); gfx942 hdim 128 621.5, causal 377.7; gfx90a within 1.1 %;
+# gfx950 hdim 128 causal 542.1.
+ILP = "iterative-ilp"
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True), 128: _c(128, 64, 4, 2, 2, reuse=True),
                256: _c(64, 32, 4, 2)},
     "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2, 2, reuse=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True), 256: _c(64, 32, 4, 2)},
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, schedule=ILP), 256: _c(64, 32, 4, 2)},
     "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True),
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1), 128: _c(64, 32, 4, 1), 256: _c(64, 32, 8, 1)},
-    "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 1), 128: _c(64, 32, 4, 1), 256: _c(64, 32, 8, 1)},
+    "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 1, schedule="max-ilp"), 128: _c(64, 32, 4, 1),
+                256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
 
@@ -166,7 +179,7 @@ def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bo
 # the mask's registers change which tile is largest without spilling).
 MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True), 128: _c(128, 32, 4, 2, 2)},
-    "gfx942": {64: _c(128, 64, 4, 2, 2), 128: _c(128, 64, 4, 2, 2)},
+    "gfx942": {64: _c(128, 64, 4, 2, 2), 128: _c(128, 64, 4, 2, 2, schedule=ILP)},
     "gfx950": {64: _c(128, 64, 4, 2, 2)},
     "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 1, mask_rows=True)},
