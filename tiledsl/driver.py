@@ -120,7 +120,8 @@ def make_ll(ctx: StageContext, rocdl_mlir: str) -> str:
 def make_isa(ctx: StageContext, llir: str) -> IsaObject:
     from tiledsl.backends.rocm import codegen
 
-    asm, obj = codegen.make_isa_and_object(llir, ctx.arch)
+    make = codegen.make_isa_and_object_isolated if ctx.options.schedule else codegen.make_isa_and_object
+    asm, obj = make(llir, ctx.arch)
     ctx.asm = asm
     return IsaObject(asm, obj)
 
@@ -338,10 +339,22 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
 
 def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
                   kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
-    """Run the stages once: (their context, the code object, its manifest)."""
+    """Run the stages once: (their context, the code object, its manifest). Where LLVM crashes with
+    the scheduler the options ask for, they run again with its default, and the manifest says so."""
+    from tiledsl.backends.rocm.codegen import CodegenCrashed
+
     ctx = StageContext(arch_row, opts, filename, clean, prefix=_stem(filename, kind),
                        source=source if kind == "tile" else None)
-    hsaco = run_stages(ctx, source, START_EXTENSIONS[kind], kind)
+    try:
+        hsaco = run_stages(ctx, source, START_EXTENSIONS[kind], kind)
+    except CompileError as exc:
+        if not (opts.schedule and isinstance(exc.__cause__, CodegenCrashed)):
+            raise
+        ctx, hsaco, manifest = _compile_once(arch_row, dataclasses.replace(opts, schedule=""), filename, clean,
+                                             source, kind)
+        manifest["schedule_fallback"] = (f"LLVM crashed with the {opts.schedule} scheduler "
+                                         f"({exc.detail}); compiled with its default")
+        return ctx, hsaco, manifest
 
     from tiledsl import manifest as mf  # after the stages: imports the front-end's AST module
 
@@ -352,6 +365,8 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
                                      ctx.facts.get("buffer_args", ()))
     else:
         manifest = mf.manifest_from_code_object(hsaco, arch_row)
+    if opts.schedule:
+        manifest["schedule"] = opts.schedule
     ctx.timings["manifest"] = time.perf_counter() - t0
     return ctx, hsaco, manifest
 

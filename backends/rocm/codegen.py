@@ -130,6 +130,45 @@ def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
         return tm.emit_assembly(module), tm.emit_object(llvm.parse_assembly(optimized))
 
 
+class CodegenCrashed(CompileError):
+    """LLVM died (a signal) in codegen run apart (make_isa_and_object_isolated)."""
+
+
+def make_isa_and_object_isolated(llir: str, arch: Arch) -> tuple[str, bytes]:
+    """make_isa_and_object in a child process, for kernels that ask for one of LLVM's less used
+    machine schedulers (CompileOptions.schedule): a crash there (LLVM's iterative schedulers have
+    segfaulted on our backward kernel) must not take the caller's process with it. Raises
+    CodegenCrashed when the child dies of a signal, CompileError when it reports an error."""
+    with tempfile.TemporaryDirectory(prefix="tiledsl-codegen-") as tmp:
+        proc = subprocess.run(_codegen_command(arch, tmp), input=llir.encode(), capture_output=True)
+        stderr = proc.stderr.decode(errors="replace")
+        if proc.returncode < 0:
+            raise CodegenCrashed("codegen", f"LLVM crashed (signal {-proc.returncode}) in AMDGPU codegen")
+        if proc.returncode != 0:
+            raise CompileError("codegen", stderr.strip() or f"the codegen process exited with {proc.returncode}")
+        sys.stderr.write(stderr)  # LLVM's own warnings, already filtered by the child
+        return Path(tmp, "k.s").read_text(), Path(tmp, "k.o").read_bytes()
+
+
+def _codegen_command(arch: Arch, out: str) -> list[str]:
+    return [sys.executable, "-m", "tiledsl.backends.rocm.codegen", arch.name, out]
+
+
+def _child_main(argv: list[str]) -> int:
+    """`python -m tiledsl.backends.rocm.codegen ARCH DIR`: LLVM IR on stdin -> DIR/k.s, DIR/k.o."""
+    from tiledsl.backends.rocm.arch import get_arch
+
+    arch_name, out = argv
+    try:
+        asm, obj = make_isa_and_object(sys.stdin.read(), get_arch(arch_name))
+    except CompileError as exc:
+        sys.stderr.write(exc.detail)
+        return 3
+    Path(out, "k.s").write_text(asm)
+    Path(out, "k.o").write_bytes(obj)
+    return 0
+
+
 # LLVM's warnings that the driver turns into something better: an occupancy(N) target LLVM could not
 # reach is compiled again for fewer waves (tiledsl.driver), so its warning is noise to the user.
 _HANDLED_WARNINGS = ("failed to meet occupancy target",)
@@ -164,3 +203,7 @@ def make_hsaco(obj: bytes) -> bytes:
         if proc.returncode != 0:
             raise CompileError("link", proc.stderr.strip())
         return Path(dst).read_bytes()
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

@@ -1,0 +1,51 @@
+"""CompileOptions.schedule: LLVM's machine scheduler asked for per kernel, codegen run apart so that
+an LLVM crash with it falls back to the default scheduler instead of killing the caller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiledsl.backends.rocm import codegen, elf
+from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.driver import compile_source
+from tiledsl.options import CompileOptions
+
+pytestmark = pytest.mark.compile
+GEMM = Path(__file__).resolve().parents[1] / "examples" / "gemm.tile"
+
+
+def _compile(arch: str, schedule: str):
+    return compile_source(GEMM.read_text(), str(GEMM), arch, {}, CompileOptions.make(arch, schedule=schedule),
+                          cache=None)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_scheduled_kernel_compiles_apart_and_says_so(arch):
+    k = _compile(arch, "max-ilp")
+    assert k.manifest["schedule"] == "max-ilp" and "schedule_fallback" not in k.manifest
+    assert "schedule" not in _compile(arch, "").manifest
+
+
+def test_llvm_crash_falls_back_to_the_default_scheduler(tmp_path, monkeypatch):
+    """A codegen child that dies of a signal (here: it kills itself) is not the caller's crash: the
+    kernel is compiled again with LLVM's default scheduler and its manifest records why."""
+    crasher = tmp_path / "crash.sh"
+    crasher.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    crasher.chmod(0o755)
+    monkeypatch.setattr(codegen, "_codegen_command", lambda arch, out: [str(crasher)])
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    k = _compile("gfx942", "iterative-ilp")
+    assert "schedule" not in k.manifest
+    assert k.manifest["schedule_fallback"].startswith("LLVM crashed with the iterative-ilp scheduler (LLVM crashed "
+                                                      "(signal 11)")
+    assert elf.read_code_object(k.hsaco).arch == "gfx942"  # a real code object came out
+
+
+def test_codegen_child_errors_are_compile_errors(monkeypatch):
+    from tiledsl.backends.rocm.arch import get_arch
+    from tiledsl.errors import CompileError
+
+    with pytest.raises(CompileError, match="codegen.*(error|expected)"):
+        codegen.make_isa_and_object_isolated("this is not LLVM IR", get_arch("gfx942"))
