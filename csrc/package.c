@@ -328,8 +328,13 @@ static td_status load_kernel(td_package *p, const char *key, const js_value *ent
     snprintf(k->key, sizeof k->key, "%s", key);
     snprintf(path, sizeof path, "%.*s/%s", (int)root_len, p->root, manifest);
     char err[256];
+    const char *manifest_digest = str_field(entry, "manifest_sha256"); /* absent in packages written before it */
     if ((s = td__read_file(path, "manifest", &text, &size)) != TD_OK) {
         s = td__context(s, "kernel package %s", p->root);
+    } else if (manifest_digest && (td__sha256_hex(text, size, digest), strcmp(digest, manifest_digest))) {
+        s = td__fail(TD_ERROR_PACKAGE, "kernel package %s: %s is corrupted (its sha256 does not match index.json: "
+                     "it was edited or damaged); rebuild the package with `tiledsl prebuild ... -o %s`", p->root,
+                     manifest, p->root);
     } else if (!(k->manifest = js_parse(text, size, err, sizeof err))) {
         s = td__fail(TD_ERROR_PACKAGE, "kernel package %s: %s is not valid JSON (%s); rebuild the package", p->root,
                      manifest, err);

@@ -27,7 +27,7 @@ from tiledsl.backends.rocm import elf
 from tiledsl.backends.rocm.runtime import EmulatorDevice
 from tiledsl.cli import main
 from tiledsl.errors import TileError
-from tiledsl.manifest import check_manifest, validate_manifest
+from tiledsl.manifest import check_manifest, manifest_digest, validate_manifest
 from tiledsl.package import Package, PackageError
 
 pytestmark = pytest.mark.compile
@@ -153,11 +153,30 @@ MANIFEST_CASES = [
 
 @pytest.mark.parametrize("label, damage, message", MANIFEST_CASES, ids=[c[0] for c in MANIFEST_CASES])
 def test_corrupt_manifest_is_a_clear_error(gemm, tmp_path, label, damage, message):
+    """Each damage, in a manifest without its own digest (as written before it existed): the field
+    checks and the cross-check with the code object name what is wrong. With the digest, a damage
+    those checks pass is refused by the digest."""
     hsaco, good = gemm
     manifest = copy.deepcopy(good)
+    del manifest["manifest_sha256"]
     damage(manifest)
     text = _load_error(_write(tmp_path / label, hsaco, manifest))
     assert text.startswith("path: ") and message in text, text
+    signed = {**manifest, "manifest_sha256": good["manifest_sha256"]}
+    text = _load_error(_write(tmp_path / f"{label}-signed", hsaco, signed))
+    assert message in text or "its manifest_sha256 does not match its contents" in text, text
+
+
+def test_compile_records_the_manifest_digest(gemm, tmp_path):
+    """`tiledsl compile` signs its manifest: any edit that leaves it a valid manifest (a grid
+    formula, which nothing else cross-checks) is refused; the untouched pair loads."""
+    hsaco, good = gemm
+    assert good["manifest_sha256"] == manifest_digest(good)
+    assert tiledsl.load_kernel(_write(tmp_path / "good", hsaco, good)).manifest == good
+    edited = copy.deepcopy(good)
+    edited["grid"][0] = "1"
+    text = _load_error(_write(tmp_path / "edited", hsaco, edited))
+    assert "the manifest is not as `tiledsl compile` wrote it" in text and "recompile" in text
 
 
 @pytest.mark.parametrize("label, text, message", [
@@ -227,7 +246,7 @@ def test_damaged_code_object_messages(gemm, tmp_path, damage, message):
     assert message in text, text
     if damage == "code":
         assert "recompile" in text
-        old = {k: v for k, v in manifest.items() if k != "code_object_sha256"}
+        old = {k: v for k, v in manifest.items() if k not in ("code_object_sha256", "manifest_sha256")}
         assert tiledsl.load_kernel(_write(tmp_path / "old", bytes(blob), old)).hsaco == bytes(blob)  # older outputs
 
 

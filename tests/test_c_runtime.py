@@ -507,6 +507,26 @@ def test_corrupted_code_object(rt, hip_backend, bwd_gfx942, bwd_package):
         rt.lib.td_package_close(pkg)
 
 
+def test_edited_manifest(rt, hip_backend, bwd_gfx942, bwd_package):
+    """A package manifest edited by hand (still valid JSON, still a valid manifest) is refused by
+    its sha256 in index.json, as tiledsl.load_package refuses it."""
+    plan = bwd_gfx942[0]
+    key = plan.stages[1].kernel.key
+    entry = json.loads((bwd_package / "index.json").read_text())["kernels"][key]
+    manifest = bwd_package / entry["manifest"]
+    edited = json.loads(manifest.read_text())
+    edited["grid"][0] = "1"
+    manifest.write_text(json.dumps(edited))
+    pkg = rt.open(bwd_package)
+    try:
+        with pytest.raises(TdError, match=rf"{entry['manifest']} is corrupted \(its sha256 does not match "
+                                          r"index.json: it was edited or damaged\)") as info:
+            rt.kernel(pkg, key, ordinal(hip_backend, "gfx942"))
+        assert info.value.status == TD_ERROR_PACKAGE
+    finally:
+        rt.lib.td_package_close(pkg)
+
+
 def test_kernel_for_another_arch_is_a_hip_error(rt, hip_backend, bwd_gfx942, bwd_package):
     hip_backend.needs_stub()
     pkg = rt.open(bwd_package)

@@ -253,6 +253,10 @@ def test_load_kernel(tmp_path):
     manifest = json.loads((out / "softmax.gfx942.json").read_text())
     manifest["lds_bytes"] += 4
     (out / "softmax.gfx942.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="its manifest_sha256 does not match its contents"):
+        tiledsl.load_kernel(out, arch="gfx942")
+    del manifest["manifest_sha256"]  # as written before the digest: the cross-check finds the edit
+    (out / "softmax.gfx942.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="disagrees with its code object"):
         tiledsl.load_kernel(out, arch="gfx942")
     (out / "softmax.gfx942.json").write_text("{")

@@ -492,11 +492,14 @@ def write_outputs(kernel: CompiledKernel, outdir: str | os.PathLike[str]) -> lis
     """`<kernel>.<arch>.hsaco`, `.s` and `.json` (the manifest) in `outdir`."""
     import json
 
+    from tiledsl.manifest import MANIFEST_DIGEST, manifest_digest
+
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     base = f"{kernel.name}.{kernel.arch}"
+    manifest = {**kernel.manifest, MANIFEST_DIGEST: manifest_digest(kernel.manifest)}  # load_kernel checks it
     files = [(out / f"{base}.hsaco", kernel.hsaco), (out / f"{base}.s", kernel.asm.encode()),
-             (out / f"{base}.json", (json.dumps(kernel.manifest, indent=2) + "\n").encode())]
+             (out / f"{base}.json", (json.dumps(manifest, indent=2) + "\n").encode())]
     for path, data in files:
         write_atomic(path, data)
     return [p for p, _ in files]

@@ -2,13 +2,14 @@
 
 `tiledsl compile k.tile --arch gfx942 -o out/` writes `out/<kernel>.<arch>.hsaco` with its
 manifest `out/<kernel>.<arch>.json`; `load_kernel("out/", name="k", arch="gfx942")` reads the
-pair back, checks that the manifest describes that code object, and returns a kernel that
+pair back, checks that the manifest is as written and describes that code object, and returns a kernel that
 `tiledsl.launcher.launch(kernel, *args, device=...)` runs. No compiler is needed.
 
 Both files come from a user's disk, so each is checked before use: the manifest has every field a
 launch reads (`tiledsl.manifest.validate_manifest`), the code object parses, its sha256 is the one
-the manifest recorded (manifests written before the digest existed have none and skip that), and
-the two agree (`check_manifest`). Every problem is a ValueError naming the file.
+the manifest recorded, the manifest's own sha256 is the one it records (so a hand edit that still
+reads as a valid manifest is refused too; manifests written before the digests existed have none and
+skip those checks), and the two agree (`check_manifest`). Every problem is a ValueError naming the file.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _read_bytes(path: Path) -> bytes:
 
 def _read_manifest(manifest_path: Path) -> dict[str, Any]:
     """The manifest at `manifest_path`, with every field a launch reads checked."""
-    from tiledsl.manifest import validate_manifest
+    from tiledsl.manifest import manifest_digest_problem, validate_manifest
 
     raw = _read_bytes(manifest_path)
     try:
@@ -99,6 +100,9 @@ def _read_manifest(manifest_path: Path) -> dict[str, Any]:
         validate_manifest(manifest)
     except ValueError as exc:
         raise ValueError(f"path: {manifest_path}: {exc}") from None
+    problem = manifest_digest_problem(manifest)
+    if problem:
+        raise ValueError(f"path: {manifest_path}: {problem} (`tiledsl compile FILE --arch {manifest['arch']} -o DIR`)")
     return manifest
 
 

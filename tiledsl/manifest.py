@@ -11,6 +11,7 @@ and `code_object_sha256` ties it to the exact code object it was written for.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from tiledsl import __version__
@@ -238,6 +239,26 @@ _JSON_TYPES = {type(None): "null", bool: "boolean", int: "integer", float: "numb
 def code_object_digest(hsaco: bytes) -> str:
     """The sha256 a manifest records of its code object (field 'code_object_sha256')."""
     return hashlib.sha256(hsaco).hexdigest()
+
+
+MANIFEST_DIGEST = "manifest_sha256"
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """The sha256 of a manifest's canonical JSON, its own digest field left out: `tiledsl compile`
+    writes it into the manifest (field 'manifest_sha256') so that an edited manifest is refused."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def manifest_digest_problem(manifest: dict[str, Any]) -> str | None:
+    """Why `manifest` is not as `tiledsl compile` wrote it, or None (manifests written before the
+    digest existed have none, and are taken on trust)."""
+    want = manifest.get(MANIFEST_DIGEST)
+    if want is None or want == manifest_digest(manifest):
+        return None
+    return ("the manifest is not as `tiledsl compile` wrote it (its manifest_sha256 does not match its "
+            "contents): it was edited or damaged; recompile it")
 
 
 def digest_problem(manifest: dict[str, Any], hsaco: bytes) -> str | None:
