@@ -49,3 +49,23 @@ def test_codegen_child_errors_are_compile_errors(monkeypatch):
 
     with pytest.raises(CompileError, match="codegen.*(error|expected)"):
         codegen.make_isa_and_object_isolated("this is not LLVM IR", get_arch("gfx942"))
+
+
+def test_a_scheduler_that_spills_gives_way_to_the_default(monkeypatch):
+    """Where the scheduler asked for spills registers and LLVM's default does not, the default's
+    code is kept and the manifest says why."""
+    from tiledsl import driver
+
+    real = driver._compile_once
+
+    def spilling(arch_row, opts, *args):
+        ctx, hsaco, manifest = real(arch_row, opts, *args)
+        if opts.schedule:
+            manifest["vgpr_spill_count"] = 3
+        return ctx, hsaco, manifest
+
+    monkeypatch.setattr(driver, "_compile_once", spilling)
+    k = _compile("gfx90a", "max-ilp")
+    assert k.manifest["vgpr_spill_count"] == 0 and "schedule" not in k.manifest
+    want = "spills registers with the max-ilp scheduler; compiled with LLVM's default"
+    assert k.manifest["schedule_fallback"] == want

@@ -329,6 +329,9 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
                                                 clean, source, kind)
         manifest["occupancy_target"] = target
         manifest["occupancy_lowered_to"] = cap
+    if opts.schedule and "schedule" not in manifest:  # the retries went back to LLVM's default
+        manifest.setdefault("schedule_fallback", f"spills registers with the {opts.schedule} scheduler; "
+                                                 "compiled with LLVM's default")
     _check_spills(manifest, ctx, opts)
     result = CompiledKernel(manifest["kernel"], arch_row.name, hsaco, ctx.asm or "", manifest,
                             from_cache=False, timings=ctx.timings)
