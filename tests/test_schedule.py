@@ -16,9 +16,9 @@ pytestmark = pytest.mark.compile
 GEMM = Path(__file__).resolve().parents[1] / "examples" / "gemm.tile"
 
 
-def _compile(arch: str, schedule: str):
-    return compile_source(GEMM.read_text(), str(GEMM), arch, {}, CompileOptions.make(arch, schedule=schedule),
-                          cache=None)
+def _compile(arch: str, schedule: str, failure_dir: Path | None = None):
+    options = CompileOptions.make(arch, schedule=schedule, failure_dir=str(failure_dir) if failure_dir else None)
+    return compile_source(GEMM.read_text(), str(GEMM), arch, {}, options, cache=None)
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
@@ -36,10 +36,12 @@ def test_llvm_crash_falls_back_to_the_default_scheduler(tmp_path, monkeypatch):
     crasher.chmod(0o755)
     monkeypatch.setattr(codegen, "_codegen_command", lambda arch, out: [str(crasher)])
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
-    k = _compile("gfx942", "iterative-ilp")
+    k = _compile("gfx942", "iterative-ilp", failure_dir=tmp_path / "reports")
     assert "schedule" not in k.manifest
-    assert k.manifest["schedule_fallback"].startswith("LLVM crashed with the iterative-ilp scheduler (LLVM crashed "
-                                                      "(signal 11)")
+    note = k.manifest["schedule_fallback"]
+    assert note.startswith("LLVM crashed (signal 11) in AMDGPU codegen with the iterative-ilp scheduler (its input "
+                           f"is saved at {tmp_path / 'reports'}"), note
+    assert note.endswith("; compiled with LLVM's default"), note
     assert elf.read_code_object(k.hsaco).arch == "gfx942"  # a real code object came out
 
 

@@ -355,8 +355,9 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
             raise
         ctx, hsaco, manifest = _compile_once(arch_row, dataclasses.replace(opts, schedule=""), filename, clean,
                                              source, kind)
-        manifest["schedule_fallback"] = (f"LLVM crashed with the {opts.schedule} scheduler "
-                                         f"({exc.detail}); compiled with its default")
+        saved = f" (its input is saved at {exc.saved_input})" if exc.saved_input else ""
+        manifest["schedule_fallback"] = (f"{exc.detail} with the {opts.schedule} scheduler{saved}; "
+                                         "compiled with LLVM's default")
         return ctx, hsaco, manifest
 
     from tiledsl import manifest as mf  # after the stages: imports the front-end's AST module
