@@ -28,14 +28,19 @@ def test_scheduled_kernel_compiles_apart_and_says_so(arch):
     assert "schedule" not in _compile(arch, "").manifest
 
 
-def test_llvm_crash_falls_back_to_the_default_scheduler(tmp_path, monkeypatch):
-    """A codegen child that dies of a signal (here: it kills itself) is not the caller's crash: the
-    kernel is compiled again with LLVM's default scheduler and its manifest records why."""
+@pytest.fixture
+def crashing_codegen(tmp_path, monkeypatch):
+    """Codegen children that die of a signal (they kill themselves), as LLVM did."""
     crasher = tmp_path / "crash.sh"
     crasher.write_text("#!/bin/sh\nkill -SEGV $$\n")
     crasher.chmod(0o755)
     monkeypatch.setattr(codegen, "_codegen_command", lambda arch, out: [str(crasher)])
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_llvm_crash_falls_back_to_the_default_scheduler(tmp_path, crashing_codegen):
+    """A codegen child that dies of a signal is not the caller's crash: the kernel is compiled
+    again with LLVM's default scheduler and its manifest records why."""
     k = _compile("gfx942", "iterative-ilp", failure_dir=tmp_path / "reports")
     assert "schedule" not in k.manifest
     note = k.manifest["schedule_fallback"]
@@ -71,3 +76,12 @@ def test_a_scheduler_that_spills_gives_way_to_the_default(monkeypatch):
     assert k.manifest["vgpr_spill_count"] == 0 and "schedule" not in k.manifest
     want = "spills registers with the max-ilp scheduler; compiled with LLVM's default"
     assert k.manifest["schedule_fallback"] == want
+
+
+def test_compile_reports_a_scheduler_fallback(tmp_path, crashing_codegen, capsys):
+    """`tiledsl compile --schedule` says so when the kernel was compiled with LLVM's default."""
+    from tiledsl.cli import main
+
+    assert main(["compile", str(GEMM), "--arch", "gfx90a", "-o", str(tmp_path / "out"), "--schedule", "max-ilp"]) == 0
+    out = capsys.readouterr().out
+    assert "(--schedule: LLVM crashed (signal 11) in AMDGPU codegen with the max-ilp scheduler" in out, out

@@ -237,6 +237,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
             if lowered is not None:
                 note += (f" (occupancy({kernel.manifest['occupancy_target']}) would spill or is out of reach: "
                          f"compiled for {lowered or 'no target'})")
+            fallback = kernel.manifest.get("schedule_fallback")
+            if fallback:
+                note += f" (--schedule: {fallback})"
             print(f"{kernel.name} {kernel.arch}: {files[0]}{note}")
 
     failed: dict[str, str] = {}
