@@ -129,7 +129,8 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # 1206.2 -> 1142.2, causal 770.4 -> 763.7; gfx90a 0.7-6 % slower; gfx1100 hdim 64 82.3 -> 76.7,
 # causal 70.9 -> 59.4; gfx1201 hdim 128 131.1 -> 126.3. LLVM's max-ilp: gfx1201 hdim 64 127.1 ->
 # 130.6 (iterative-ilp 125.1); gfx942 hdim 128 621.5, causal 377.7; gfx90a within 1.1 %; gfx950
-# hdim 128 causal 542.1. Two stages with reuse did better on gfx1201 hdim 64: 127.1 -> 135.4 with
+# hdim 128 causal 542.1. max-memory-clause: within 0.4 % or slower in every cell (gfx1100 hdim 64
+# 82.3 -> 78.0, causal 70.9 -> 61.3). Two stages with reuse did better on gfx1201 hdim 64: 127.1 -> 135.4 with
 # LLVM's default scheduler (max-ilp 129.1; with masked rows 135.6, and iterative-ilp 136.2), taken;
 # its causal row loses (98.5 -> 96.2), as do gfx1201 hdim 128 causal (113.5 -> 107.8), gfx1100 hdim
 # 64 (82.3 -> 79.2) and 128 (73.6 -> 70.8); gfx1201 hdim 128 131.1 -> 131.9 (within 1 %, kept).
