@@ -15,7 +15,7 @@ import numpy as np
 
 import tiledsl
 from tiledsl.driver import CompiledKernel, compile_source
-from tiledsl.kernels.fmha_configs import fmha_config, fmha_defines, fmha_dim_units
+from tiledsl.kernels.fmha_configs import fmha_defines, fmha_dim_units, variant_config
 from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_mask_params
 
@@ -52,8 +52,9 @@ def variant_dim_units(dtype: str, hdim: int, causal: bool) -> tuple[tuple[str, i
 def variant_schedule(arch: str, dtype: str, hdim: int, causal: bool) -> str:
     """The LLVM scheduler fmha_fwd compiles a variant with (its config row's)."""
     f = FEATURES[(dtype, causal)]
-    masked = fmha_mask_params(f.get("causal", False), f.get("window", (-1, -1))).kind != "none"
-    return fmha_config(arch, actual_hdim(hdim, dtype, causal), masked=masked).schedule
+    d = actual_hdim(hdim, dtype, causal)
+    return variant_config(arch, dtype=dtype, hdim_q=d, hdim_v=d,
+                          mask=fmha_mask_params(f.get("causal", False), f.get("window", (-1, -1)))).schedule
 
 
 @functools.cache

@@ -21,7 +21,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_dropout import NO_DROPOUT, DropoutCall, check_dropout, dropout_mask_output
 from tiledsl.fmha_fp8 import Fp8Call, check_fp8, check_fp8_dtype, is_fp8
-from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_config, fmha_defines, fmha_dim_units, pack_gqa
+from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_units, pack_gqa, variant_config
 from tiledsl.launcher import numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, bias_shape, fmha_mask_params
 
@@ -595,8 +595,8 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     from tiledsl.library import library_kernel
     from tiledsl.options import CompileOptions
 
-    cfg = fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
-                      dropout=dropout, fp8=dtype == "f8e4m3", wide=wide)
+    cfg = variant_config(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, bias=bias, dropout=dropout,
+                         wide=wide)
     defines = fmha_defines(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, varlen=varlen, lse=lse,
                            sink=sink, softcap=softcap, split=split, kv_cache=kv_cache, pack_gqa=pack_gqa,
                            page_size=page_size, bias=bias, bias_dtype=bias_dtype, dropout=dropout, out_dtype=out_dtype,

@@ -265,6 +265,14 @@ def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool 
     return CONFIGS[name][hdim]
 
 
+def variant_config(arch: str, *, dtype: str, hdim_q: int, hdim_v: int | None, mask: MaskParams | None,
+                   bias: str = "none", dropout: bool = False, wide: bool = False) -> FmhaConfig:
+    """The config row of one fmha_fwd variant: what `fmha_defines` takes its tile from, and the
+    compile options their scheduler (`FmhaConfig.schedule`)."""
+    return fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
+                       dropout=dropout, fp8=dtype == "f8e4m3", wide=wide)
+
+
 def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, int], ...]:
     """CompileOptions.dim_units for padded head dims: the largest power of two up to one 16-byte
     vector of f16/bf16 (8) dividing D_QK and D_V, so the kernel's head-dim masks are uniform over
@@ -302,8 +310,8 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
                         f"got {out_dtype}")
     hdim_v = hdim_q if hdim_v is None else hdim_v
     dq, dv = padded_hdim(hdim_q), padded_hdim(hdim_v)
-    cfg = config or fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
-                                dropout=dropout, fp8=dtype == "f8e4m3", wide=wide)
+    cfg = config or variant_config(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, bias=bias,
+                                   dropout=dropout, wide=wide)
 
     def flag(b: bool) -> str:
         return "true" if b else "false"

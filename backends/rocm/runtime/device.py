@@ -135,6 +135,16 @@ def copy_in_bytes(device: Device, buf: Any, data: Any, offset: int) -> bytes:
     return raw
 
 
+def copy_out_size(device: Device, buf: Any, size: int | None, offset: int) -> int:
+    """The byte count `copy_out` reads at `offset` of `buf` (`None`: to its end), checked: a buffer
+    of `device`, and the bytes inside it."""
+    check_buffer(device, buf, "copy_out")
+    size = buf.size - offset if size is None else size
+    if offset < 0 or size < 0 or offset + size > buf.size:
+        raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+    return size
+
+
 def _dim3(x: int | tuple[int, ...], what: str) -> Dim3:
     t = (x,) if isinstance(x, int) else tuple(x)
     if not 1 <= len(t) <= 3 or any(int(v) < 1 for v in t):

@@ -32,6 +32,7 @@ from tiledsl.backends.rocm.runtime.device import (
     check_size,
     complete_kernargs,
     copy_in_bytes,
+    copy_out_size,
     launch_dims,
 )
 from tiledsl.backends.rocm.runtime.timing_model import LaunchTiming, TimingOptions, model_launch
@@ -123,10 +124,7 @@ class EmulatorDevice(Device):
 
 
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
-        check_buffer(self, buf, "copy_out")
-        size = buf.size - offset if size is None else size
-        if offset < 0 or offset + size > buf.size:
-            raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+        size = copy_out_size(self, buf, size, offset)
         if self.unexecuted:
             raise DeviceError(f"cannot copy '{buf.name}' out: {self.unexecuted}")
         return self.heap.read(buf.addr + offset, size)

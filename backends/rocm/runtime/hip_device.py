@@ -31,6 +31,7 @@ from tiledsl.backends.rocm.runtime.device import (
     check_size,
     complete_kernargs,
     copy_in_bytes,
+    copy_out_size,
     launch_dims,
 )
 
@@ -160,10 +161,7 @@ class HipDevice(Device):
              self.hip.hipMemcpyKind.hipMemcpyHostToDevice)
 
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
-        check_buffer(self, buf, "copy_out")
-        size = buf.size - offset if size is None else size
-        if offset < 0 or size < 0 or offset + size > buf.size:
-            raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+        size = copy_out_size(self, buf, size, offset)
         if not size:
             return b""
         host = np.empty(size, np.uint8)
