@@ -274,6 +274,24 @@ def digest_problem(manifest: dict[str, Any], hsaco: bytes) -> str | None:
             f"{str(want)[:16]}...): it was changed or damaged after compiling; recompile it")
 
 
+def code_object_problem(manifest: dict[str, Any], hsaco: bytes) -> str | None:
+    """What is wrong with `hsaco` as the code object `manifest` (already validated) describes, or
+    None: it parses (checked first, so a truncated or mangled file says so rather than only that
+    its digest differs), it is the one the manifest was written for (digest_problem), and the two
+    agree (check_manifest). The readers (tiledsl.load_kernel, kernel packages) wrap the text in
+    their own error naming the file."""
+    try:
+        elf.read_code_object(hsaco).metadata()
+        problem = digest_problem(manifest, hsaco)
+        if problem is None:
+            check_manifest(manifest, hsaco)
+    except TileError as exc:
+        return str(exc)
+    except Exception as exc:  # a reader bug must still name the file, never surface as a bare crash
+        return f"not a valid AMDGPU code object ({type(exc).__name__}: {exc})"
+    return problem
+
+
 def validate_manifest(manifest: Any) -> None:
     """Raise ValueError naming the first field of `manifest` that a launch could not use: every
     field `tiledsl.launcher` reads, its type, its range and what it refers to. A manifest that

@@ -115,7 +115,7 @@ class Package:
     def _check_manifest(self, entry: dict[str, Any], manifest: Any, hsaco: bytes) -> None:
         """The manifest has every field a launch reads, belongs to this entry and describes its
         code object (the same checks as tiledsl.load_kernel)."""
-        from tiledsl.manifest import check_manifest, digest_problem, validate_manifest
+        from tiledsl.manifest import code_object_problem, validate_manifest
 
         try:
             validate_manifest(manifest)
@@ -124,11 +124,7 @@ class Package:
         for field in ("arch", "kernel", "constexprs"):
             if field in entry and manifest.get(field) != entry[field]:
                 raise self._bad_manifest(entry, f"says {field} {_difference(manifest.get(field), entry[field])}")
-        problem = digest_problem(manifest, hsaco)
-        try:
-            check_manifest(manifest, hsaco)
-        except TileError as exc:
-            problem = problem or str(exc)
+        problem = code_object_problem(manifest, hsaco)
         if problem:
             raise self._bad_manifest(entry, f"does not describe {entry['hsaco']}: {problem}")
 
