@@ -8,11 +8,15 @@ each wave instruction's distinct addresses once (what a coalescer requests: lane
 same page-table entry share one request). Plans compared: the
 one-stage kernel (num_splits=1), the heuristic's choice, and forced split counts.
 
+With --model, each plan also runs under the emulator's timing model (docs/profile.md; a ranking
+tool, not a clock): modeled microseconds of the whole plan, and the K/V cache's bytes over that
+time against the arch's memory bandwidth (decode is memory-bound: that fraction is its roofline).
+
 Issue 12's targets (B = 1, Hq = 8, Hk = 1, Sk = 16384, hdim 128 on gfx942): the split plan's
 longest workgroup at least 8x shorter than the one-stage kernel's, the combine under 10 % of the
 total, the cache read at most 1.1x once.
 Usage: python benchmarks/fmha_decode.py [--arch A ...] [--seqlen N] [--hdim D] [--heads HQ/HK]
-       [--page P] [--splits 1 0 8 ...]
+       [--page P] [--splits 1 0 8 ...] [--model]
 """
 
 from __future__ import annotations
@@ -22,30 +26,40 @@ import sys
 
 import numpy as np
 
+from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+from tiledsl.backends.rocm.runtime.timing_model import TimingOptions
 from tiledsl.cli import format_table
 from tiledsl.ops import fmha_fwd_kvcache, fmha_num_splits
 
 
-def measure(arch: str, seqlen: int, hdim: int, hq: int, hk: int, page: int, splits: int) -> dict:
+def measure(arch: str, seqlen: int, hdim: int, hq: int, hk: int, page: int, splits: int,
+            model: bool = False) -> dict:
     rng = np.random.default_rng(0)
     pages = -(-seqlen // page)
     kc, vc = (rng.standard_normal((pages, page, hk, hdim)).astype(np.float16) for _ in range(2))
     table = rng.permutation(pages).reshape(1, pages).astype(np.int32)
     q = rng.standard_normal((1, 1, hq, hdim)).astype(np.float16)
-    dev = EmulatorDevice(arch)
+    # The timing model simulates every CU a decode launch uses (a few dozen workgroups at most).
+    dev = EmulatorDevice(arch, timing=TimingOptions(sample_cus=get_arch(arch).compute_units) if model else False)
     fmha_fwd_kvcache(q, kc, vc, cache_seqlens=np.array([seqlen], np.int32), block_table=table, causal=True,
                      num_splits=splits, device=dev)
     first, last = dev.launches[0], dev.launches[-1]
     total = sum(x["wave_instructions"] for x in dev.launches)
     cache = 2 * seqlen * hk * hdim * 2
     combined = len(dev.launches) > 1
-    return {"arch": arch, "splits": splits or f"0 -> {_heuristic(arch, seqlen, hdim, hq, hk)}",
+    row = {"arch": arch, "splits": splits or f"0 -> {_heuristic(arch, seqlen, hdim, hq, hk)}",
             "stages": "+".join(x["kernel"].removeprefix("fmha_") for x in dev.launches),
             "workgroups": first["workgroups"], "longest_wg": first["max_workgroup_instructions"], "total": total,
             "combine_pct": f"{100 * last['wave_instructions'] / total:.1f}" if combined else "-",
             "cache_reads": f"{first['global_load_bytes'] / cache:.3f}x",
             "unique_reads": f"{first['global_load_unique_bytes'] / cache:.3f}x"}
+    if model:
+        seconds = sum(x["timing"].seconds for x in dev.launches)
+        bandwidth = get_arch(arch).timing.hbm_tb_s * 1e12 / get_arch(arch).timing.dies
+        row["modeled_us"] = f"{seconds * 1e6:.1f}"
+        row["cache_bw_pct"] = f"{100 * cache / seconds / bandwidth:.1f}"
+    return row
 
 
 def _heuristic(arch: str, seqlen: int, hdim: int, hq: int, hk: int) -> int:
@@ -61,19 +75,22 @@ def main() -> None:
     ap.add_argument("--heads", default="8/1", help="query heads / kv heads")
     ap.add_argument("--page", type=int, default=256)
     ap.add_argument("--splits", type=int, nargs="+", default=[1, 0])
+    ap.add_argument("--model", action="store_true", help="add modeled time and the cache's share of HBM bandwidth")
     a = ap.parse_args()
     hq, hk = (int(x) for x in a.heads.split("/"))
     rows = []
     for arch in a.arch:
         base = None
         for splits in a.splits:
-            row = measure(arch, a.seqlen, a.hdim, hq, hk, a.page, splits)
+            row = measure(arch, a.seqlen, a.hdim, hq, hk, a.page, splits, a.model)
             base = base or row["longest_wg"]
             row["speedup"] = f"{base / row['longest_wg']:.1f}x"
             rows.append(row)
             print(row, file=sys.stderr, flush=True)
     cols = [(k, k) for k in ("arch", "splits", "stages", "workgroups", "longest_wg", "speedup", "total",
                              "combine_pct", "cache_reads", "unique_reads")]
+    if a.model:
+        cols += [("modeled us", "modeled_us"), ("cache / HBM %", "cache_bw_pct")]
     print(f"decode: B 1, Sq 1, Hq/Hk {hq}/{hk}, Sk {a.seqlen}, hdim {a.hdim}, pages of {a.page}, causal, f16")
     print(format_table(rows, cols, text_columns=3))
 

@@ -401,28 +401,34 @@ class _Assigner:
             if not op.name.startswith(ELEMENTWISE_PREFIXES) or len(op.results) != 1 or not is_tile(op.results[0]):
                 continue
             want = self.of(op.results[0])
-            if not (isinstance(want, L.Mma) and want.is_accumulator):
+            accumulator = isinstance(want, L.Mma) and want.is_accumulator
+            if want is None or len(tile_shape(op.results[0].type)) != 2:
                 continue
             for x in op.operands:
-                if not is_tile(x) or self.of(x) == want:
+                # (A broadcast already in `want` may still convert its row vector to get there.)
+                if not is_tile(x) or (self.of(x) == want and accumulator):
                     continue
-                for load in self.load_chain(x):
+                for load in self.load_chain(x) if accumulator else []:
                     if load.result not in self.retarget:
                         self.retarget[load.result] = want
                         found = True
-                for vec_load, layout in self.row_vector_loads(x, want):
-                    if vec_load.result not in self.retarget:
+                for vec_load, layout in self.row_vector_loads(x, want, loose=not accumulator):
+                    if vec_load.result not in self.retarget and self.of(vec_load.result) != layout:
                         self.retarget[vec_load.result] = layout
                         found = True
         return found
 
-    def row_vector_loads(self, x: ir.Value, want: L.Layout) -> list[tuple[ir.Operation, L.Layout]]:
+    def row_vector_loads(self, x: ir.Value, want: L.Layout,
+                         loose: bool = False) -> list[tuple[ir.Operation, L.Layout]]:
         """x = broadcast(expand_dims(y, axis)) with y a 1-D function of loaded vectors (the
         backward's per-row LSE and D, which meet the scores): those loads, each with the layout of
         `want` sliced along that axis, so every lane loads the values of its own rows (lanes that
         share rows load the same ones) instead of a coalesced vector that goes through LDS, with a
         barrier, at each use. Only where every value on the way feeds nothing but the chain and
-        expansions along the same axis; else none."""
+        expansions along the same axis; else none. `loose` (a `want` that is not a matrix
+        accumulator, whose kernels were tuned with the strict rule) also lets them feed other 1-D
+        elementwise ops and a loop's next iteration, which then take the same layout: the split-KV
+        combine's running max and denominator, folded per split and met with the partial outputs."""
         bcast = x.owner
         if isinstance(bcast, ir.Block) or bcast.name != "tile.broadcast":
             return []
@@ -451,7 +457,7 @@ class _Assigner:
             for use in op.results[0].uses:
                 user = use.owner
                 along = user.name == "tile.expand_dims" and int_attr(user, "axis") == axis
-                if user not in chain and not along:
+                if user not in chain and not along and not (loose and _row_vector_use(user)):
                     return []
         return [(op, layout) for op in chain if op.name == "tile.load"]
 
@@ -633,6 +639,15 @@ def _reduced_along_columns(v: ir.Value) -> bool:
             if user.name.startswith(ELEMENTWISE_PREFIXES) or user.name == "tile.convert_layout":
                 todo.extend(r for r in user.results if is_tile(r))
     return False
+
+
+def _row_vector_use(user: ir.Operation) -> bool:
+    """A use that keeps a 1-D value in the layout it has: a loop's yield, or an elementwise op with
+    one 1-D tile result (which inherits it)."""
+    if user.name == "scf.yield":
+        return True
+    return (user.name.startswith(ELEMENTWISE_PREFIXES) and len(user.results) == 1 and is_tile(user.results[0])
+            and len(tile_shape(user.results[0].type)) == 1)
 
 
 def _enclosing_loops(op: ir.Operation) -> list[ir.Operation]:
