@@ -235,6 +235,28 @@ def compile_bwd(arch: str, wave_size: int, q: np.ndarray, k: np.ndarray, v: np.n
     return launches, t
 
 
+def compile_decode(arch: str, wave_size: int, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, seq_lens: np.ndarray,
+                   table: np.ndarray) -> tuple[list[Launch], dict[str, Any]]:
+    """aiter's paged-attention decode (`aiter.ops.triton.pa_decode.paged_attention_decode`, its own
+    choice of the one-pass or the partitioned kernel and reduce) for q [B, Hq, D] and caches
+    [pages, Hk, page, D] (its layout), compiled: the launches and tensors (`o`)."""
+    import torch
+    import triton.language as tl
+
+    _load(arch, wave_size)
+    pa = importlib.import_module(f"{_PKG}.pa_decode")
+    t = {"q": _torch_of(q), "kc": _torch_of(kc), "vc": _torch_of(vc),
+         "seq_lens": torch.from_numpy(np.ascontiguousarray(seq_lens, np.int32)),
+         "table": torch.from_numpy(np.ascontiguousarray(table, np.int32))}
+    t["o"] = torch.empty_like(t["q"])
+    one = torch.ones(1, dtype=torch.float32)
+    names = tuple(n for n in vars(pa) if n.startswith("_paged_attn_decode_"))
+    log = _record(pa, names, pa.paged_attention_decode, t["o"], t["q"], t["kc"], t["vc"], t["seq_lens"], t["table"],
+                  q.shape[-1] ** -0.5, int(seq_lens.max()), tl.float16 if q.dtype == np.float16 else tl.bfloat16,
+                  one, one)
+    return [_compile(*entry) for entry in log], t
+
+
 def run(dev: Any, launches: list[Launch], tensors: dict[str, Any]) -> tuple[dict[str, np.ndarray], list[int]]:
     """Run compiled launches in order on `dev` (a tiledsl Device), every torch tensor argument in a
     device buffer of its own (shared between launches); returns the named `tensors` read back as

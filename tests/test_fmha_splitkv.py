@@ -63,6 +63,33 @@ def test_more_splits_than_keys_and_fully_masked_rows():
     opts = dict(window=(3, 0), sink=sink, return_lse=True)
     out, lse = fmha_fwd(q, rng_k, rng_k, num_splits=4, device=dev, **opts)  # splits 0..2 see nothing
     check_out_lse(out, lse, *fmha_fwd_reference(q, rng_k, rng_k, **opts), 2e-3)
+    # Decode-sized queries (one row per combine block, every split folded at once): the same
+    # cases, 50 splits in one step of 64, and 70 in two.
+    dq = q[:, -8:]
+    out, lse = fmha_fwd(dq, k, v, causal=True, return_lse=True, num_splits=50, device=dev)
+    check_out_lse(out, lse, *fmha_fwd_reference(dq, k, v, causal=True, return_lse=True), 2e-3)
+    assert not np.isfinite(lse[:, :, :2]).any()  # rows 0..1 of these 8 see no key
+    out, lse = fmha_fwd(dq, rng_k, rng_k, num_splits=4, device=dev, **opts)
+    check_out_lse(out, lse, *fmha_fwd_reference(dq, rng_k, rng_k, **opts), 2e-3)
+    long_k = rng.standard_normal((1, 4500, 2, 64)).astype(np.float16)
+    out, lse = fmha_fwd(dq, long_k, long_k, num_splits=70, return_lse=True, device=dev)  # two steps of 64
+    check_out_lse(out, lse, *fmha_fwd_reference(dq, long_k, long_k, return_lse=True), 2e-3)
+
+
+def test_varlen_sink_longer_queries():
+    """Group mode with a sink where the combine takes blocks of rows (queries longer than
+    decode's), an empty sequence among them."""
+    rng = np.random.default_rng(4)
+    cu_q = np.array([0, 30, 30, 47], np.int32)
+    cu_k = np.array([0, 200, 230, 400], np.int32)
+    q = rng.standard_normal((47, 2, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((400, 2, 64)).astype(np.float16) for _ in range(2))
+    opts = dict(causal=True, sink=rng.standard_normal(2).astype(np.float32), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                return_lse=True)
+    dev = EmulatorDevice("gfx942")
+    out, lse = fmha_fwd(q, k, v, num_splits=3, device=dev, **opts)
+    assert launched(dev) == ["fmha_fwd", "fmha_fwd_combine"]
+    check_out_lse(out, lse, *fmha_fwd_reference(q, k, v, **opts), 2e-3)
 
 
 def test_heuristic_fills_the_compute_units_and_declines_full_grids():

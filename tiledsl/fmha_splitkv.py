@@ -31,6 +31,8 @@ MAX_SPLITS = 64  # beyond this the combine's reads cost more than the parallelis
 # (benchmarks/fmha_decode.py, 16k keys): 8 blocks per split keep the combine under 10 % of the
 # plan; 2 per split (64 splits) make it 18 %.
 MIN_BLOCKS_PER_SPLIT = 8
+# Query lengths whose combine folds one row per block, all its splits at once (decode).
+COMBINE_ROW_BLOCKS_UP_TO = 16
 
 
 def key_blocks(arch: str, hdim_q: int, hdim_v: int, masked: bool, max_seqlen_k: int) -> int:
@@ -229,9 +231,16 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
         return [Stage("attention", kernel, args + stand_ins)]
     hd_v = padded_hdim(shape.hdim_v)
     flag = {True: "true", False: "false"}
-    # Rows per combine block: 16 for decode-sized queries (the blocks are mostly padding otherwise).
-    block_m = 16 if shape.sq <= 16 else max(16, min(64, 8192 // hd_v))
+    # Rows per combine block: decode-sized queries take one row per block and fold BLOCK_G splits
+    # at a time; longer ones up to 64 rows, one split at a time.
+    decode = shape.sq <= COMBINE_ROW_BLOCKS_UP_TO
+    block_m = 1 if decode else max(16, min(64, 8192 // hd_v))
+    # One BLOCK_G for every split count (one kernel variant for a package): the heuristic's most,
+    # so its plans fold in one step. Modeled decode combines (us), BLOCK_G 16 / 32 / 64: gfx942
+    # 32 splits 3.6 / 4.0 / 4.2, gfx1100 64 splits 6.2 / 3.3 / 2.1, gfx90a 64 splits 8.3 / 9.0 / 5.3.
+    block_g = MAX_SPLITS if decode else 1
     defines = {"DT": shape.out_dtype or shape.dtype, "HDIM_V": str(hd_v), "BLOCK_M": str(block_m),
+               "BLOCK_G": str(block_g),
                "VARLEN": flag[shape.varlen], "HAS_LSE": flag[shape.lse], "HAS_SINK": flag[shape.sink],
                "PAD_D": flag[hd_v != shape.hdim_v]}
     units = tuple((s, u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V")

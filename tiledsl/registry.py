@@ -214,7 +214,7 @@ def _build_fwd(arch: str, sig: Signature) -> list[Any]:
 def _build_splitkv(arch: str, sig: Signature) -> list[Any]:
     from tiledsl.fmha_splitkv import build_attention_plan
 
-    # Producers with and without packing; the combine for decode (16 rows) and longer queries.
+    # Producers with and without packing; the combine for decode (a row per block) and longer queries.
     return [k for bdt, hpb, sq, out in itertools.product(_bias_dtypes(sig), (1, 2), (1, 64), _out_dtypes(sig))
             for k in _kernels(build_attention_plan(_split_shape(arch, sig, num_splits=2, heads_per_block=hpb, sq=sq,
                                                                 bias_dtype=bdt, out_dtype=out)))]
