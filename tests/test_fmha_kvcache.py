@@ -13,6 +13,7 @@ from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.fmha_splitkv import key_blocks
 from tiledsl.ops import fmha_fwd_kvcache
+from tiledsl.ops import fmha_num_splits as ops_num_splits
 from tiledsl.reference import fmha_fwd_kvcache_reference
 
 pytestmark = pytest.mark.emulator
@@ -42,10 +43,12 @@ def test_decode_paged_gqa_8_to_1_shuffled_pages(arch):
         dev = EmulatorDevice(arch)
         got = fmha_fwd_kvcache(q, kc, vc, num_splits=splits, device=dev, **opts)
         check_out_lse(*got, *ref, 2e-3)
-        # 0: the heuristic declines to split 5 key blocks (it wants 8 per split)
-        assert kernels(dev)[-1] == ("fmha_fwd" if splits in (0, 1) else "fmha_fwd_combine")
-        if splits:  # one block per (sequence, kv head, split): the 8 query heads are packed
-            assert dev.launches[0]["workgroups"] == 2 * min(splits, key_blocks(arch, 64, 64, True, 275))
+        # 0: the heuristic's count (decode: up to a split per key block, enough to fill the CUs)
+        want = min(splits or ops_num_splits(arch, batch=2, nhead_q=8, nhead_k=1, max_seqlen_q=1, max_seqlen_k=275,
+                                            hdim_q=64, causal=True), key_blocks(arch, 64, 64, True, 275))
+        assert kernels(dev)[-1] == ("fmha_fwd" if want == 1 else "fmha_fwd_combine")
+        # one block per (sequence, kv head, split): the 8 query heads are packed
+        assert dev.launches[0]["workgroups"] == 2 * want
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)

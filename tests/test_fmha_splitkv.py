@@ -10,7 +10,14 @@ from _fmha_util import check_out_lse
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
-from tiledsl.fmha_splitkv import MAX_SPLITS, MIN_BLOCKS_PER_SPLIT, fmha_num_splits, key_blocks
+from tiledsl.fmha_splitkv import (
+    MAX_SPLITS,
+    MIN_BLOCKS_PER_DECODE_SPLIT,
+    MIN_BLOCKS_PER_SPLIT,
+    fmha_num_splits,
+    key_blocks,
+)
+from tiledsl.kernels.fmha_configs import fmha_config
 from tiledsl.ops import fmha_fwd
 from tiledsl.ops import fmha_num_splits as ops_num_splits
 from tiledsl.reference import fmha_fwd_reference
@@ -97,7 +104,11 @@ def test_heuristic_fills_the_compute_units_and_declines_full_grids():
         cus = get_arch(arch).compute_units
         g = fmha_num_splits(arch, batch=1, nhead_q=8, max_seqlen_q=1, max_seqlen_k=8192, hdim_q=128)
         blocks = key_blocks(arch, 128, 128, False, 8192)
-        assert g == min(-(-cus // 8), blocks // MIN_BLOCKS_PER_SPLIT, MAX_SPLITS) and g > 1
+        assert g == min(-(-cus // 8), blocks // MIN_BLOCKS_PER_DECODE_SPLIT, MAX_SPLITS) and g > 1
+        # Longer queries (the combine takes blocks of rows) give each split more key blocks.
+        long_q = fmha_num_splits(arch, batch=1, nhead_q=8, max_seqlen_q=64, max_seqlen_k=2048, hdim_q=128)
+        wg = -(-64 // fmha_config(arch, 128, 128).block_m) * 8
+        assert long_q == max(1, min(-(-cus // wg), key_blocks(arch, 128, 128, False, 2048) // MIN_BLOCKS_PER_SPLIT))
         assert fmha_num_splits(arch, batch=64, nhead_q=32, max_seqlen_q=2048, max_seqlen_k=2048, hdim_q=128) == 1
         assert fmha_num_splits(arch, batch=1, nhead_q=1, max_seqlen_q=1, max_seqlen_k=10, hdim_q=64) == 1
         assert ops_num_splits(arch, batch=1, nhead_q=8, max_seqlen_q=1, max_seqlen_k=8192, hdim_q=128) == g

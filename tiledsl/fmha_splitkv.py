@@ -26,13 +26,18 @@ from tiledsl.reference import MaskParams
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 MAX_SPLITS = 64  # beyond this the combine's reads cost more than the parallelism returns
-# Key blocks each split gets at least: a split's fixed cost (its query load, the partials it
-# writes, its share of the combine) stays small beside its loop. Measured on the emulator
-# (benchmarks/fmha_decode.py, 16k keys): 8 blocks per split keep the combine under 10 % of the
-# plan; 2 per split (64 splits) make it 18 %.
-MIN_BLOCKS_PER_SPLIT = 8
 # Query lengths whose combine folds one row per block, all its splits at once (decode).
 COMBINE_ROW_BLOCKS_UP_TO = 16
+# Key blocks each split gets at least where the combine takes blocks of rows, one split per step:
+# a split's fixed cost (its query load, the partials it writes, its share of the combine) stays
+# small beside its loop. Timing model, gfx942, 8 heads, hdim 128, modeled us for 4 / 8 / 16 / 32
+# splits: 64 queries x 2048 keys (32 blocks) 21.9 / 16.1 / 15.8 / 20.7; 256 x 4096 38.7 / 25.5 /
+# 21.4 / 28.4; gfx1100 64 x 2048 (64 blocks) 32.5 / 20.4 / 22.0 / 27.5.
+MIN_BLOCKS_PER_SPLIT = 8
+# Decode-sized queries fold every split at once, and a block per split is fastest: gfx942 decode
+# (B 1, Hq/Hk 8/1, hdim 128), modeled us for 8 / 16 / 32 / 64 splits, 4096 keys 25.2 / 15.6 /
+# 10.9 / 8.6; 16384 keys, 32 / 64 splits 25.3 / 15.9 (session 28).
+MIN_BLOCKS_PER_DECODE_SPLIT = 1
 
 
 def key_blocks(arch: str, hdim_q: int, hdim_v: int, masked: bool, max_seqlen_k: int) -> int:
@@ -48,7 +53,8 @@ def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, m
     """The split count `fmha_fwd(..., num_splits=0)` uses: 1 when the one-stage grid (one block
     per kv head when the call packs GQA heads, see `pack_gqa`) already gives every compute unit a
     workgroup; otherwise enough splits to do so (from the arch table's CU count), each with at
-    least MIN_BLOCKS_PER_SPLIT key blocks, and at most MAX_SPLITS."""
+    least MIN_BLOCKS_PER_SPLIT key blocks (MIN_BLOCKS_PER_DECODE_SPLIT for decode-sized queries),
+    and at most MAX_SPLITS."""
     a = get_arch(arch)
     hdim_v = hdim_q if hdim_v is None else hdim_v
     cfg = fmha_config(a.name, hdim_q, hdim_v, masked=masked)
@@ -61,7 +67,8 @@ def fmha_num_splits(arch: str, *, batch: int, nhead_q: int, max_seqlen_q: int, m
         return 1
     wanted = -(-a.compute_units // workgroups)
     blocks = key_blocks(a.name, hdim_q, hdim_v, masked, max_seqlen_k)
-    return max(1, min(wanted, blocks // MIN_BLOCKS_PER_SPLIT, MAX_SPLITS))
+    least = MIN_BLOCKS_PER_DECODE_SPLIT if max_seqlen_q <= COMBINE_ROW_BLOCKS_UP_TO else MIN_BLOCKS_PER_SPLIT
+    return max(1, min(wanted, blocks // least, MAX_SPLITS))
 
 
 @dataclass(frozen=True)
@@ -233,7 +240,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
     flag = {True: "true", False: "false"}
     # Rows per combine block: decode-sized queries take one row per block and fold BLOCK_G splits
     # at a time; longer ones up to 64 rows, one split at a time.
-    decode = shape.sq <= COMBINE_ROW_BLOCKS_UP_TO
+    decode = (shape.max_seqlen_q or shape.sq) <= COMBINE_ROW_BLOCKS_UP_TO  # (the longest sequence's, in group mode)
     block_m = 1 if decode else max(16, min(64, 8192 // hd_v))
     # One BLOCK_G for every split count (one kernel variant for a package): the heuristic's most,
     # so its plans fold in one step. Modeled decode combines (us), BLOCK_G 16 / 32 / 64: gfx942
