@@ -137,10 +137,15 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
     eb = DTYPE_BYTES[tile_dtype(op.result.type)]
     out: list[ir.Value] = [None] * len(offs)  # type: ignore[list-item]
-    # A lane-dependent mask whose masked-off elements read 0 goes through a buffer descriptor (a
-    # uniform one stays a branch: a scalar one, that skips the loads).
+    # A lane-dependent mask goes through a buffer descriptor, its masked-off elements reading 0
+    # (another fill is then one select per access: a branch per access before, which made a kernel
+    # load with 0 and select -inf itself); a uniform one stays a branch, that skips the loads.
+    # 8-bit values with another fill keep the branch: LLVM splits a 16-byte buffer load of bytes
+    # that are selected into 16 byte loads (tests/kernels/fp8_misc.tile).
+    fill = None if _is_zero(op.operands[3]) else other
     rsrc = _buffer_resource(lw, op.operands[0]) \
-        if masks is not None and _per_lane(lw, mask) and _is_zero(op.operands[3]) and _whole_bytes(elt, eb) else None
+        if masks is not None and _per_lane(lw, mask) and _whole_bytes(elt, eb) and (fill is None or eb > 1) \
+        else None
     runs = _vector_runs(lw, op, op.result, None if masks is None else mask)
     for group in _access_groups(lw, op, op.result, runs, None if masks is None else mask):
         types = [ir.VectorType.get([width], elt) if width > 1 else elt for _, width in group]
@@ -152,7 +157,7 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
         if masks is None:
             loaded = load_group()
         elif rsrc is not None:
-            loaded = _buffer_loads(lw, rsrc, op.result, group, types, offs, eb, masks(group[0][0]))
+            loaded = _buffer_loads(lw, rsrc, op.result, group, types, offs, eb, masks(group[0][0]), fill)
         else:  # one test per group: a masked-off group reads nothing and takes `other`
             branch = scf.IfOp(masks(group[0][0]), types, has_else=True)
             with ir.InsertionPoint(branch.then_block):
@@ -272,10 +277,17 @@ def _buffer_offsets(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]],
 
 
 def _buffer_loads(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tuple[int, int]],
-                  types: list[ir.Type], offs: list[ir.Value], eb: int, cond: ir.Value) -> list[ir.Value]:
+                  types: list[ir.Type], offs: list[ir.Value], eb: int, cond: ir.Value,
+                  fill: ir.Value | None = None) -> list[ir.Value]:
+    """The group's loads, masked-off ones reading 0, or `fill` (one select per access, on the
+    loaded dwords: selected as bytes, LLVM split a 16-byte load of 8-bit floats into 16)."""
     out = []
     for (_, width), t, off in zip(group, types, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
-        raw = rocdl.raw_ptr_buffer_load(_buffer_int_type(width * eb), rsrc, off, c32(0), c32(0))
+        raw_t = _buffer_int_type(width * eb)
+        raw = rocdl.raw_ptr_buffer_load(raw_t, rsrc, off, c32(0), c32(0))
+        if fill is not None:
+            filled = fill if width == 1 else vector.BroadcastOp(t, fill).result
+            raw = arith.SelectOp(cond, raw, llvm.bitcast(raw_t, filled)).result
         out.append(llvm.bitcast(t, raw))
     return out
 
