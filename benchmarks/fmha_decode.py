@@ -150,10 +150,11 @@ def main() -> None:
                              "combine_pct", "cache_reads", "unique_reads")]
     if a.model:
         cols += [("modeled us", "modeled_us"), ("cache / HBM %", "cache_bw_pct")]
-    if any("note" in r for r in rows):
-        cols.append(("note", "note"))
     print(f"decode: B 1, Sq 1, Hq/Hk {hq}/{hk}, Sk {a.seqlen}, hdim {a.hdim}, pages of {a.page}, causal, f16")
     print(format_table(rows, cols, text_columns=3))
+    for r in rows:
+        if "note" in r:
+            print(f"{r['arch']} {r['splits']}: {r['note']}")
 
 
 if __name__ == "__main__":
