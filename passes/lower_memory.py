@@ -140,8 +140,9 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     # A lane-dependent mask goes through a buffer descriptor, its masked-off elements reading 0
     # (another fill is then one select per access: a branch per access before, which made a kernel
     # load with 0 and select -inf itself); a uniform one stays a branch, that skips the loads.
-    # 8-bit values with another fill keep the branch: LLVM splits a 16-byte buffer load of bytes
-    # that are selected into 16 byte loads (tests/kernels/fp8_misc.tile).
+    # 8-bit values with another fill keep the branch: where the bytes are then used one by one,
+    # LLVM splits a 16-byte buffer load into 16 byte loads (it does for a zero fill too), and
+    # tests/kernels/fp8_misc.tile's 1.5-filled tile kept its 16-byte load only as a branch.
     fill = None if _is_zero(op.operands[3]) else other
     rsrc = _buffer_resource(lw, op.operands[0]) \
         if masks is not None and _per_lane(lw, mask) and _whole_bytes(elt, eb) and (fill is None or eb > 1) \
@@ -280,7 +281,7 @@ def _buffer_loads(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tup
                   types: list[ir.Type], offs: list[ir.Value], eb: int, cond: ir.Value,
                   fill: ir.Value | None = None) -> list[ir.Value]:
     """The group's loads, masked-off ones reading 0, or `fill` (one select per access, on the
-    loaded dwords: selected as bytes, LLVM split a 16-byte load of 8-bit floats into 16)."""
+    loaded dwords)."""
     out = []
     for (_, width), t, off in zip(group, types, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
         raw_t = _buffer_int_type(width * eb)
