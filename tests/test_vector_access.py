@@ -128,3 +128,32 @@ def test_tensor_beyond_the_buffer_reach_is_refused() -> None:
                                          r"it with CompileOptions\(large_tensors=\('x',\)\)"):
         launch(k, x, y, device=dev)
     assert not dev.launches
+
+
+FILL_SOURCE = """
+kernel fill_tail(x: tensor[f16](R, C), y: tensor[f16](16, 64)) grid(1) {
+    let r = arange(0, 16);
+    let c = arange(0, 64);
+    let t = load(x[r[:, None], c[None, :]], mask=(r[:, None] < R) & (c[None, :] < C), other=-2.5);
+    store(y[r[:, None], c[None, :]], t);
+}
+"""
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_masked_load_with_a_fill_is_a_buffer_load_and_a_select(arch: str) -> None:
+    """A lane-dependent mask with a fill other than 0: buffer loads (out-of-range lanes read 0)
+    and a select of the fill, no branch per access; the filled elements read the fill."""
+    k = compile_source(FILL_SOURCE, "fill_tail.tile", arch, {}, CompileOptions.make(arch, {}))
+    mnemonics = count_instructions(k.asm).mnemonics
+    assert any(m.startswith("buffer_load_") for m in mnemonics), sorted(set(mnemonics))
+    assert not any(m.startswith("s_cbranch_exec") for m in mnemonics), sorted(set(mnemonics))
+    x = np.random.default_rng(7).standard_normal((11, 40)).astype(np.float16)
+    y = np.zeros((16, 64), np.float16)
+    dev = EmulatorDevice(arch)
+    dy = DeviceArray.from_numpy(dev, y)
+    launch(k, DeviceArray.from_numpy(dev, x), dy, device=dev)
+    want = np.full((16, 64), -2.5, np.float16)
+    want[:11, :40] = x
+    np.testing.assert_array_equal(dy.numpy(), want)
