@@ -37,6 +37,7 @@ from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.backends.rocm.runtime.timing_model import TimingOptions
 from tiledsl.cli import format_table
 from tiledsl.ops import fmha_fwd_kvcache, fmha_num_splits
+from tiledsl.reference import fmha_fwd_kvcache_reference
 
 
 def decode_inputs(seqlen: int, hdim: int, hq: int, hk: int, page: int) -> tuple[np.ndarray, ...]:
@@ -49,15 +50,22 @@ def decode_inputs(seqlen: int, hdim: int, hq: int, hk: int, page: int) -> tuple[
     return q, kc, vc, table
 
 
+def cache_bytes(seqlen: int, hk: int, hdim: int) -> int:
+    """The K and V cache rows a decode step reads (f16)."""
+    return 2 * seqlen * hk * hdim * 2
+
+
 def model_device(arch: str) -> EmulatorDevice:
     """The timing model simulating every CU a decode launch uses (a few dozen workgroups at most)."""
     return EmulatorDevice(arch, timing=TimingOptions(sample_cus=get_arch(arch).compute_units))
 
 
-def modeled(dev: EmulatorDevice, arch: str, cache_bytes: int) -> dict:
+def modeled(dev: EmulatorDevice, arch: str, cache: int) -> dict:
+    """The plan's modeled time, and its `cache` bytes over that time against HBM bandwidth."""
     seconds = sum(x["timing"].seconds for x in dev.launches)
-    bandwidth = get_arch(arch).timing.hbm_tb_s * 1e12 / get_arch(arch).timing.dies
-    return {"modeled_us": f"{seconds * 1e6:.1f}", "cache_bw_pct": f"{100 * cache_bytes / seconds / bandwidth:.1f}"}
+    timing = get_arch(arch).timing
+    return {"modeled_us": f"{seconds * 1e6:.1f}",
+            "cache_bw_pct": f"{100 * cache / seconds / (timing.hbm_tb_s * 1e12 / timing.dies):.1f}"}
 
 
 def measure(arch: str, seqlen: int, hdim: int, hq: int, hk: int, page: int, splits: int,
@@ -68,7 +76,7 @@ def measure(arch: str, seqlen: int, hdim: int, hq: int, hk: int, page: int, spli
                      num_splits=splits, device=dev)
     first, last = dev.launches[0], dev.launches[-1]
     total = sum(x["wave_instructions"] for x in dev.launches)
-    cache = 2 * seqlen * hk * hdim * 2
+    cache = cache_bytes(seqlen, hk, hdim)
     combined = len(dev.launches) > 1
     row = {"arch": arch, "splits": splits or f"0 -> {_heuristic(arch, seqlen, hdim, hq, hk)}",
             "stages": "+".join(x["kernel"].removeprefix("fmha_") for x in dev.launches),
@@ -99,21 +107,13 @@ def peer_row(arch: str, seqlen: int, hdim: int, hq: int, hk: int, page: int) -> 
     except Exception as exc:  # a peer that cannot build or run a shape is a data point, not the end
         return row | {"note": f"not run: {type(exc).__name__}: {str(exc).splitlines()[0][:90]}"}
     row |= {"stages": "+".join(ln.name.removeprefix("_paged_attn_decode_").removesuffix("_kernel") for ln in launches),
-            "workgroups": int(np.prod(launches[0].grid))} | modeled(dev, arch, 2 * seqlen * hk * hdim * 2)
-    err = np.abs(out["o"][0].astype(np.float32) - _reference(q, kc, vc, table, seqlen)).max()
+            "workgroups": int(np.prod(launches[0].grid))} | modeled(dev, arch, cache_bytes(seqlen, hk, hdim))
+    ref = fmha_fwd_kvcache_reference(q, kc, vc, cache_seqlens=np.array([seqlen], np.int32), block_table=table,
+                                     causal=True)
+    err = np.abs(out["o"].astype(np.float32) - ref[:, 0]).max()
     if err > 2e-3:
         row["note"] = f"output differs from numpy by {err:.2g}"
     return row
-
-
-def _reference(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, table: np.ndarray, seqlen: int) -> np.ndarray:
-    """Decode attention in numpy: [Hq, D] for the one query row (no mask applies to the last row)."""
-    hq, hk, d = q.shape[2], kc.shape[2], q.shape[3]
-    k, v = (x[table[0]].reshape(-1, hk, d)[:seqlen].astype(np.float64) for x in (kc, vc))
-    k, v = np.repeat(k, hq // hk, axis=1), np.repeat(v, hq // hk, axis=1)
-    s = np.einsum("hd,khd->hk", q[0, 0].astype(np.float64), k) / np.sqrt(d)
-    p = np.exp(s - s.max(1, keepdims=True))
-    return np.einsum("hk,khd->hd", p / p.sum(1, keepdims=True), v)
 
 
 def _heuristic(arch: str, seqlen: int, hdim: int, hq: int, hk: int) -> int:
