@@ -6,7 +6,8 @@ scheduler) is compiled for the
 feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE, sink, soft-cap, padded
 head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
 reported with its worst spills and its instructions per MFMA/WMMA. A row of fmha_configs should
-be the candidate with no spills in any mix and the fewest instructions per matrix instruction.
+be the candidate with no VGPR spills in any mix, SGPR spills only outside every loop (a count
+marked L has a spill move inside one), and the fewest instructions per matrix instruction.
 With --model, also the modeled TFLOP/s of the f16 forward at the benchmarks' model shape (the
 emulator's timing model): the figure to choose rows by, among the candidates without spills.
 Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--mask-rows]
@@ -88,11 +89,15 @@ def measure(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> str:
              if ((d := variant(arch, dt, hdim, c))["MASK"] != "none") == masked]
     plain = compile_contiguous(arch, fmha_defines(arch, hdim_q=hdim, mask=fmha_mask_params(masked), config=cfg),
                                allow_spills=True, schedule=cfg.schedule)
-    found = [spills(compiled(arch, d, u, cfg.schedule)) for d, u in mixes] + [spills(plain)]
+    kernels = [compiled(arch, d, u, cfg.schedule) for d, u in mixes] + [plain]
+    found = [spills(k) for k in kernels]
     worst_v, worst_s = max(v for v, _ in found), max(s for _, s in found)
+    # SGPR spills are marked "L" where a spill move lies in a loop (the row is refused), else they
+    # cost a few moves per workgroup and the row may be chosen.
+    in_loop = any(isa_stats(k.asm, k.manifest).sgpr_spill_moves_in_loops for k in kernels)
     st = isa_stats(plain.asm, plain.manifest)
     per = st.instructions / max(1, st.mfma + st.wmma)
-    return f"{cfg.stages:>4}{worst_v:>8}{worst_s:>8}{per:>10.1f}"
+    return f"{cfg.stages:>4}{worst_v:>8}{str(worst_s) + ('L' if in_loop else ''):>8}{per:>10.1f}"
 
 
 def main() -> int:

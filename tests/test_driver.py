@@ -180,6 +180,29 @@ def test_count_instructions_classes():
     assert c.classes == {"matrix": 2, "lds": 1, "salu": 2}
 
 
+def test_count_instructions_finds_sgpr_spill_moves_inside_loops():
+    """Only the lane moves between a label and a branch back to it count: a spill before the
+    loop and its reload after it (a forward branch is no loop) cost once per workgroup."""
+    asm = textwrap.dedent("""\
+        \t.type\tk,@function
+        k:
+        \tv_writelane_b32 v255, s7, 0
+        .LBB0_1:
+        \tv_readlane_b32 s9, v255, 1
+        \ts_cbranch_scc1 .LBB0_1
+        \ts_cbranch_vccz .LBB0_3
+        .LBB0_2:
+        \tv_writelane_b32 v255, s8, 1
+        \ts_cbranch_scc0 .LBB0_2
+        .LBB0_3:
+        \tv_readlane_b32 s7, v255, 0
+        \ts_endpgm
+        .Lfunc_end0:
+        """)
+    c = count_instructions(asm)
+    assert c.total == 8
+    assert c.spill_moves_in_loops == 2  # s9's reload in the first loop, s8's spill in the second
+
 def test_cache_miss_then_hit(fake, tmp_path):
     cache = Cache(tmp_path / "cache")
     first = _compile(cache=cache)

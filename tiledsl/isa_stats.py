@@ -19,6 +19,8 @@ _MATRIX_PREFIXES = {"mfma": ("v_mfma", "v_smfmac"), "wmma": ("v_wmma", "v_swmmac
 _CLASSES = (("matrix", ("v_mfma", "v_smfmac", "v_wmma", "v_swmmac")), ("lds", ("ds_",)),
             ("global", ("global_", "buffer_", "flat_")), ("scratch", ("scratch_",)),
             ("salu", ("s_",)), ("valu", ("v_",)))
+# How LLVM spills SGPRs: into lanes of a VGPR it reserves (our lowering emits neither otherwise).
+_SGPR_SPILL_MOVES = ("v_writelane_b32", "v_readlane_b32")
 
 
 @dataclass
@@ -29,6 +31,9 @@ class InstructionCounts:
     barriers: int = 0
     classes: dict[str, int] = field(default_factory=dict)
     mnemonics: Counter = field(default_factory=Counter)
+    # SGPR spill moves (v_writelane/v_readlane) inside a loop, i.e. between a label and a branch
+    # back to it: spills outside every loop cost a few instructions per workgroup, these per step.
+    spill_moves_in_loops: int = 0
 
 
 def count_instructions(asm: str, symbol: str | None = None) -> InstructionCounts:
@@ -36,6 +41,9 @@ def count_instructions(asm: str, symbol: str | None = None) -> InstructionCounts
     functions: set[str] = set()
     counts = InstructionCounts()
     inside = False
+    labels: dict[str, int] = {}  # label -> index of the instruction after it
+    loops: list[tuple[int, int]] = []  # [first, last] instruction indices of each loop body
+    spill_moves: list[int] = []
     for raw in asm.splitlines():
         m = _TYPE_FUNC.match(raw)
         if m:
@@ -50,11 +58,16 @@ def count_instructions(asm: str, symbol: str | None = None) -> InstructionCounts
                 inside = symbol is None or label == symbol
             elif label.startswith(".Lfunc_end"):
                 inside = False
+            labels[label] = counts.total
             continue
         # Directives (".amdhsa_*", ".p2align" ...) start with a dot; instructions with a letter.
         if not inside or not line[0].isalpha():
             continue
-        mnemonic = line.split(None, 1)[0]
+        mnemonic, *operands = line.split(None, 1)
+        if mnemonic.startswith(("s_branch", "s_cbranch")) and operands and operands[0] in labels:
+            loops.append((labels[operands[0]], counts.total))  # a branch back: a loop
+        if mnemonic in _SGPR_SPILL_MOVES:
+            spill_moves.append(counts.total)
         counts.total += 1
         counts.mnemonics[mnemonic] += 1
         if mnemonic.startswith(_MATRIX_PREFIXES["mfma"]):
@@ -69,6 +82,7 @@ def count_instructions(asm: str, symbol: str | None = None) -> InstructionCounts
                 break
         else:
             counts.classes["other"] = counts.classes.get("other", 0) + 1
+    counts.spill_moves_in_loops = sum(any(a <= i <= b for a, b in loops) for i in spill_moves)
     return counts
 
 
@@ -89,6 +103,7 @@ class IsaStats:
     scratch_bytes: int
     occupancy: int  # waves per SIMD
     classes: dict[str, int]
+    sgpr_spill_moves_in_loops: int = 0  # see InstructionCounts.spill_moves_in_loops
 
     @property
     def matrix_ops(self) -> int:
@@ -120,4 +135,5 @@ def isa_stats(asm: str, manifest: dict[str, Any]) -> IsaStats:
         vgpr_spills=int(manifest.get("vgpr_spill_count") or 0),
         sgpr_spills=int(manifest.get("sgpr_spill_count") or 0),
         scratch_bytes=int(manifest.get("private_segment_size") or 0),
-        occupancy=arch.occupancy(vgprs, lds, waves), classes=counts.classes)
+        occupancy=arch.occupancy(vgprs, lds, waves), classes=counts.classes,
+        sgpr_spill_moves_in_loops=counts.spill_moves_in_loops)
