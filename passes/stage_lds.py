@@ -79,6 +79,8 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                     _check(op, resident + sizes[op], arch, source)
         arena = max(sizes.values(), default=0)
         need = max(need, resident + arena)
+        if any("tile.held" in op.attributes for op in sizes):
+            ctx.facts["lds_if_resident"] = max(ctx.facts.get("lds_if_resident", 0), _lds_if_resident(sizes, resident))
         shared: dict[ir.Operation, ir.Operation] = {}  # staging -> the one whose stored bytes it reads
         if options.lds_spread:
             shared = _shared_stagings(stored)
@@ -92,6 +94,15 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                 _stage_convert(op, resident + at[op], op in war, op in shared, threads, options, arch, source)
     module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
     return need
+
+
+def _lds_if_resident(sizes: dict[ir.Operation, int], resident: int) -> int:
+    """About the LDS bytes with hoist-conversions' held tiles (`tile.held`) kept resident instead
+    (CompileOptions.resident_operands): a region of their own each, 16-byte aligned, and an arena
+    sized by the other stagings. For the driver's choice (lifetimes could overlap regions)."""
+    held = [op for op in sizes if "tile.held" in op.attributes]
+    regions = sum(-(-sizes[op] // 16) * 16 for op in held)
+    return resident + regions + max((n for op, n in sizes.items() if op not in held), default=0)
 
 
 def _shared_stagings(stored: dict[ir.Operation, tuple]) -> dict[ir.Operation, ir.Operation]:

@@ -183,3 +183,33 @@ def test_occupancy_out_of_reach_is_lowered_and_recorded() -> None:
     assert m["vgpr_spill_count"] == 0
     assert m["occupancy_target"] == 4 and m["occupancy_lowered_to"] < 4
     assert get_arch("gfx942").occupancy(m["vgpr_count"]) >= m["occupancy_lowered_to"]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("hdim", [64, 128])
+def test_gfx11_operands_stay_in_registers_unless_that_costs_waves(hdim: int) -> None:
+    """gfx11 WMMA operands hold every value twice, so the forward's Q tile, converted once before
+    the key loop, takes more registers than it was loaded in (hoist-conversions holds it there).
+    Where those registers could cost waves per SIMD, the driver compiles the kernel again with
+    the tile kept in LDS (CompileOptions.resident_operands) and keeps what runs more waves. hdim
+    128: in registers, Q frees the LDS that limited a CU to two workgroups (more waves than in
+    LDS); hdim 64: the registers would take a wave per SIMD, and the manifest says Q stayed in LDS."""
+    from tiledsl.ops import compile_fmha_fwd
+
+    arch = get_arch("gfx1100")
+    chosen = compile_fmha_fwd("gfx1100", dtype="f16", hdim_q=hdim, hdim_v=hdim, mask=fmha_mask_params(False))
+    defines = fmha_defines("gfx1100", hdim_q=hdim, mask=fmha_mask_params(False))
+    options = CompileOptions.make("gfx1100", defines, stride_units=tuple((t, 8) for t in ("k", "o", "q", "v")),
+                                  resident_operands=True)
+    resident = compile_source(KERNEL.read_text(), str(KERNEL), "gfx1100", defines, options, cache=None).manifest
+
+    def waves(m: dict) -> int:
+        return arch.occupancy(m["vgpr_count"], m["lds_bytes"], m["waves"])
+
+    m = chosen.manifest
+    assert m["vgpr_spill_count"] == 0 and waves(m) >= waves(resident)
+    if hdim == 128:
+        assert "resident_operands" not in m and waves(m) > waves(resident) and m["lds_bytes"] < resident["lds_bytes"]
+    else:
+        assert m["resident_operands"].startswith("operand tiles kept in LDS: in registers")
+        assert (m["vgpr_count"], m["lds_bytes"]) == (resident["vgpr_count"], resident["lds_bytes"])

@@ -382,7 +382,10 @@ def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean:
                      kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
     """_compile_retrying; if the result still spills and fold-scalars-laid-out moved a sum, all of
     it once more without that pass (the moved sums can hold more registers across a loop), keeping
-    the result with fewer spills."""
+    the result with fewer spills. Then, where operand tiles held in registers across a loop may
+    cost the kernel waves per SIMD or spill (_resident_may_win), all of it once more with those
+    tiles kept in LDS (CompileOptions.resident_operands), keeping the result with fewer spills,
+    then more waves per SIMD."""
     best = _compile_retrying(arch_row, opts, filename, clean, source, kind)
     spills = spill_counts(best[2])
     worth_it = not opts.allow_spills or sum(spills) <= FEW_SPILLS  # not a kernel that spills anyway
@@ -391,7 +394,41 @@ def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean:
                                   source, kind)
         if spill_counts(again[2]) < spills:
             best = again
+    if not opts.resident_operands and _resident_may_win(arch_row, best[0].facts, best[2]):
+        again = _compile_fitting(arch_row, dataclasses.replace(opts, resident_operands=True), filename, clean,
+                                 source, kind)
+        if _ranking(arch_row, again[2]) > _ranking(arch_row, best[2]):
+            (v, s), waves = spill_counts(best[2]), _waves_per_simd(arch_row, best[2])
+            again[2]["resident_operands"] = (f"operand tiles kept in LDS: in registers the kernel spilled {v} VGPRs "
+                                             f"and {s} SGPRs" if v or s else
+                                             f"operand tiles kept in LDS: in registers {waves} waves per SIMD, "
+                                             f"here {_waves_per_simd(arch_row, again[2])}")
+            best = again
     return best
+
+
+def _waves_per_simd(arch_row: Arch, manifest: dict[str, Any]) -> int:
+    return arch_row.occupancy(manifest.get("vgpr_count") or 0, manifest.get("lds_bytes") or 0,
+                             manifest.get("waves") or 1)
+
+
+def _ranking(arch_row: Arch, manifest: dict[str, Any]) -> tuple[int, int]:
+    """Larger is better: fewer spilled registers, then more waves per SIMD."""
+    return -sum(spill_counts(manifest)), _waves_per_simd(arch_row, manifest)
+
+
+def _resident_may_win(arch_row: Arch, facts: dict[str, Any], manifest: dict[str, Any]) -> bool:
+    """Could keeping hoist-conversions' held operand tiles in LDS instead of registers give this
+    kernel fewer spills or more waves per SIMD? Estimated without compiling: its registers less
+    theirs (`held_registers`), the LDS stage-lds found it would take (`lds_if_resident`)."""
+    regs = facts.get("held_registers") or 0
+    if not regs:
+        return False
+    if any(spill_counts(manifest)):
+        return True
+    resident = dict(manifest, vgpr_count=max(1, (manifest.get("vgpr_count") or 0) - regs),
+                    lds_bytes=facts.get("lds_if_resident") or manifest.get("lds_bytes") or 0)
+    return _waves_per_simd(arch_row, resident) > _waves_per_simd(arch_row, manifest)
 
 
 def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,

@@ -61,6 +61,12 @@ class CompileOptions:
     # accumulator). The driver compiles again with False when a kernel spills: the moved sums can
     # hold more registers live across the loop (gfx1100's causal hdim 128 backward, a small grid).
     fold_laid_out: bool = True
+    # A loop-invariant conversion whose result takes more registers per lane than its source (a
+    # gfx11 WMMA operand holds every value twice: the forward's Q tile) is done once before the
+    # loop and held in registers; True keeps such tiles in LDS instead, read where they are used
+    # (hoist-conversions). The driver compiles again with True where the registers cost the kernel
+    # waves per SIMD, or spill.
+    resident_operands: bool = False
     # LLVM's machine scheduler for the kernel ("amdgpu-sched-strategy"; "" keeps LLVM's default).
     # "iterative-ilp" keeps more LDS reads in flight ahead of the matrix instructions that use them,
     # which the timing model finds faster in some tile rows and slower in others, so the config rows

@@ -1,6 +1,7 @@
-// PASS: hoist-conversions gfx1100
+// PASS: hoist-conversions gfx1100 resident_operands=true
 // A loop-invariant conversion into a gfx11 WMMA operand (every value held twice, so more
-// registers than the loaded tile) leaves the loop marked tile.resident: stage-lds keeps it in LDS.
+// registers than the loaded tile) leaves the loop marked tile.resident when the options say so
+// (the driver's retry): stage-lds keeps it in LDS.
 // CHECK: "tile.convert_layout"{{.*}} {tile.resident} : (tensor<64x32xf16, "blocked(8)">) -> tensor<64x32xf16, "opa(wmma_gfx11
 // CHECK-NEXT: scf.for
 // CHECK-NOT: "tile.convert_layout"{{.*}}opa(
