@@ -14,6 +14,7 @@ from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.ir.dialect import int_attr, str_attr
 from tiledsl.lang.ast import DTYPE_BYTES
+from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
 from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import (
@@ -35,10 +36,10 @@ LDS_SYMBOL = "__tile_lds"
 
 class _Lowering:
     def __init__(self, fn: ir.Operation, arch: Arch, source: str | None, lds_bytes: int, arena_bytes: int,
-                 schedule: str = ""):
+                 options: CompileOptions):
         self.fn = fn
         self.arch = arch
-        self.schedule = schedule
+        self.options = options
         self.source = source
         self.lds_bytes = lds_bytes
         self.arena_bytes = arena_bytes  # LDS below this byte holds resident tiles (see stage_lds)
@@ -77,9 +78,9 @@ class _Lowering:
                 # occupancy(N): LLVM caps the registers so N waves fit on a SIMD
                 # (amdgpu-waves-per-eu), spilling rather than exceeding the cap.
                 gfn.attributes["rocdl.waves_per_eu"] = fn.attributes["tile.occupancy"]
-            if self.schedule:  # CompileOptions.schedule, a function attribute LLVM reads
+            if self.options.schedule:  # CompileOptions.schedule, a function attribute LLVM reads
                 gfn.attributes["passthrough"] = ir.ArrayAttr.get([ir.ArrayAttr.get(
-                    [ir.StringAttr.get("amdgpu-sched-strategy"), ir.StringAttr.get(self.schedule)])])
+                    [ir.StringAttr.get("amdgpu-sched-strategy"), ir.StringAttr.get(self.options.schedule)])])
             entry = gfn.add_entry_block()
         old_entry = fn.regions[0].blocks[0]
         for old, new in zip(old_entry.arguments, entry.arguments, strict=True):
@@ -355,7 +356,10 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
             if b[keep].any():
                 raise op_error(op, "internal: reduction axis mixed with another axis in lane bits",
                                lw.source, "lower-to-gpu")
-            outs = [comb(x, gpu.shuffle(x, c32(1 << k), c32(ws), gpu.ShuffleMode.XOR)[0]) for x in outs]
+            if 1 << k == 32 and lw.arch.permlane32_swap and lw.options.swap_halves:
+                outs = [_combine_halves(x, comb) for x in outs]
+            else:
+                outs = [comb(x, gpu.shuffle(x, c32(1 << k), c32(ws), gpu.ShuffleMode.XOR)[0]) for x in outs]
     wave_bits = [k for k, b in enumerate(lin.wave_bases) if b[axis]]
     if wave_bits:  # 3. across waves, through LDS (the lds pass reserved the space)
         outs = _reduce_across_waves(lw, outs, wave_bits, comb)
@@ -365,6 +369,26 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
         lw.vmap[op.result] = lw.pack(outs, elt)
     else:
         lw.vmap[op.result] = outs[0]
+
+
+def _combine_halves(x: ir.Value, comb) -> ir.Value:
+    """comb of lane i's x and lane i ^ 32's, in every lane of a wave64, through one permlane32
+    swap of x with itself: it returns the lower half's values in both halves of one register and
+    the upper half's in the other, so comb (commutative) of the two is the answer everywhere. A
+    shuffle by xor 32 took two more moves, a compare and a select (LLVM's lowering of it)."""
+    i32 = ir.IntegerType.get_signless(32)
+    bits = x if x.type == i32 else llvm.bitcast(i32, x)
+    pair = rocdl.permlane32_swap(llvm.StructType.get_literal([i32, i32]), bits, bits, False, False)
+    lo, hi = (llvm.extractvalue(i32, pair, ir.DenseI64ArrayAttr.get([j])) for j in (0, 1))
+    if x.type != i32:
+        lo, hi = llvm.bitcast(x.type, lo), llvm.bitcast(x.type, hi)
+    out = comb(lo, hi)
+    if out.owner.name in ("arith.maxnumf", "arith.minnumf"):
+        # The bitcasts hide what the values are, and LLVM would quiet each operand first
+        # (v_max_f32 x, x: two more per row). nnan lets it skip that; v_max_f32/v_min_f32 treat a
+        # NaN operand as maxNum/minNum do either way (IEEE mode), so the machine result is the same.
+        out.owner.attributes["fastmath"] = ir.Attribute.parse("#arith.fastmath<nnan>")
+    return out
 
 
 def _chain(vals: list[ir.Value], comb) -> ir.Value:
@@ -629,7 +653,7 @@ def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:
                              ir.Attribute.parse("#llvm.linkage<internal>"), addr_space=3, alignment=16)
     buffer_args: set[int] = set()
     for fn in kernel_funcs(module):
-        lowering = _Lowering(fn, arch, source, lds_bytes, arena, ctx.options.schedule)
+        lowering = _Lowering(fn, arch, source, lds_bytes, arena, ctx.options)
         lowering.build(body)
         buffer_args |= lowering.buffer_args
     ctx.facts["buffer_args"] = sorted(buffer_args)

@@ -62,7 +62,8 @@ def test_fmha_compiles(arch: str, dtype: str, hdim: int, causal: bool) -> None:
     # No VGPR spills (scratch memory); SGPRs spilled to VGPR lanes only outside every loop, where
     # they cost a few moves per workgroup (fmha_configs: the rule its rows are chosen by).
     assert m["vgpr_spill_count"] == 0, "spills: " + figures
-    assert stats.sgpr_spill_moves_in_loops == 0, f"{stats.sgpr_spill_moves_in_loops} SGPR spill moves in a loop: " + figures
+    in_loops = stats.sgpr_spill_moves_in_loops
+    assert in_loops == 0, f"{in_loops} SGPR spill moves in a loop: " + figures
     assert m["private_segment_size"] == 0, "scratch memory: " + figures
     assert 0 < m["lds_bytes"] <= row.lds_bytes, f"LDS {m['lds_bytes']} B over the {row.lds_bytes} B of {arch}"
     assert m["waves"] == int(defines["WAVES"])

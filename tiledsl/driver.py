@@ -436,7 +436,8 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
     """_compile_once, again while it spills: with a barrier before every LDS staging (if it spills
     vector registers), then, while it spills a few registers: with fewer rows per lane for
     transposed LDS stores (several rows take more registers, their row addresses), down to one
-    element at a time, then with masked accesses as branches instead of buffer accesses (LLVM
+    element at a time, then with shuffles instead of lane swaps across wave halves, then with
+    masked accesses as branches instead of buffer accesses (LLVM
     keeps fewer loads in flight; pointers take half the scalar registers of descriptors). A
     kernel that spills more than these can explain is not compiled again (an occupancy target
     out of reach: the caller lowers it). A kernel compiled with a scheduler of its own
@@ -470,6 +471,8 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
     if spill_counts(best[2])[0] and opts.lds_spread and (not opts.allow_spills or few_spills()):
         retry(dataclasses.replace(opts, lds_spread=False))
     fewer_rows(best[0].options)
+    if few_spills() and best[0].options.swap_halves and arch_row.permlane32_swap:
+        retry(dataclasses.replace(best[0].options, swap_halves=False))
     # Buffer descriptors take 4 scalar registers where a pointer takes 2: any SGPR spill, too.
     if (few_spills() or spill_counts(best[2])[1]) and best[0].options.buffer_masks:
         branches = dataclasses.replace(best[0].options, buffer_masks=False)

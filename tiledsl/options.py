@@ -67,6 +67,11 @@ class CompileOptions:
     # (hoist-conversions). The driver compiles again with True where the registers cost the kernel
     # waves per SIMD, or spill.
     resident_operands: bool = False
+    # Reductions across the halves of a wave64 with one v_permlane32_swap (where the arch has it,
+    # Arch.permlane32_swap) instead of a shuffle. The driver compiles again with False while a
+    # kernel spills a few registers: at the 256-register edge the allocation can tip either way
+    # (gfx950's 8-wave forward row with group mode, a sink and a soft-cap spilled 1 VGPR).
+    swap_halves: bool = True
     # LLVM's machine scheduler for the kernel ("amdgpu-sched-strategy"; "" keeps LLVM's default).
     # "iterative-ilp" keeps more LDS reads in flight ahead of the matrix instructions that use them,
     # which the timing model finds faster in some tile rows and slower in others, so the config rows

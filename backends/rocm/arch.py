@@ -97,6 +97,9 @@ class Arch:
     # Packed f32 arithmetic (v_pk_fma_f32, v_pk_mul_f32, v_pk_add_f32: two f32 values per
     # instruction; CDNA2 on). RDNA has none: it dual-issues pairs of VOPD operations instead.
     packed_f32: bool = False
+    # v_permlane32_swap (CDNA4 ISA): swaps a VGPR's upper 32 lanes with another's lower 32, so a
+    # reduction across the halves of a wave64 takes one swap and one op (lower-to-gpu).
+    permlane32_swap: bool = False
 
     @property
     def m0_sgpr(self) -> int:
@@ -217,7 +220,7 @@ ARCHS: dict[str, Arch] = {
         }) + _cdna_ops(16, 32, _CDNA_FP8)),
     "gfx950": Arch(
         name="gfx950", family="CDNA4", elf_mach=0x4F, lds_bytes=160 * 1024, fp8_flavour="ocp", peak_tflops_f16=2500.0,
-        product="MI355X", compute_units=256, lds_transpose_read=True,
+        product="MI355X", compute_units=256, lds_transpose_read=True, permlane32_swap=True,
         timing=Timing(clock_ghz=2.4, hbm_tb_s=8.0, lds_bytes_per_clk=256, vmem_line_bytes=128, **_CDNA_TIMING), **_CDNA,
         matrix_ops=_cdna_ops(16, 32, {
             "f16": ("v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_f16"),

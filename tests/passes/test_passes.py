@@ -35,7 +35,8 @@ def filecheck() -> str:
 def test_pass(case: Path) -> None:
     text = case.read_text()
     header = text.splitlines()[0]
-    assert header.startswith("// PASS: "), f"{case.name}: first line must be '// PASS: <pass> <arch> [option=value ...]'"
+    usage = "// PASS: <pass> <arch> [option=value ...]"
+    assert header.startswith("// PASS: "), f"{case.name}: first line must be '{usage}'"
     pass_name, arch, *settings = header.removeprefix("// PASS: ").split()
     options = {k: v == "true" if v in ("true", "false") else int(v) for k, v in (s.split("=") for s in settings)}
     out = run_pass(pass_name, text, get_arch(arch), CompileOptions(arch=arch, **options))
