@@ -141,6 +141,9 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # LLVM's default scheduler (max-ilp 129.1; with masked rows 135.6, and iterative-ilp 136.2), taken;
 # its causal row loses (98.5 -> 96.2), as do gfx1201 hdim 128 causal (113.5 -> 107.8), gfx1100 hdim
 # 64 (82.3 -> 79.2) and 128 (73.6 -> 70.8); gfx1201 hdim 128 131.1 -> 131.9 (within 1 %, kept).
+# With gfx11's Q tile held in registers (session 29, hoist-conversions), gfx1100's hdim 128 row
+# takes 64-key blocks: 64x32 80.5 -> 64x64 82.5, causal 64.4 -> 67.7 (B 4, H 32, S 4096: 86.1 ->
+# 87.5; B 1, H 16, S 1024: 67.1 -> 68.0); the other candidates stay below (fmha_tune.py --model).
 ILP = "iterative-ilp"
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True), 128: _c(128, 64, 4, 2, 2, reuse=True),
@@ -149,7 +152,7 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, schedule=ILP), 256: _c(64, 32, 4, 2)},
     "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True),
                256: _c(128, 64, 4, 2)},
-    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1), 128: _c(64, 32, 4, 1), 256: _c(64, 32, 8, 1)},
+    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1), 128: _c(64, 64, 4, 1), 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True), 128: _c(64, 32, 4, 1),
                 256: _c(64, 32, 8, 1)},
 }
