@@ -108,10 +108,10 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # causal 625.0 -> 741.6 with reuse (it lost before: 657.5 -> 574.7); gfx90a hdim 64 128x128 one
 # stage 129.2 -> 128x64 two stages with reuse 142.3; gfx942 hdim 64 128x128 one stage 490.1 -> two
 # stages with reuse 522.3 (517.5 without). gfx90a hdim 128 causal 128x32 84.3 -> 128x64
-# 96.3 with reuse (94.2 without), taken in session 29: it spills 2 SGPRs in one feature mix (bf16,
-# top-left causal, group mode, soft-cap, padded head dims), once before the key loop and once
-# after it, which models level there (52.6 -> 52.4 TFLOP/s at B 2, H 16, S 2048, hdim 96); the
-# rows refused such spills until then. Reuse still loses in:
+# 96.3 with reuse (94.2 without), taken in session 29 for unpadded head dims: with padded ones
+# (the PADDED row) its masked loads spill SGPRs as buffer accesses and become branches (hdim 80
+# causal 56.2 -> 50.6; the test mix with group mode and soft-cap spilled 2 SGPRs outside the key
+# loop and modeled level, 52.6 -> 52.4 at hdim 96). Reuse still loses in:
 # gfx942 hdim 64 causal 328.7 -> 320.7, hdim 128 causal 411.1 -> 389.9, hdim 128 604.9 -> 577.5
 # without (kept); gfx950 hdim 64 causal 522.8 -> 512.3; gfx950's WIDE hdim 64 row 846.9 -> 798.3.
 # The RDNA rows at hdim 64 and 128, chosen by instruction counts before, were tuned with the model
@@ -200,6 +200,13 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
 }
 
 
+# Rows for padded head dims (D_QK or D_V below the tile width) where they differ, per (padded
+# hdim, masked): their head-dim masks take scalar registers. gfx90a's masked hdim 128 row (128x64)
+# spills SGPRs with buffer descriptors there, so the driver compiles the masked loads as branches:
+# hdim 80 causal models 56.2 (128x32) -> 50.6 TFLOP/s of its own work (B 2, H 16, S 2048).
+PADDED: dict[str, dict[tuple[int, bool], FmhaConfig]] = {"gfx90a": {(128, True): _c(128, 32, 4, 2, 2)}}
+
+
 # Rows for bias variants (docs/bias.md) where they differ from the rows above, per bias kind and
 # (padded hdim, masked): the bias tile (or ALiBi's per-element distances) takes registers beside
 # the scores, so the largest tile without VGPR spills is smaller in places. Chosen like the rows
@@ -270,6 +277,9 @@ def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool 
         return FP8_ROWS[name][(hdim, masked)]
     if (hdim, masked) in BIASED.get(bias, {}).get(name, {}):
         return BIASED[bias][name][(hdim, masked)]
+    padded = padded_hdim(hdim_q) != hdim_q or padded_hdim(hdim_v) != hdim_v
+    if padded and (hdim, masked) in PADDED.get(name, {}):
+        return PADDED[name][(hdim, masked)]
     if masked and hdim in MASKED.get(name, {}):
         return MASKED[name][hdim]
     return CONFIGS[name][hdim]
