@@ -49,6 +49,9 @@ RDNA = [FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 64, 4, 1), FmhaConfig(64, 32, 4
         FmhaConfig(64, 64, 8, 1), FmhaConfig(64, 32, 8, 1)]
 
 
+OPTIONAL_FLAGS = ("REUSE", "MASK_ROWS")  # FmhaConfig.defines() sets these only when true
+
+
 def spills(k: CompiledKernel) -> tuple[int, int]:
     return k.manifest["vgpr_spill_count"], k.manifest["sgpr_spill_count"]
 
@@ -85,7 +88,10 @@ def modeled(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> float:
 
 def measure(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> str:
     # The feature mixes this table row serves: masked rows (causal, window) or unmasked ones.
-    mixes = [(d | cfg.defines(), variant_dim_units(dt, hdim, c)) for dt in ("f16", "bf16") for c in (False, True)
+    # The mix's defines come from the shipped row (or the last candidate modeled() put in the
+    # table): drop its optional flags, which the candidate's defines() name only when set.
+    mixes = [({k: v for k, v in d.items() if k not in OPTIONAL_FLAGS} | cfg.defines(), variant_dim_units(dt, hdim, c))
+             for dt in ("f16", "bf16") for c in (False, True)
              if ((d := variant(arch, dt, hdim, c))["MASK"] != "none") == masked]
     plain = compile_contiguous(arch, fmha_defines(arch, hdim_q=hdim, mask=fmha_mask_params(masked), config=cfg),
                                allow_spills=True, schedule=cfg.schedule)
