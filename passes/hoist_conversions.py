@@ -57,9 +57,10 @@ def hoist_conversions(module: ir.Module, ctx: PassContext) -> int:
                     continue
                 for op in ops_in(block):
                     if op.name == "tile.convert_layout" and not defined_inside(op.operands[0], loop):
-                        if _grows(op, threads) and ctx.options.resident_operands:
+                        grows = _grows(op, threads)
+                        if grows and ctx.options.resident_operands:
                             op.attributes["tile.resident"] = ir.UnitAttr.get()
-                        elif _grows(op, threads) and "tile.held" not in op.attributes:
+                        elif grows and "tile.held" not in op.attributes:  # counted once, out of nested loops
                             op.attributes["tile.held"] = ir.UnitAttr.get()
                             held += _registers(op, threads)
                         op.move_before(loop)

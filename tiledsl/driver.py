@@ -398,23 +398,30 @@ def _compile_fitting(arch_row: Arch, opts: CompileOptions, filename: str, clean:
         again = _compile_fitting(arch_row, dataclasses.replace(opts, resident_operands=True), filename, clean,
                                  source, kind)
         if _ranking(arch_row, again[2]) > _ranking(arch_row, best[2]):
-            (v, s), waves = spill_counts(best[2]), _waves_per_simd(arch_row, best[2])
-            again[2]["resident_operands"] = (f"operand tiles kept in LDS: in registers the kernel spilled {v} VGPRs "
-                                             f"and {s} SGPRs" if v or s else
-                                             f"operand tiles kept in LDS: in registers {waves} waves per SIMD, "
-                                             f"here {_waves_per_simd(arch_row, again[2])}")
+            again[2]["resident_operands"] = _why_resident(arch_row, best[2], again[2])
             best = again
     return best
 
 
-def _waves_per_simd(arch_row: Arch, manifest: dict[str, Any]) -> int:
-    return arch_row.occupancy(manifest.get("vgpr_count") or 0, manifest.get("lds_bytes") or 0,
-                             manifest.get("waves") or 1)
+def waves_per_simd(arch_row: Arch, manifest: dict[str, Any], waves: int | None = None) -> int:
+    """Waves per SIMD a compiled kernel keeps resident (its registers and LDS), `waves` per
+    workgroup (the manifest's by default)."""
+    return arch_row.occupancy(int(manifest.get("vgpr_count") or 0), int(manifest.get("lds_bytes") or 0),
+                              waves or manifest.get("waves") or 1)
 
 
 def _ranking(arch_row: Arch, manifest: dict[str, Any]) -> tuple[int, int]:
     """Larger is better: fewer spilled registers, then more waves per SIMD."""
-    return -sum(spill_counts(manifest)), _waves_per_simd(arch_row, manifest)
+    return -sum(spill_counts(manifest)), waves_per_simd(arch_row, manifest)
+
+
+def _why_resident(arch_row: Arch, held: dict[str, Any], resident: dict[str, Any]) -> str:
+    """The manifest's note when the operand tiles stayed in LDS: what registers would have cost."""
+    vgprs, sgprs = spill_counts(held)
+    if vgprs or sgprs:
+        return f"operand tiles kept in LDS: in registers the kernel spilled {vgprs} VGPRs and {sgprs} SGPRs"
+    return (f"operand tiles kept in LDS: in registers {waves_per_simd(arch_row, held)} waves per SIMD, "
+            f"here {waves_per_simd(arch_row, resident)}")
 
 
 def _resident_may_win(arch_row: Arch, facts: dict[str, Any], manifest: dict[str, Any]) -> bool:
@@ -428,7 +435,7 @@ def _resident_may_win(arch_row: Arch, facts: dict[str, Any], manifest: dict[str,
         return True
     resident = dict(manifest, vgpr_count=max(1, (manifest.get("vgpr_count") or 0) - regs),
                     lds_bytes=facts.get("lds_if_resident") or manifest.get("lds_bytes") or 0)
-    return _waves_per_simd(arch_row, resident) > _waves_per_simd(arch_row, manifest)
+    return waves_per_simd(arch_row, resident) > waves_per_simd(arch_row, manifest)
 
 
 def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,

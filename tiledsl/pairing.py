@@ -14,15 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from tiledsl.backends.rocm.arch import get_arch
-from tiledsl.driver import spill_counts
+from tiledsl.driver import spill_counts, waves_per_simd
 
 CAUSAL_KINDS = ("causal_top_left", "causal_bottom_right")
-
-
-def _occupancy(arch_name: str, manifest: dict[str, Any], waves: int) -> int:
-    """Waves per SIMD the compiled kernel (`waves` per workgroup) keeps resident."""
-    return get_arch(arch_name).occupancy(int(manifest.get("vgpr_count") or 0), int(manifest.get("lds_bytes") or 0),
-                                         waves)
 
 
 def _resident(arch_name: str, manifest: dict[str, Any], waves: int) -> int:
@@ -59,6 +53,7 @@ def paired_fits(arch_name: str, waves: int, unpaired: dict[str, Any], paired: di
     outside the hot loop.)"""
     if spill_counts(paired)[0] > spill_counts(unpaired)[0]:
         return False
-    if _occupancy(arch_name, paired, waves) >= _occupancy(arch_name, unpaired, waves):
+    arch = get_arch(arch_name)
+    if waves_per_simd(arch, paired, waves) >= waves_per_simd(arch, unpaired, waves):
         return True
     return paired_workgroups <= _resident(arch_name, paired, waves)
