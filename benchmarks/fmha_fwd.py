@@ -64,11 +64,11 @@ TOLERANCE = {"f16": 5e-3, "bf16": 4e-2}  # max |out - reference| (outputs are O(
 
 
 def compile_contiguous(arch: str, defines: dict[str, str], allow_spills: bool = False,
-                       schedule: str = "") -> CompiledKernel:
+                       scheduling: dict[str, str | bool] | None = None) -> CompiledKernel:
     """The variant fmha_fwd compiles for contiguous bshd inputs (strides in units of 16 bytes), uncached
-    (benchmarks/fmha_tune.py's candidates); schedule: the config row's (CompileOptions.schedule)."""
+    (benchmarks/fmha_tune.py's candidates); scheduling: the config row's (FmhaConfig.scheduling)."""
     src = KERNELS / "fmha_fwd.tile"
-    options = CompileOptions.make(arch, defines, allow_spills=allow_spills, schedule=schedule,
+    options = CompileOptions.make(arch, defines, allow_spills=allow_spills, **(scheduling or {}),
                                   stride_units=tuple((t, VECTOR_ELEMS) for t in ("k", "o", "q", "v")))
     return compile_source(src.read_text(), str(src), arch, defines, options, cache=None)
 

@@ -2,7 +2,7 @@
 
 For each arch and padded head dim, every candidate (BLOCK_M, BLOCK_N, WAVES, STAGES, occupancy,
 reuse; with --mask-rows, query rows past the end masked instead of clamped; with --schedule, LLVM's
-scheduler) is compiled for the
+scheduler; with --interleave, LLVM's LDS/matrix interleaving) is compiled for the
 feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE, sink, soft-cap, padded
 head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
 reported with its worst spills and its instructions per MFMA/WMMA. A row of fmha_configs should
@@ -11,7 +11,7 @@ marked L has a spill move inside one), and the fewest instructions per matrix in
 With --model, also the modeled TFLOP/s of the f16 forward at the benchmarks' model shape (the
 emulator's timing model): the figure to choose rows by, among the candidates without spills.
 Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--mask-rows]
-       [--schedule STRATEGY] [--model]
+       [--schedule STRATEGY] [--interleave] [--model]
        [--jobs N]
 """
 
@@ -94,8 +94,8 @@ def measure(arch: str, hdim: int, masked: bool, cfg: FmhaConfig) -> str:
              for dt in ("f16", "bf16") for c in (False, True)
              if ((d := variant(arch, dt, hdim, c))["MASK"] != "none") == masked]
     plain = compile_contiguous(arch, fmha_defines(arch, hdim_q=hdim, mask=fmha_mask_params(masked), config=cfg),
-                               allow_spills=True, schedule=cfg.schedule)
-    kernels = [compiled(arch, d, u, cfg.schedule) for d, u in mixes] + [plain]
+                               allow_spills=True, scheduling=cfg.scheduling())
+    kernels = [compiled(arch, d, u, tuple(cfg.scheduling().items())) for d, u in mixes] + [plain]
     found = [spills(k) for k in kernels]
     worst_v, worst_s = max(v for v, _ in found), max(s for _, s in found)
     # SGPR spills are marked "L" where a spill move lies in a loop (the row is refused), else they
@@ -116,10 +116,13 @@ def main() -> int:
     ap.add_argument("--schedule", choices=SCHEDULES, default="", metavar="STRATEGY",
                     help="the candidates with this LLVM scheduler (FmhaConfig.schedule): "
                          + ", ".join(s for s in SCHEDULES if s))
+    ap.add_argument("--interleave", action="store_true",
+                    help="the candidates with LDS/matrix interleaving (FmhaConfig.interleave)")
     ap.add_argument("--model", action="store_true", help="add modeled TFLOP/s (emulator timing model)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    jobs = [(a, h, args.masked, replace(c, mask_rows=args.mask_rows, schedule=args.schedule), args.model)
+    jobs = [(a, h, args.masked,
+             replace(c, mask_rows=args.mask_rows, schedule=args.schedule, interleave=args.interleave), args.model)
             for a in args.arch
             for h in args.hdim for c in (CDNA if get_arch(a).is_cdna else RDNA)]
     print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'OCC':>4}{'RU':>4}{'MR':>4}{'S':>4}"

@@ -52,6 +52,7 @@ class _Lowering:
         self.large_args = set(ir.DenseI32ArrayAttr(fn.attributes["tile.large_args"])) \
             if "tile.large_args" in fn.attributes else set()
         self.buffer_args: set[int] = set()  # kernel arguments addressed with buffer instructions
+        self.awaiting_first_dot = False  # inside a loop body whose first dot is still to come
 
     # -- types -----------------------------------------------------------------------------------
     def regs(self, t: ir.Type) -> int:
@@ -96,6 +97,13 @@ class _Lowering:
     def lower_block(self, block: ir.Block) -> None:
         for op in ops_in(block):
             with op.location:
+                if op.name == "tile.dot" and self.awaiting_first_dot:
+                    self.awaiting_first_dot = False
+                    if self.options.interleave:
+                        # CompileOptions.interleave: LLVM applies the strategy to the whole block
+                        # (scheduling region) that holds it. Only the loop's first dot: the same in
+                        # the blocks of its later dots (the forward's P.V) modeled slower.
+                        rocdl.iglp_opt(0)
                 rule = RULES.get(op.name)
                 if rule is None:
                     raise op_error(op, f"internal: no lowering rule for {op.name}", self.source, "lower-to-gpu")
@@ -591,8 +599,10 @@ def rule_for(lw: _Lowering, op: ir.Operation) -> None:
     body = op.regions[0].blocks[0]
     for old, new in zip(body.arguments, loop.body.arguments, strict=True):
         lw.vmap[old] = new
+    outer, lw.awaiting_first_dot = lw.awaiting_first_dot, True
     with ir.InsertionPoint(loop.body):
         lw.lower_block(body)
+    lw.awaiting_first_dot = outer
     for r, n in zip(op.results, loop.results, strict=True):
         lw.vmap[r] = n
 

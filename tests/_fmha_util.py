@@ -49,34 +49,36 @@ def variant_dim_units(dtype: str, hdim: int, causal: bool) -> tuple[tuple[str, i
     return fmha_dim_units(actual_hdim(hdim, dtype, causal))
 
 
-def variant_schedule(arch: str, dtype: str, hdim: int, causal: bool) -> str:
-    """The LLVM scheduler fmha_fwd compiles a variant with (its config row's)."""
+def variant_scheduling(arch: str, dtype: str, hdim: int, causal: bool) -> tuple[tuple[str, str | bool], ...]:
+    """The asks of LLVM's scheduler fmha_fwd compiles a variant with (its config row's), as items."""
     f = FEATURES[(dtype, causal)]
     d = actual_hdim(hdim, dtype, causal)
-    return variant_config(arch, dtype=dtype, hdim_q=d, hdim_v=d,
-                          mask=fmha_mask_params(f.get("causal", False), f.get("window", (-1, -1)))).schedule
+    cfg = variant_config(arch, dtype=dtype, hdim_q=d, hdim_v=d,
+                         mask=fmha_mask_params(f.get("causal", False), f.get("window", (-1, -1))))
+    return tuple(cfg.scheduling().items())
 
 
 @functools.cache
 def _compiled(arch: str, defines: tuple[tuple[str, str], ...],
-              dim_units: tuple[tuple[str, int], ...], schedule: str) -> CompiledKernel:
+              dim_units: tuple[tuple[str, int], ...], scheduling: tuple[tuple[str, str | bool], ...]) -> CompiledKernel:
     d = dict(defines)
     # Spills are asserted by the tests with the figures in the message rather than raised here.
     # Strides get no alignment facts: this is the general variant, the one with the most work.
-    opts = CompileOptions.make(arch, d, allow_spills=True, dim_units=dim_units, schedule=schedule)
+    opts = CompileOptions.make(arch, d, allow_spills=True, dim_units=dim_units, **dict(scheduling))
     return compile_source(KERNEL.read_text(), str(KERNEL), arch, d, opts, cache=None)
 
 
 def compiled(arch: str, defines: dict[str, str], dim_units: tuple[tuple[str, int], ...] = (),
-             schedule: str = "") -> CompiledKernel:
-    return _compiled(arch, tuple(sorted(defines.items())), dim_units, schedule)
+             scheduling: tuple[tuple[str, str | bool], ...] = ()) -> CompiledKernel:
+    """scheduling: CompileOptions fields as items (variant_scheduling)."""
+    return _compiled(arch, tuple(sorted(defines.items())), dim_units, scheduling)
 
 
 def compiled_variant(arch: str, dtype: str, hdim: int, causal: bool) -> CompiledKernel:
     """A feature-mix variant compiled as fmha_fwd would (general strides): its defines, dim units
     and its config row's scheduler."""
     return compiled(arch, variant(arch, dtype, hdim, causal), variant_dim_units(dtype, hdim, causal),
-                    variant_schedule(arch, dtype, hdim, causal))
+                    variant_scheduling(arch, dtype, hdim, causal))
 
 
 def check_out_lse(out: Any, lse: Any, ref_out: Any, ref_lse: Any, tol: float) -> None:

@@ -1,5 +1,6 @@
-"""CompileOptions.schedule: LLVM's machine scheduler asked for per kernel, codegen run apart so that
-an LLVM crash with it falls back to the default scheduler instead of killing the caller."""
+"""CompileOptions.schedule and .interleave: LLVM's machine scheduler and its LDS/matrix interleaving
+asked for per kernel, codegen run apart so that an LLVM crash with them falls back to LLVM's
+defaults instead of killing the caller."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tiledsl.backends.rocm import codegen, elf
-from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.driver import compile_source
 from tiledsl.options import CompileOptions
 
@@ -16,9 +17,12 @@ pytestmark = pytest.mark.compile
 GEMM = Path(__file__).resolve().parents[1] / "examples" / "gemm.tile"
 
 
-def _compile(arch: str, schedule: str, failure_dir: Path | None = None):
-    options = CompileOptions.make(arch, schedule=schedule, failure_dir=str(failure_dir) if failure_dir else None)
-    return compile_source(GEMM.read_text(), str(GEMM), arch, {}, options, cache=None)
+def _compile(arch: str, schedule: str, failure_dir: Path | None = None, interleave: bool = False,
+             dump: Path | None = None, source: Path = GEMM, defines: dict[str, str] | None = None):
+    options = CompileOptions.make(arch, defines, schedule=schedule, interleave=interleave,
+                                  failure_dir=str(failure_dir) if failure_dir else None,
+                                  dump_ir_dir=str(dump) if dump else None)
+    return compile_source(source.read_text(), str(source), arch, defines or {}, options, cache=None)
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
@@ -38,13 +42,17 @@ def crashing_codegen(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def test_llvm_crash_falls_back_to_the_default_scheduler(tmp_path, crashing_codegen):
+@pytest.mark.parametrize(("schedule", "interleave", "asked"), [
+    ("iterative-ilp", False, "the iterative-ilp scheduler"),
+    ("", True, "LDS/matrix interleaving"),
+    ("max-ilp", True, "the max-ilp scheduler and LDS/matrix interleaving")])
+def test_llvm_crash_falls_back_to_the_default_scheduler(tmp_path, crashing_codegen, schedule, interleave, asked):
     """A codegen child that dies of a signal is not the caller's crash: the kernel is compiled
-    again with LLVM's default scheduler and its manifest records why."""
-    k = _compile("gfx942", "iterative-ilp", failure_dir=tmp_path / "reports")
-    assert "schedule" not in k.manifest
+    again with LLVM's defaults and its manifest records why."""
+    k = _compile("gfx942", schedule, failure_dir=tmp_path / "reports", interleave=interleave)
+    assert "schedule" not in k.manifest and "interleave" not in k.manifest
     note = k.manifest["schedule_fallback"]
-    assert note.startswith("LLVM crashed (signal 11) in AMDGPU codegen with the iterative-ilp scheduler (its input "
+    assert note.startswith(f"LLVM crashed (signal 11) in AMDGPU codegen with {asked} (its input "
                            f"is saved at {tmp_path / 'reports'}"), note
     assert note.endswith("; compiled with LLVM's default"), note
     assert elf.read_code_object(k.hsaco).arch == "gfx942"  # a real code object came out
@@ -58,24 +66,25 @@ def test_codegen_child_errors_are_compile_errors(monkeypatch):
         codegen.make_isa_and_object_isolated("this is not LLVM IR", get_arch("gfx942"))
 
 
-def test_a_scheduler_that_spills_gives_way_to_the_default(monkeypatch):
-    """Where the scheduler asked for spills registers and LLVM's default does not, the default's
-    code is kept and the manifest says why."""
+@pytest.mark.parametrize(("schedule", "interleave", "asked"), [
+    ("max-ilp", False, "the max-ilp scheduler"), ("", True, "LDS/matrix interleaving")])
+def test_a_scheduler_that_spills_gives_way_to_the_default(monkeypatch, schedule, interleave, asked):
+    """Where what was asked of the scheduler spills registers and LLVM's defaults do not, the
+    defaults' code is kept and the manifest says why."""
     from tiledsl import driver
 
     real = driver._compile_once
 
     def spilling(arch_row, opts, *args):
         ctx, hsaco, manifest = real(arch_row, opts, *args)
-        if opts.schedule:
+        if driver.scheduling(opts):
             manifest["vgpr_spill_count"] = 3
         return ctx, hsaco, manifest
 
     monkeypatch.setattr(driver, "_compile_once", spilling)
-    k = _compile("gfx90a", "max-ilp")
-    assert k.manifest["vgpr_spill_count"] == 0 and "schedule" not in k.manifest
-    want = "spills registers with the max-ilp scheduler; compiled with LLVM's default"
-    assert k.manifest["schedule_fallback"] == want
+    k = _compile("gfx90a", schedule, interleave=interleave)
+    assert k.manifest["vgpr_spill_count"] == 0 and "schedule" not in k.manifest and "interleave" not in k.manifest
+    assert k.manifest["schedule_fallback"] == f"spills registers with {asked}; compiled with LLVM's default"
 
 
 def test_compile_reports_a_scheduler_fallback(tmp_path, crashing_codegen, capsys):
@@ -85,3 +94,60 @@ def test_compile_reports_a_scheduler_fallback(tmp_path, crashing_codegen, capsys
     assert main(["compile", str(GEMM), "--arch", "gfx90a", "-o", str(tmp_path / "out"), "--schedule", "max-ilp"]) == 0
     out = capsys.readouterr().out
     assert "(--schedule: LLVM crashed (signal 11) in AMDGPU codegen with the max-ilp scheduler" in out, out
+
+
+def _blocks(ll: str) -> list[str]:
+    """The LLVM IR's basic blocks, each as its text (a block ends at its terminator)."""
+    out, cur = [], []
+    for line in ll.splitlines():
+        cur.append(line)
+        if line.strip().startswith(("br ", "ret ", "switch ", "unreachable")):
+            out.append("\n".join(cur))
+            cur = []
+    return out
+
+
+IGLP = "call void @llvm.amdgcn.iglp.opt(i32 0)"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_interleave_asks_llvm_in_the_block_of_the_loops_first_dot(arch, tmp_path):
+    """CompileOptions.interleave puts one iglp.opt(0) in the loop's block that holds its first dot's
+    matrix instructions, and none in the blocks of its later dots (the forward's P.V); the kernel
+    says so in its manifest and is compiled apart from the caller."""
+    from tiledsl.ops import KERNELS
+
+    fwd = KERNELS / "fmha_fwd.tile"
+    small = {"BLOCK_M": "64", "BLOCK_N": "32", "WAVES": "4", "STAGES": "1", "HDIM": "64", "HDIM_V": "64"}
+    k = _compile(arch, "", interleave=True, dump=tmp_path, source=fwd, defines=small)
+    assert k.manifest["interleave"] is True
+    blocks = _blocks(next(tmp_path.glob("*.ll")).read_text())
+    matrix = "llvm.amdgcn.mfma" if get_arch(arch).is_cdna else "llvm.amdgcn.wmma"
+    dots = [b for b in blocks if matrix in b]
+    assert len(dots) == 2, f"expected the loop's two dots in two blocks, got {len(dots)}"
+    assert [b.count(IGLP) for b in dots] == [1, 0]
+    assert sum(b.count(IGLP) for b in blocks) == 1
+    plain = _compile(arch, "", dump=tmp_path / "plain", source=fwd, defines=small)
+    assert "interleave" not in plain.manifest
+    assert "iglp" not in next((tmp_path / "plain").glob("*.ll")).read_text()
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_an_interleaved_gemm_matches_numpy(arch):
+    """The scheduling ask changes the order of instructions, never the result."""
+    import sys
+
+    import numpy as np
+
+    from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+    from tiledsl.launcher import launch
+
+    sys.path.insert(0, str(GEMM.parent))
+    from cases import CASES, TOLERANCE
+
+    args, kwargs, check = CASES["gemm"]("f16", np.random.default_rng(2))
+    k = _compile(arch, "", interleave=True)
+    assert k.manifest["interleave"] is True
+    launch(k, *args, device=EmulatorDevice(arch), **kwargs)
+    assert check() <= TOLERANCE["f16"]

@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--schedule", choices=["default", *filter(None, SCHEDULES)], default="default",
                    metavar="STRATEGY", help="LLVM's machine scheduler for the kernel: default, "
                    + ", ".join(filter(None, SCHEDULES)) + " (docs/compiler.md)")
+    c.add_argument("--interleave", action="store_true",
+                   help="ask LLVM's scheduler to place LDS accesses and matrix instructions in turn in the "
+                        "block of each loop's first dot (its IGroupLP small-GEMM strategy; docs/compiler.md)")
     c.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
 
     i = sub.add_parser("inspect", help="table of registers, LDS, spills, MFMA/WMMA of compiled kernels")
@@ -239,7 +242,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                          f"compiled for {lowered or 'no target'})")
             fallback = kernel.manifest.get("schedule_fallback")
             if fallback:
-                note += f" (--schedule: {fallback})"
+                note += f" ({'--schedule' if args.schedule != 'default' else '--interleave'}: {fallback})"
             print(f"{kernel.name} {kernel.arch}: {files[0]}{note}")
 
     failed: dict[str, str] = {}
@@ -247,7 +250,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         defines = _parse_defines(args.defines, arch)
         options = CompileOptions.make(arch, defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills,
                                       unit_last_stride=not args.strided, failure_dir=str(_reports_dir()),
-                                      schedule="" if args.schedule == "default" else args.schedule)
+                                      schedule="" if args.schedule == "default" else args.schedule,
+                                      interleave=args.interleave)
         try:
             compile_file(args.file, [arch], defines, args.outdir, options, cache=cache, on_result=report)
         except TileError as exc:

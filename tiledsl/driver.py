@@ -120,7 +120,7 @@ def make_ll(ctx: StageContext, rocdl_mlir: str) -> str:
 def make_isa(ctx: StageContext, llir: str) -> IsaObject:
     from tiledsl.backends.rocm import codegen
 
-    make = codegen.make_isa_and_object_isolated if ctx.options.schedule else codegen.make_isa_and_object
+    make = codegen.make_isa_and_object_isolated if scheduling(ctx.options) else codegen.make_isa_and_object
     asm, obj = make(llir, ctx.arch)
     ctx.asm = asm
     return IsaObject(asm, obj)
@@ -329,8 +329,8 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
                                                 clean, source, kind)
         manifest["occupancy_target"] = target
         manifest["occupancy_lowered_to"] = cap
-    if opts.schedule and "schedule" not in manifest:  # the retries went back to LLVM's default
-        manifest.setdefault("schedule_fallback", f"spills registers with the {opts.schedule} scheduler; "
+    if scheduling(opts) and not scheduling(ctx.options):  # the retries went back to LLVM's default
+        manifest.setdefault("schedule_fallback", f"spills registers with {scheduling(opts)}; "
                                                  "compiled with LLVM's default")
     _check_spills(manifest, ctx, opts)
     result = CompiledKernel(manifest["kernel"], arch_row.name, hsaco, ctx.asm or "", manifest,
@@ -338,6 +338,20 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
     if cache is not None and key is not None:
         cache.put(key, CacheEntry(result.hsaco, result.asm, result.manifest))
     return result
+
+
+def scheduling(opts: CompileOptions) -> str:
+    """What the options ask of LLVM's scheduler beyond its defaults, in words ("" for nothing):
+    such kernels are compiled in a child process (an LLVM crash there is not the caller's) and
+    compiled again with the defaults where they crash or spill."""
+    asks = [f"the {opts.schedule} scheduler"] if opts.schedule else []
+    if opts.interleave:
+        asks.append("LDS/matrix interleaving")
+    return " and ".join(asks)
+
+
+def default_scheduling(opts: CompileOptions) -> CompileOptions:
+    return dataclasses.replace(opts, schedule="", interleave=False)
 
 
 def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
@@ -351,12 +365,11 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
     try:
         hsaco = run_stages(ctx, source, START_EXTENSIONS[kind], kind)
     except CompileError as exc:
-        if not (opts.schedule and isinstance(exc.__cause__, CodegenCrashed)):
+        if not (scheduling(opts) and isinstance(exc.__cause__, CodegenCrashed)):
             raise
-        ctx, hsaco, manifest = _compile_once(arch_row, dataclasses.replace(opts, schedule=""), filename, clean,
-                                             source, kind)
+        ctx, hsaco, manifest = _compile_once(arch_row, default_scheduling(opts), filename, clean, source, kind)
         saved = f" (its input is saved at {exc.saved_input})" if exc.saved_input else ""
-        manifest["schedule_fallback"] = (f"{exc.detail} with the {opts.schedule} scheduler{saved}; "
+        manifest["schedule_fallback"] = (f"{exc.detail} with {scheduling(opts)}{saved}; "
                                          "compiled with LLVM's default")
         return ctx, hsaco, manifest
 
@@ -371,6 +384,8 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
         manifest = mf.manifest_from_code_object(hsaco, arch_row)
     if opts.schedule:
         manifest["schedule"] = opts.schedule
+    if opts.interleave:
+        manifest["interleave"] = True
     ctx.timings["manifest"] = time.perf_counter() - t0
     return ctx, hsaco, manifest
 
@@ -448,7 +463,8 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
     keeps fewer loads in flight; pointers take half the scalar registers of descriptors). A
     kernel that spills more than these can explain is not compiled again (an occupancy target
     out of reach: the caller lowers it). A kernel compiled with a scheduler of its own
-    (CompileOptions.schedule) that spills is first compiled with LLVM's default."""
+    (CompileOptions.schedule, .interleave: `scheduling`) that spills is first compiled with LLVM's
+    defaults."""
     best = _compile_once(arch_row, opts, filename, clean, source, kind)
 
     def few_spills() -> bool:
@@ -468,8 +484,8 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
 
     # A scheduler other than LLVM's default (CompileOptions.schedule) can keep more values live:
     # a kernel that spills with it is compiled with the default first.
-    if any(spill_counts(best[2])) and opts.schedule:
-        retry(dataclasses.replace(opts, schedule=""))
+    if any(spill_counts(best[2])) and scheduling(opts):
+        retry(default_scheduling(opts))
     opts = best[0].options
     # Barriers between LDS stagings also keep LLVM from hoisting loads across them: a kernel that
     # spills vector registers is compiled again with every staging behind one (stage-lds), unless

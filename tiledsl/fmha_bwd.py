@@ -43,6 +43,7 @@ class BwdConfig:
     dq_block: tuple[int, int] = (0, 0)
     stages: int = 1  # > 1: the key walk loads Q, dO (a bias tile) stages - 1 steps ahead (pipeline-loops)
     occupancy: int = 0  # waves per SIMD the dq_dk_dv kernel targets (0: the compiler's choice)
+    interleave: bool = False  # dq_dk_dv with LLVM's LDS/matrix interleaving (CompileOptions.interleave)
 
     @property
     def dq_loop(self) -> bool:
@@ -50,8 +51,8 @@ class BwdConfig:
 
 
 def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: tuple[int, int] = (0, 0),
-       stages: int = 1, occupancy: int = 0) -> BwdConfig:
-    return BwdConfig(block_m, block_n, waves, spills, dq_block, stages, occupancy)
+       stages: int = 1, occupancy: int = 0, interleave: bool = False) -> BwdConfig:
+    return BwdConfig(block_m, block_n, waves, spills, dq_block, stages, occupancy, interleave)
 
 
 # dq_dk_dv tiles per arch and padded head dim, chosen with the emulator (executed wave-instructions
@@ -74,11 +75,16 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: t
 # would leave one wave per SIMD) 409.6 -> 400.9 / 229.6 -> 243.2; gfx90a d128 87.2 -> 88.2 /
 # 66.8 -> 68.3. gfx90a d64 keeps one stage: with it the paired causal variant drops to one wave
 # per SIMD even with the occupancy target (77.6 -> 62.0).
+# interleave (LLVM's LDS/matrix interleaving in the key walk's first dot block, docs/compiler.md),
+# modeled full / causal, B2 H16 S2048 and B1 H16 S1024: gfx942 d64 401.1 -> 408.9 / 260.4 -> 273.9
+# and 127.2 -> 129.4 / 66.2 -> 65.3; gfx950 d128 726.3 -> 748.7 / 549.2 -> 550.1 and 317.3 ->
+# 325.8 / 156.8 -> 156.4. Not taken: gfx942 d128 (within 1.6 %), gfx950 d64 (757.1 -> 743.3 full),
+# gfx90a (-1.7 % to +0.6 %).
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8, stages=2), 256: _b(32, 32, 4)},
-    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2, occupancy=2), 128: _b(32, 128, 8, stages=2),
-               256: _b(32, 32, 4)},
-    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2), 128: _b(32, 128, 8, stages=2),
+    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2, occupancy=2, interleave=True),
+               128: _b(32, 128, 8, stages=2), 256: _b(32, 32, 4)},
+    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2), 128: _b(32, 128, 8, stages=2, interleave=True),
                256: _b(32, 32, 4)},
     "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
                 256: _b(32, 16, 2, spills=True)},
@@ -243,7 +249,7 @@ def dbias_zeroed(shape: BwdShape) -> bool:
 
 
 def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dims: tuple[str, ...] = (),
-             allow_spills: bool = False):
+             allow_spills: bool = False, interleave: bool = False):
     """Compile stage `name`; `dims`: the head-dim symbols it declares (their dim_units apply)."""
     from tiledsl.library import KernelNotPrebuilt, library_kernel
     from tiledsl.options import CompileOptions
@@ -251,7 +257,7 @@ def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dim
 
     units = tuple((sym, unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v) if sym in dims)
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
-                                  dim_units=units, buffer_masks=not shape.large)
+                                  dim_units=units, buffer_masks=not shape.large, interleave=interleave)
     try:
         return library_kernel(KERNELS / f"{name}.tile", arch, defines, options)
     except (KernelNotPrebuilt, PackageError):  # not a compile failure: say it as it is
@@ -295,11 +301,12 @@ def build_plan(shape: BwdShape) -> Plan:
         dq_dk_dv_defines.update(DQ_LOOP="true", BLOCK_M_DQ=str(cfg.dq_block[0]), BLOCK_N_DQ=str(cfg.dq_block[1]),
                                 DETERMINISTIC="false")
     spills_ok = cfg.spills or shape.bias != "none" or shape.dropout
-    dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch, dq_dk_dv_defines, shape, ("D_QK", "D_V"), spills_ok)
+    dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch, dq_dk_dv_defines, shape, ("D_QK", "D_V"), spills_ok,
+                        cfg.interleave)
     paired_blocks = False
     if shape.pair_blocks == "always" or pair_key_blocks(shape, cfg, dq_dk_dv):
         paired = _compile("fmha_bwd_dq_dk_dv", shape.arch, {**dq_dk_dv_defines, "PASSES": "2"}, shape,
-                          ("D_QK", "D_V"), allow_spills=True)
+                          ("D_QK", "D_V"), allow_spills=True, interleave=cfg.interleave)
         if shape.pair_blocks == "always" or paired_fits(shape, cfg, dq_dk_dv, paired):
             dq_dk_dv, paired_blocks = paired, True
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,

@@ -609,7 +609,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v), buffer_masks=not large,
-                                  schedule=cfg.schedule,
+                                  **cfg.scheduling(),
                                   allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1)
     return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 

@@ -77,6 +77,12 @@ class CompileOptions:
     # which the timing model finds faster in some tile rows and slower in others, so the config rows
     # choose (FmhaConfig.schedule, benchmarks/fmha_tune.py --schedule).
     schedule: str = ""
+    # LLVM's IGroupLP small-GEMM strategy (llvm.amdgcn.iglp.opt(0)) in the block that holds each
+    # loop's first dot (lower-to-gpu): the scheduler places LDS accesses and matrix instructions in
+    # turn, two to one, instead of in runs. The timing model finds the CDNA forward 1-4 % faster in
+    # most tile rows and slower in some (gfx950's causal hdim 128 row: 13 %), and RDNA slower, so
+    # the config rows choose (FmhaConfig.interleave).
+    interleave: bool = False
     # Set by the driver only: a kernel's occupancy(N) target lowered to this when N waves per SIMD
     # would spill or cannot be reached (the driver compiles again with N-1, ... 0 = no target).
     occupancy_cap: int | None = None

@@ -81,6 +81,9 @@ class FmhaConfig:
     # LLVM's scheduler for this row (CompileOptions.schedule; "" its default), where the model
     # finds another one faster.
     schedule: str = ""
+    # LLVM's LDS/matrix interleaving in the key loop (CompileOptions.interleave), where the model
+    # finds it faster.
+    interleave: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -95,10 +98,14 @@ class FmhaConfig:
             d["MASK_ROWS"] = "true"
         return d
 
+    def scheduling(self) -> dict[str, str | bool]:
+        """The CompileOptions fields of this row's asks of LLVM's scheduler."""
+        return {"schedule": self.schedule, "interleave": self.interleave}
+
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
-       mask_rows: bool = False, schedule: str = "") -> FmhaConfig:
-    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, schedule)
+       mask_rows: bool = False, schedule: str = "", interleave: bool = False) -> FmhaConfig:
+    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, schedule, interleave)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -144,14 +151,26 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # With gfx11's Q tile held in registers (session 29, hoist-conversions), gfx1100's hdim 128 row
 # takes 64-key blocks: 64x32 80.5 -> 64x64 82.5, causal 64.4 -> 67.7 (B 4, H 32, S 4096: 86.1 ->
 # 87.5; B 1, H 16, S 1024: 67.1 -> 68.0); the other candidates stay below (fmha_tune.py --model).
+# LLVM's LDS/matrix interleaving in the key loop's S = Q.K^T block (interleave, session 30,
+# docs/compiler.md) on CDNA, modeled f16 TFLOP/s without -> with, at B 2, H 16, S 2048; B 4, H 32,
+# S 4096; B 1, H 16, S 1024: gfx942 hdim 64 522.3 -> 530.8, 659.6 -> 668.5, 193.5 -> 209.2, causal
+# 328.7 -> 339.2, 531.9 -> 540.1, 86.0 -> 83.7; hdim 128 664.5 -> 675.0, 850.3 -> 861.3, 243.9
+# -> 243.8; gfx950 hdim 64 (WIDE at the larger shapes) 870.4 -> 881.3, 902.3 -> 914.2, 246.6 ->
+# 288.3, causal 545.5 -> 570.1, 708.1 -> 739.0, 129.7 -> 130.7; hdim 128 1242.3 -> 1262.9,
+# 1389.0 -> 1423.4, 417.5 -> 450.8; gfx90a hdim 64 142.3 -> 148.3, 159.0 -> 167.3, 78.9 -> 81.6,
+# causal 97.9 -> 99.9, 141.5 -> 145.6, 44.1 -> 46.1; hdim 128 144.9 -> 149.1, 158.7 -> 163.6, 85.2
+# -> 86.1. Not taken: gfx950 hdim 128 causal (778.2 -> 675.1: its MASKED row is CONFIGS' without
+# it), gfx942 hdim 128 causal (with the ILP scheduler it spills and the driver falls back to LLVM's
+# defaults), RDNA (gfx1201 hdim 64 135.4 -> 117.8, gfx1100 hdim 64 82.3 -> 78.6).
 ILP = "iterative-ilp"
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True), 128: _c(128, 64, 4, 2, 2, reuse=True),
+    "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True),
+               128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True), 256: _c(64, 32, 4, 2)},
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2, 2, reuse=True, interleave=True),
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, schedule=ILP, interleave=True),
                256: _c(64, 32, 4, 2)},
-    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2, 2, reuse=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, schedule=ILP), 256: _c(64, 32, 4, 2)},
-    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1), 128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True),
-               256: _c(128, 64, 4, 2)},
+    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1, interleave=True),
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True), 256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1), 128: _c(64, 64, 4, 1), 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True), 128: _c(64, 32, 4, 1),
                 256: _c(64, 32, 8, 1)},
@@ -177,7 +196,7 @@ def padded_hdim(d: int) -> int:
 # S 2048: 523.6 -> 426.6), and with short sequences (B 4, H 64, S 256: 598.9 -> 559.8), hence
 # the call's sizes decide. Tried and not taken: gfx942 hdim 64 (502.1 -> 505.4), gfx950 hdim 128
 # with 256x64 (1087.5 -> 1057.0), gfx90a hdim 64 (129.1 -> 109.1).
-WIDE: dict[str, dict[int, FmhaConfig]] = {"gfx950": {64: _c(256, 128, 8, 2)}}
+WIDE: dict[str, dict[int, FmhaConfig]] = {"gfx950": {64: _c(256, 128, 8, 2, interleave=True)}}
 
 
 def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bool = False,
@@ -192,9 +211,10 @@ def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bo
 # Rows for masked variants (causal / window) where they differ from CONFIGS (tuned separately:
 # the mask's registers change which tile is largest without spilling).
 MASKED: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True), 128: _c(128, 64, 4, 2, 2, reuse=True)},
-    "gfx942": {64: _c(128, 64, 4, 2, 2), 128: _c(128, 64, 4, 2, 2, schedule=ILP)},
-    "gfx950": {64: _c(128, 64, 4, 2, 2)},
+    "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True, interleave=True), 128: _c(128, 64, 4, 2, 2, reuse=True)},
+    "gfx942": {64: _c(128, 64, 4, 2, 2, interleave=True), 128: _c(128, 64, 4, 2, 2, schedule=ILP)},
+    # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
+    "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True), 128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True)},
     "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 1, mask_rows=True)},
 }
@@ -288,7 +308,7 @@ def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool 
 def variant_config(arch: str, *, dtype: str, hdim_q: int, hdim_v: int | None, mask: MaskParams | None,
                    bias: str = "none", dropout: bool = False, wide: bool = False) -> FmhaConfig:
     """The config row of one fmha_fwd variant: what `fmha_defines` takes its tile from, and the
-    compile options their scheduler (`FmhaConfig.schedule`)."""
+    compile options their asks of LLVM's scheduler (`FmhaConfig.scheduling`)."""
     return fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
                        dropout=dropout, fp8=dtype == "f8e4m3", wide=wide)
 
