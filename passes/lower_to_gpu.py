@@ -182,7 +182,12 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
     operands scalar). Tried for i32 compares: it kept `(n0 + ns)[None, :] < seqlen_k` (a
     loop-invariant scalar) from holding 30 more SGPRs on CDNA, and was neutral on the forward
     but for gfx1100 at hdim 128 (3 % slower, modeled); not made, the kernels compare
-    `ns < seqlen_k - n0`, whose scalar changes with the loop."""
+    `ns < seqlen_k - n0`, whose scalar changes with the loop. Tried again in session 30 with
+    that compare written plainly and the rows' interleave: fewer VGPRs in every unmasked cell
+    (gfx950 hdim 64 288 -> 219, two waves per SIMD), fewer instructions in 6 of 9, modeled
+    gfx950 hdim 64 881.3 -> 921.5, but gfx1100 hdim 64 82.3 -> 80.8 and gfx1201 hdim 64 135.4 ->
+    134.1 (both then behind Triton), the other cells within 1.2 % and the causal ones unchanged:
+    not yet made."""
     attrs = {a: op.attributes[a] for a in op.attributes}
     if op.name == "arith.constant" and is_tile(op.result):
         value = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
