@@ -159,9 +159,10 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # 288.3, causal 545.5 -> 570.1, 708.1 -> 739.0, 129.7 -> 130.7; hdim 128 1242.3 -> 1262.9,
 # 1389.0 -> 1423.4, 417.5 -> 450.8; gfx90a hdim 64 142.3 -> 148.3, 159.0 -> 167.3, 78.9 -> 81.6,
 # causal 97.9 -> 99.9, 141.5 -> 145.6, 44.1 -> 46.1; hdim 128 144.9 -> 149.1, 158.7 -> 163.6, 85.2
-# -> 86.1, causal 96.3 -> 98.6, 149.7 -> 153.8, 60.0 -> 61.5. Not taken: gfx950 hdim 128 causal (778.2 -> 675.1: its MASKED row is CONFIGS' without
-# it), gfx942 hdim 128 causal (with the ILP scheduler it spills and the driver falls back to LLVM's
-# defaults), RDNA (gfx1201 hdim 64 135.4 -> 117.8, gfx1100 hdim 64 82.3 -> 78.6).
+# -> 86.1, causal 96.3 -> 98.6, 149.7 -> 153.8, 60.0 -> 61.5. Not taken: gfx950 hdim 128 causal
+# (778.2 -> 675.1: its MASKED row is CONFIGS' without it), gfx942 hdim 128 causal (with the ILP
+# scheduler it spills and the driver falls back to LLVM's defaults), RDNA (gfx1201 hdim 64 135.4
+# -> 117.8, gfx1100 hdim 64 82.3 -> 78.6).
 ILP = "iterative-ilp"
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True),
