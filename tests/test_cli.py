@@ -240,6 +240,18 @@ def test_compile_schedule_reaches_llvm(arch, tmp_path, monkeypatch, capsys):
     assert "invalid choice: 'fastest'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_compile_interleave_reaches_llvm(arch, tmp_path, monkeypatch):
+    """--interleave puts LLVM's iglp.opt(0) in the gemm's loop (CompileOptions.interleave)."""
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    gemm = str(ROOT / "examples" / "gemm.tile")
+    for flags, want in ((["--interleave"], 1), ([], 0)):
+        dump = tmp_path / f"dump{want}"
+        assert main(["compile", gemm, "--arch", arch, "-o", str(tmp_path / "out"), "--dump-ir", str(dump), "-q",
+                     *flags]) == 0
+        assert next(dump.glob("*.ll")).read_text().count("call void @llvm.amdgcn.iglp.opt(i32 0)") == want
+
+
 def test_compile_options_refuse_an_unknown_schedule():
     from tiledsl.options import CompileOptions
 
