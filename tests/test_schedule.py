@@ -94,6 +94,11 @@ def test_compile_reports_a_scheduler_fallback(tmp_path, crashing_codegen, capsys
     assert main(["compile", str(GEMM), "--arch", "gfx90a", "-o", str(tmp_path / "out"), "--schedule", "max-ilp"]) == 0
     out = capsys.readouterr().out
     assert "(--schedule: LLVM crashed (signal 11) in AMDGPU codegen with the max-ilp scheduler" in out, out
+    assert main(["compile", str(GEMM), "--arch", "gfx90a", "-o", str(tmp_path / "out2"), "--schedule", "max-ilp",
+                 "--interleave"]) == 0
+    out = capsys.readouterr().out
+    assert ("(--schedule --interleave: LLVM crashed (signal 11) in AMDGPU codegen with the max-ilp scheduler and "
+            "LDS/matrix interleaving") in out, out
 
 
 def _blocks(ll: str) -> list[str]:

@@ -242,7 +242,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
                          f"compiled for {lowered or 'no target'})")
             fallback = kernel.manifest.get("schedule_fallback")
             if fallback:
-                note += f" ({'--schedule' if args.schedule != 'default' else '--interleave'}: {fallback})"
+                asked = [flag for flag, on in (("--schedule", args.schedule != "default"),
+                                                ("--interleave", args.interleave)) if on]
+                note += f" ({' '.join(asked)}: {fallback})"
             print(f"{kernel.name} {kernel.arch}: {files[0]}{note}")
 
     failed: dict[str, str] = {}

@@ -482,8 +482,8 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
             rows //= 2
             retry(dataclasses.replace(base, transposed_rows=rows))
 
-    # A scheduler other than LLVM's default (CompileOptions.schedule) can keep more values live:
-    # a kernel that spills with it is compiled with the default first.
+    # What the options ask of LLVM's scheduler (`scheduling`: another strategy, interleaving) can
+    # keep more values live: a kernel that spills with it is compiled with LLVM's defaults first.
     if any(spill_counts(best[2])) and scheduling(opts):
         retry(default_scheduling(opts))
     opts = best[0].options

@@ -135,9 +135,10 @@ class CodegenCrashed(CompileError):
 
 
 def make_isa_and_object_isolated(llir: str, arch: Arch) -> tuple[str, bytes]:
-    """make_isa_and_object in a child process, for kernels that ask for one of LLVM's less used
-    machine schedulers (CompileOptions.schedule): a crash there (LLVM's iterative schedulers have
-    segfaulted on our backward kernel) must not take the caller's process with it. Raises
+    """make_isa_and_object in a child process, for kernels that ask something of LLVM's scheduler
+    (CompileOptions.schedule, .interleave: driver.scheduling): a crash there (LLVM's iterative
+    schedulers have segfaulted on our backward kernel, iglp.opt(1) aborted on the forward) must not
+    take the caller's process with it. Raises
     CodegenCrashed when the child dies of a signal, CompileError when it reports an error."""
     with tempfile.TemporaryDirectory(prefix="tiledsl-codegen-") as tmp:
         proc = subprocess.run(_codegen_command(arch, tmp), input=llir.encode(), capture_output=True)
