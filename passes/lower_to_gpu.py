@@ -171,23 +171,19 @@ class _Lowering:
 # -- rules: one per op ---------------------------------------------------------------------------
 
 def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
-    """Elementwise arith/math ops: the same op on the per-lane vectors. A bitwise op with an
-    operand that is a splat of a scalar uses that scalar, in an op per element: the broadcast
-    vector would be hoisted out of a loop by LLVM as a vector and then live across it as one
-    register per element (an SGPR each when uniform; philox's round keys, 20 x 64 SGPRs on
-    wave64). Other ops keep the vector form: the same change there moved the forward's masked
-    variants to more registers, and for `muli` the backward's dq_acc addresses (rows * D_QK)
-    spilled 16 VGPRs on gfx942 -- though without it the forward at head dim 80 holds one
-    stride in 7 SGPRs for `cols * stride` on gfx942 (compiler gap, issue 15: keep scalar
-    operands scalar). Tried for i32 compares: it kept `(n0 + ns)[None, :] < seqlen_k` (a
-    loop-invariant scalar) from holding 30 more SGPRs on CDNA, and was neutral on the forward
-    but for gfx1100 at hdim 128 (3 % slower, modeled); not made, the kernels compare
-    `ns < seqlen_k - n0`, whose scalar changes with the loop. Tried again in session 30 with
-    that compare written plainly and the rows' interleave: fewer VGPRs in every unmasked cell
-    (gfx950 hdim 64 288 -> 219, two waves per SIMD), fewer instructions in 6 of 9, modeled
-    gfx950 hdim 64 881.3 -> 921.5, but gfx1100 hdim 64 82.3 -> 80.8 and gfx1201 hdim 64 135.4 ->
-    134.1 (both then behind Triton), the other cells within 1.2 % and the causal ones unchanged:
-    not yet made."""
+    """Elementwise arith/math ops: the same op on the per-lane vectors. A bitwise op or an i32
+    compare with an operand that is a splat of a scalar uses that scalar, in an op per element:
+    the broadcast vector would be hoisted out of a loop by LLVM as a vector and then live across
+    it as one register per element (an SGPR each when uniform; philox's round keys, 20 x 64 SGPRs
+    on wave64; the forward's `(n0 + ns)[None, :] < seqlen_k`, 30 more SGPRs on CDNA). Other ops
+    keep the vector form: the same change there moved the forward's masked variants to more
+    registers, and for `muli` the backward's dq_acc addresses (rows * D_QK) spilled 16 VGPRs on
+    gfx942 -- though without it the forward at head dim 80 holds one stride in 7 SGPRs for
+    `cols * stride` on gfx942 (compiler gap, issue 15). With compares kept scalar, the forward's
+    key end is written plainly instead of `ns < seqlen_k - n0` folded by hand (session 31, with
+    stage-lds' entry barriers; modeled f16 TFLOP/s, B 2, H 16, S 2048): gfx950 hdim 64 902.6 ->
+    941.8 (219 VGPRs instead of 288), gfx942 hdim 128 675.0 -> 681.2, gfx1201 hdim 128 131.1 ->
+    132.7, gfx1100 hdim 64 82.3 -> 80.8, gfx1201 hdim 64 137.0 -> 136.5, the others within 1 %."""
     attrs = {a: op.attributes[a] for a in op.attributes}
     if op.name == "arith.constant" and is_tile(op.result):
         value = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
@@ -198,7 +194,7 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
     result_types = [lw.lowered_type(r.type) for r in op.results]
     if op.name in _SPLAT_AS_SCALAR and any(s is not None for s in scalars):
         vt = ir.VectorType(result_types[0])
-        if vt.element_type == i32():
+        if ir.VectorType(operands[0].type).element_type == i32():
             columns = [[s] * vt.shape[0] if s is not None else lw.elems(x)
                        for s, x in zip(scalars, operands, strict=True)]
             elems = [ir.Operation.create(op.name, results=[vt.element_type], operands=list(ops), attributes=attrs)
@@ -210,7 +206,7 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
         lw.vmap[r] = n
 
 
-_SPLAT_AS_SCALAR = ("arith.xori", "arith.andi", "arith.ori")
+_SPLAT_AS_SCALAR = ("arith.xori", "arith.andi", "arith.ori", "arith.cmpi")
 
 
 def _per_element(fn):

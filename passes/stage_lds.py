@@ -85,10 +85,13 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
         if options.lds_spread:
             shared = _shared_stagings(stored)
             at = _arena_offsets(sizes, arena, shared)
-            war = _war_barriers(fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()},
-                                set(shared))
+            war, entry_barriers = _war_barriers(
+                fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()}, set(shared))
         else:  # every staging at the arena's start, behind a barrier
-            at, war = dict.fromkeys(sizes, 0), set(sizes)
+            at, war, entry_barriers = dict.fromkeys(sizes, 0), set(sizes), set()
+        for loop in entry_barriers:
+            with ir.InsertionPoint(loop), loop.location:
+                tile_op("barrier", [], [])
         for op in sizes:
             if op.name == "tile.convert_layout":
                 _stage_convert(op, resident + at[op], op in war, op in shared, threads, options, arch, source)
@@ -161,50 +164,66 @@ def _arena_offsets(sizes: dict[ir.Operation, int], arena: int,
         del shared[clash]
 
 
+Found = tuple[set[ir.Operation], set[ir.Operation]]  # (stagings with a WAR barrier, loops with an entry barrier)
+
+
 def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
-                  readers: set[ir.Operation]) -> set[ir.Operation]:
+                  readers: set[ir.Operation]) -> Found:
     """The stagings whose store needs a barrier first: LDS bytes it overwrites may have been read
     since the last barrier, by this wave or (on any path through branches and loop iterations)
     another. A staging's reads all precede the next barrier or LDS store in program order (a dot
     reading its operand fragment by fragment comes before either, lower-to-gpu), and every
     barrier waits for the wave's LDS accesses, so `dirty`, the byte spans read since the last
     barrier, is all a store must not overlap. `readers` only read (shared stagings): no store,
-    no barrier."""
-    war: set[ir.Operation] = set()
+    no barrier.
+
+    Also returns the loops that get a barrier just before them instead: where a store in the body
+    needs one only because of bytes read before the loop (a tile staged once before the loop, in
+    the bytes the loop's stagings reuse), one barrier at the entry replaces one per iteration."""
 
     def overlaps(dirty: frozenset, span: tuple[int, int]) -> bool:
         return any(lo < span[1] and span[0] < hi for lo, hi in dirty)
 
-    def visit(block: ir.Block, dirty: frozenset) -> frozenset:
+    def visit(block: ir.Block, dirty: frozenset, found: Found) -> frozenset:
         for op in ops_in(block):
             if op in readers:
                 dirty = dirty | {spans[op]}
             elif op in spans:
                 if op.name == "tile.convert_layout" and overlaps(dirty, spans[op]):
-                    war.add(op)
+                    found[0].add(op)
                 dirty = frozenset([spans[op]])  # barrier after the store (a reduction: before, too), then its reads
             elif op.name == "tile.barrier":
                 dirty = frozenset()
             elif op.name == "scf.if":  # an empty else region passes `dirty` through
-                dirty = frozenset().union(*(visit(r.blocks[0], dirty) if len(r.blocks) else dirty
+                dirty = frozenset().union(*(visit(r.blocks[0], dirty, found) if len(r.blocks) else dirty
                                             for r in op.regions))
             elif op.name == "scf.for":
-                into = dirty
-                while True:  # the body's entry sees what the previous iteration left
-                    out = visit(op.regions[0].blocks[0], into)
-                    if out <= into:
-                        break
-                    into = into | out
-                dirty = dirty | out
+                entered, out = iterations(op, dirty)
+                if dirty:
+                    cleared, out_cleared = iterations(op, frozenset())
+                    if entered[0] != cleared[0]:
+                        found[1].add(op)
+                        entered, dirty, out = cleared, frozenset(), out_cleared
+                found[0].update(entered[0])
+                found[1].update(entered[1])
+                dirty = dirty | out  # `dirty` itself: the loop may run no iteration
             elif op.regions:
                 raise AssertionError(f"stage-lds: no barrier analysis for {op.name}")
         return dirty
 
-    while True:
-        before = len(war)
-        visit(fn.regions[0].blocks[0], frozenset())
-        if len(war) == before:
-            return war
+    def iterations(loop: ir.Operation, entry: frozenset) -> tuple[Found, frozenset]:
+        """What the body needs, entered with `entry` read, and the spans read at its end."""
+        into = entry
+        while True:  # the body's entry sees what the previous iteration left
+            found: Found = (set(), set())
+            out = visit(loop.regions[0].blocks[0], into, found)
+            if out <= into:
+                return found, out
+            into = into | out
+
+    found: Found = (set(), set())
+    visit(fn.regions[0].blocks[0], frozenset(), found)
+    return found
 
 
 def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,

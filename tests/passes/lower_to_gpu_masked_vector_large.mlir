@@ -6,7 +6,9 @@
 // and the store is one 16-byte vector under one test.
 // CHECK: gpu.func @masked_copy({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
 // CHECK-NOT: rocdl.make.buffer.rsrc
-// CHECK: %[[TEST:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i32
+// CHECK: %[[FIRST:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i32
+// CHECK: %[[MASK:.*]] = vector.from_elements %[[FIRST]], {{.*}} : vector<8xi1>
+// CHECK: %[[TEST:.*]] = vector.extract %[[MASK]][0] : i1 from vector<8xi1>
 // CHECK: scf.if %[[TEST]] -> (vector<8xf16>) {
 // CHECK-NEXT: llvm.getelementptr %arg0[%{{.*}}] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, f16
 // CHECK-NEXT: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xf16>
