@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 from mlir import ir
+from mlir.dialects import arith, scf
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.backends.rocm.lds_banks import lds_cycles
@@ -90,8 +91,7 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
         else:  # every staging at the arena's start, behind a barrier
             at, war, entry_barriers = dict.fromkeys(sizes, 0), set(sizes), set()
         for loop in entry_barriers:
-            with ir.InsertionPoint(loop), loop.location:
-                tile_op("barrier", [], [])
+            _first_iteration_barrier(loop)
         for op in sizes:
             if op.name == "tile.convert_layout":
                 _stage_convert(op, resident + at[op], op in war, op in shared, threads, options, arch, source)
@@ -177,9 +177,10 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
     barrier, is all a store must not overlap. `readers` only read (shared stagings): no store,
     no barrier.
 
-    Also returns the loops that get a barrier just before them instead: where a store in the body
-    needs one only because of bytes read before the loop (a tile staged once before the loop, in
-    the bytes the loop's stagings reuse), one barrier at the entry replaces one per iteration."""
+    Also returns the loops that get a barrier in their first iteration only instead: where a store
+    in the body needs one only because of bytes read before the loop (a tile staged once before
+    the loop, in the bytes the loop's stagings reuse), one barrier replaces one per iteration
+    (_first_iteration_barrier)."""
 
     def overlaps(dirty: frozenset, span: tuple[int, int]) -> bool:
         return any(lo < span[1] and span[0] < hi for lo, hi in dirty)
@@ -224,6 +225,22 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
     found: Found = (set(), set())
     visit(fn.regions[0].blocks[0], frozenset(), found)
     return found
+
+
+def _first_iteration_barrier(loop: ir.Operation) -> None:
+    """A barrier at the top of the loop's first iteration: `if iv == lb { barrier }`. Not just
+    before the loop: LLVM sinks LDS reads whose values only the loop uses past a barrier into the
+    loop's preheader (MachineSink moves loads past no store, and a barrier stores nothing), where
+    a wave could read them after another one passed the barrier and overwrote them in the loop."""
+    body = loop.regions[0].blocks[0]
+    with ir.InsertionPoint.at_block_begin(body), loop.location:
+        first = arith.CmpIOp(arith.CmpIPredicate.eq, body.arguments[0], loop.operands[0]).result
+        branch = scf.IfOp(first, has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            tile_op("barrier", [], [])
+            scf.YieldOp([])
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp([])
 
 
 def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,

@@ -187,19 +187,21 @@ def test_occupancy_out_of_reach_is_lowered_and_recorded() -> None:
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("hdim", [64, 128])
-def test_gfx11_operands_stay_in_registers_unless_that_costs_waves(hdim: int) -> None:
+@pytest.mark.parametrize("hdim,causal", [(64, True), (128, False)])
+def test_gfx11_operands_stay_in_registers_unless_that_costs_waves(hdim: int, causal: bool) -> None:
     """gfx11 WMMA operands hold every value twice, so the forward's Q tile, converted once before
     the key loop, takes more registers than it was loaded in (hoist-conversions holds it there).
     Where those registers could cost waves per SIMD, the driver compiles the kernel again with
     the tile kept in LDS (CompileOptions.resident_operands) and keeps what runs more waves. hdim
     128: in registers, Q frees the LDS that limited a CU to two workgroups (more waves than in
-    LDS); hdim 64: the registers would take a wave per SIMD, and the manifest says Q stayed in LDS."""
+    LDS); hdim 64 causal: the registers would take a wave per SIMD (7 instead of 8), and the
+    manifest says Q stayed in LDS."""
     from tiledsl.ops import compile_fmha_fwd
 
     arch = get_arch("gfx1100")
-    chosen = compile_fmha_fwd("gfx1100", dtype="f16", hdim_q=hdim, hdim_v=hdim, mask=fmha_mask_params(False))
-    defines = fmha_defines("gfx1100", hdim_q=hdim, mask=fmha_mask_params(False))
+    mask = fmha_mask_params(causal)
+    chosen = compile_fmha_fwd("gfx1100", dtype="f16", hdim_q=hdim, hdim_v=hdim, mask=mask)
+    defines = fmha_defines("gfx1100", hdim_q=hdim, mask=mask)
     options = CompileOptions.make("gfx1100", defines, stride_units=tuple((t, 8) for t in ("k", "o", "q", "v")),
                                   resident_operands=True)
     resident = compile_source(KERNEL.read_text(), str(KERNEL), "gfx1100", defines, options, cache=None).manifest
