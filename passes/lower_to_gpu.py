@@ -180,10 +180,11 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
     registers, and for `muli` the backward's dq_acc addresses (rows * D_QK) spilled 16 VGPRs on
     gfx942 -- though without it the forward at head dim 80 holds one stride in 7 SGPRs for
     `cols * stride` on gfx942 (compiler gap, issue 15). With compares kept scalar, the forward's
-    key end is written plainly instead of `ns < seqlen_k - n0` folded by hand (session 31, with
-    stage-lds' entry barriers; modeled f16 TFLOP/s, B 2, H 16, S 2048): gfx950 hdim 64 902.6 ->
-    941.8 (219 VGPRs instead of 288), gfx942 hdim 128 675.0 -> 681.2, gfx1201 hdim 128 131.1 ->
-    132.7, gfx1100 hdim 64 82.3 -> 80.8, gfx1201 hdim 64 137.0 -> 136.5, the others within 1 %."""
+    key end is written plainly instead of `ns < seqlen_k - n0` folded by hand. Session 31, this and
+    stage-lds' first-iteration barriers together, modeled f16 TFLOP/s at B 2, H 16, S 2048:
+    gfx950 hdim 64 881.3 -> 934.9 (219 VGPRs instead of 288), gfx942 hdim 128 675.0 -> 681.2,
+    gfx1201 hdim 128 131.1 -> 132.7, gfx1100 hdim 64 82.3 -> 80.8 (its row now masks query rows:
+    81.9), gfx1201 hdim 64 135.4 -> 133.1, the others within 1 % (docs/profile.md)."""
     attrs = {a: op.attributes[a] for a in op.attributes}
     if op.name == "arith.constant" and is_tile(op.result):
         value = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()

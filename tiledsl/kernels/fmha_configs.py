@@ -166,13 +166,10 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # With the forward's key end written plainly (session 31: i32 compares keep their scalar operand,
 # rule_clone in passes/lower_to_gpu.py) gfx1100's hdim 64 row models 82.3 -> 80.8; with masked
 # query rows, as its MASKED row has, 81.9 (64x64 77.0, with masked rows 76.1; 128x32 over 8 waves
-# 71.0; max-ilp 80.4), so CONFIGS takes them and the MASKED row is the same. stage-lds' entry
-# barriers (one before the key loop where the Q staging's bytes made the loop's first store wait
-# every iteration) model gfx950 hdim 64 causal 570.1 -> 542.6 and gfx90a hdim 64 causal 99.9 ->
-# 96.7 on their rows; with masked query rows 568.5 and 99.1, taken (gfx950: reuse 504.9,
-# iterative-ilp 520.2, 128x128 in one stage 448.3; gfx90a: without reuse 93.4, 128x64 92.5).
-# Masked rows elsewhere model within 0.5 % (gfx942 hdim 64 531.7 -> 531.6, gfx1201 hdim 64 136.5
-# -> 136.6 and hdim 128 132.7 -> 133.2, gfx1100 hdim 128 82.9 -> 82.1): not taken.
+# 71.0; max-ilp 80.4), so CONFIGS takes them and the MASKED row is the same. Masked rows elsewhere
+# model within 0.5 % (gfx942 hdim 64 531.7 -> 531.6, gfx1201 hdim 64 133.1 both ways and hdim 128
+# 132.7 -> 133.2, gfx1100 hdim 128 82.9 -> 82.1; gfx90a hdim 64 causal 100.6 both ways, gfx950
+# hdim 64 causal 572.6 -> 569.2): not taken.
 ILP = "iterative-ilp"
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True),
@@ -223,12 +220,11 @@ def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bo
 # Rows for masked variants (causal / window) where they differ from CONFIGS (tuned separately:
 # the mask's registers change which tile is largest without spilling).
 MASKED: dict[str, dict[int, FmhaConfig]] = {
-    "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True, mask_rows=True, interleave=True),
+    "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True)},
     "gfx942": {64: _c(128, 64, 4, 2, 2, interleave=True), 128: _c(128, 64, 4, 2, 2, schedule=ILP)},
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
-    "gfx950": {64: _c(128, 64, 4, 2, 2, mask_rows=True, interleave=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True)},
+    "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True), 128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True)},
     "gfx1100": {32: _c(128, 64, 8, 1), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 1, mask_rows=True)},
 }
