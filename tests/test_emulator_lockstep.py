@@ -87,6 +87,34 @@ def test_attention_forward_bit_identical(arch: str) -> None:
     assert_bits_equal(la, lb)
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_tile_staged_before_a_loop_is_read_before_the_loop_overwrites_it(arch: str) -> None:
+    """Q staged in LDS before the key loop, K and V in the loop in Q's bytes: the barrier that
+    keeps the first K store behind every wave's reads of Q runs in the loop's first iteration.
+    Just before the loop, LLVM sank those reads past it (into the loop's preheader), and a wave
+    that ran after another had stored its rows of K read them as Q: waves in shuffled orders
+    between barriers expose that; both lockstep and in-order emulation agree with them."""
+    path = Path(__file__).resolve().parent / "kernels" / "staged_before_loop.tile"
+    kernel = compile_source(path.read_text(), str(path), arch)
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((128, 32)).astype(np.float16)
+    k, v = (rng.standard_normal((128, 32)).astype(np.float16) for _ in range(2))
+    s = (q.astype(np.float32) @ k.astype(np.float32).T).astype(np.float16).astype(np.float32)
+    want = s @ v.astype(np.float32)
+
+    def run(dev):
+        out = np.zeros((128, 32), np.float32)
+        launch(kernel, q, k, v, out, device=dev)
+        return out
+
+    a, b = both_ways(arch, run)
+    assert_bits_equal(a, b)
+    for seed in range(3):
+        np.testing.assert_allclose(run(EmulatorDevice(arch, schedule="shuffle", seed=seed)), want,
+                                   rtol=1e-4, atol=1e-2, err_msg=f"shuffled schedule, seed {seed}")
+    np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-2)
+
+
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx1201"])
 def test_padded_head_dim_buffer_loads_bit_identical(arch: str) -> None:
     """Head dim 80 (padded to 128): the K/V loads are masked by column, buffer loads whose masked
