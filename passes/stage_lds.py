@@ -202,12 +202,12 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
                 entered, out = iterations(op, dirty)
                 if dirty:
                     cleared, out_cleared = iterations(op, frozenset())
-                    if entered[0] != cleared[0]:
+                    if entered[0] != cleared[0]:  # a barrier in the first iteration instead
                         found[1].add(op)
-                        entered, dirty, out = cleared, frozenset(), out_cleared
+                        entered, out = cleared, out_cleared
                 found[0].update(entered[0])
                 found[1].update(entered[1])
-                dirty = dirty | out  # `dirty` itself: the loop may run no iteration
+                dirty = dirty | out  # `dirty` itself: the loop may run no iteration (nor its first-iteration barrier)
             elif op.regions:
                 raise AssertionError(f"stage-lds: no barrier analysis for {op.name}")
         return dirty
