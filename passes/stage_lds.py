@@ -25,6 +25,8 @@ not fit the arch's LDS is a user error at the DSL location of the operation.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from mlir import ir
 from mlir.dialects import arith, scf
@@ -164,7 +166,12 @@ def _arena_offsets(sizes: dict[ir.Operation, int], arena: int,
         del shared[clash]
 
 
-Found = tuple[set[ir.Operation], set[ir.Operation]]  # (stagings with a WAR barrier, loops with an entry barrier)
+class Found(NamedTuple):
+    """What _war_barriers finds: stagings whose store needs a barrier first, and loops that need
+    one in their first iteration only."""
+
+    war: set[ir.Operation]
+    first_iteration: set[ir.Operation]
 
 
 def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
@@ -191,7 +198,7 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
                 dirty = dirty | {spans[op]}
             elif op in spans:
                 if op.name == "tile.convert_layout" and overlaps(dirty, spans[op]):
-                    found[0].add(op)
+                    found.war.add(op)
                 dirty = frozenset([spans[op]])  # barrier after the store (a reduction: before, too), then its reads
             elif op.name == "tile.barrier":
                 dirty = frozenset()
@@ -202,11 +209,11 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
                 entered, out = iterations(op, dirty)
                 if dirty:
                     cleared, out_cleared = iterations(op, frozenset())
-                    if entered[0] != cleared[0]:  # a barrier in the first iteration instead
-                        found[1].add(op)
+                    if entered.war != cleared.war:  # a barrier in the first iteration instead
+                        found.first_iteration.add(op)
                         entered, out = cleared, out_cleared
-                found[0].update(entered[0])
-                found[1].update(entered[1])
+                found.war.update(entered.war)
+                found.first_iteration.update(entered.first_iteration)
                 dirty = dirty | out  # `dirty` itself: the loop may run no iteration (nor its first-iteration barrier)
             elif op.regions:
                 raise AssertionError(f"stage-lds: no barrier analysis for {op.name}")
@@ -216,13 +223,13 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
         """What the body needs, entered with `entry` read, and the spans read at its end."""
         into = entry
         while True:  # the body's entry sees what the previous iteration left
-            found: Found = (set(), set())
+            found = Found(set(), set())
             out = visit(loop.regions[0].blocks[0], into, found)
             if out <= into:
                 return found, out
             into = into | out
 
-    found: Found = (set(), set())
+    found = Found(set(), set())
     visit(fn.regions[0].blocks[0], frozenset(), found)
     return found
 
