@@ -7,6 +7,8 @@ intrinsics (exp2, log, readfirstlane) -- never calls into ROCm device libraries.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from mlir import ir
 from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
@@ -24,6 +26,7 @@ from tiledsl.passes.common import (
     kernel_funcs,
     op_error,
     ops_in,
+    reshaped_source,
     tile_dtype,
     tile_shape,
 )
@@ -208,6 +211,52 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
 
 
 _SPLAT_AS_SCALAR = ("arith.xori", "arith.andi", "arith.ori", "arith.cmpi")
+
+
+def rule_mulf(lw: _Lowering, op: ir.Operation) -> None:
+    """A loop-carried tile times a broadcast factor (online softmax's `acc * alpha[:, None]`): with
+    CompileOptions.skip_unit_scales, a wave whose factors are all exactly 1 skips the multiply
+    (x * 1 is x bit for bit, NaN, infinities, signed zeros and denormals included). The test is
+    one compare per factor register and a ballot: a branch uniform over the wave. The products
+    are written one per element: as one vector multiply, LLVM's SimplifyCFG would count it as one
+    cheap instruction and turn the branch back into a select per element."""
+    found = _unit_factor(lw, op) if lw.options.skip_unit_scales else None
+    if found is None:
+        rule_clone(lw, op)
+        return
+    carried, factor = found
+    operands = [lw.v(x) for x in op.operands]
+    vt = ir.VectorType(operands[0].type)
+    regs = lw.elems(lw.v(factor))
+    one = arith.ConstantOp(vt.element_type, 1.0).result
+    differs = [arith.CmpFOp(arith.CmpFPredicate.UNE, r, one).result for r in regs]  # NaN differs
+    any_lane = functools.reduce(lambda a, b: arith.OrIOp(a, b).result, differs)
+    wave_t = ir.IntegerType.get_signless(lw.arch.wave_size)
+    ballot = rocdl.ballot(wave_t, any_lane)
+    branch = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ne, ballot, arith.ConstantOp(wave_t, 0).result).result,
+                      [vt], has_else=True)
+    attrs = {a: op.attributes[a] for a in op.attributes}
+    with ir.InsertionPoint(branch.then_block):
+        products = [ir.Operation.create("arith.mulf", results=[vt.element_type], operands=[a, b], attributes=attrs)
+                    .result for a, b in zip(lw.elems(operands[0]), lw.elems(operands[1]), strict=True)]
+        scf.YieldOp([lw.pack(products, vt.element_type)])
+    with ir.InsertionPoint(branch.else_block):
+        scf.YieldOp([operands[carried]])
+    lw.vmap[op.result] = branch.results[0]
+
+
+def _unit_factor(lw: _Lowering, op: ir.Operation) -> tuple[int, ir.Value] | None:
+    """(which operand, factor) when op multiplies a tile its loop carries (an iteration argument)
+    by a broadcast of a tile with fewer registers per lane (the factor the test reads): else None."""
+    if not is_tile(op.result):
+        return None
+    for i in (0, 1):
+        x, other = op.operands[i], op.operands[1 - i]
+        carried = isinstance(x, ir.BlockArgument) and x.owner.owner.name == "scf.for" and x.arg_number > 0
+        factor = reshaped_source(other, ("tile.broadcast", "tile.expand_dims", "tile.convert_layout"))
+        if carried and factor != other and is_tile(factor) and lw.regs(factor.type) < lw.regs(op.result.type):
+            return i, factor
+    return None
 
 
 def _per_element(fn):
@@ -642,6 +691,7 @@ for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi"
               "maximumf", "minimumf", "maxnumf", "minnumf", "maxsi", "minsi", "extf", "truncf", "sitofp",
               "fptosi", "uitofp", "extui", "extsi", "ceildivsi", "divsi"):
     RULES[f"arith.{_name}"] = rule_clone
+RULES["arith.mulf"] = rule_mulf
 RULES["math.fma"] = rule_clone  # one rounding: llvm.fma (v_pk_fma_f32 on two values with packed f32 math)
 RULES["arith.extf"] = RULES["arith.truncf"] = conversion_rule(rule_clone)  # 8-bit floats: passes/lower_fp8.py
 

@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--interleave", action="store_true",
                    help="ask LLVM's scheduler to place LDS accesses and matrix instructions in turn in the "
                         "block of each loop's first dot (its IGroupLP small-GEMM strategy; docs/compiler.md)")
+    c.add_argument("--skip-unit-scales", action="store_true",
+                   help="multiply a loop-carried tile by a broadcast factor only in the waves where some factor "
+                        "is not exactly 1 (a lazy softmax's rescale; docs/compiler.md)")
     c.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
 
     i = sub.add_parser("inspect", help="table of registers, LDS, spills, MFMA/WMMA of compiled kernels")
@@ -253,7 +256,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         options = CompileOptions.make(arch, defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills,
                                       unit_last_stride=not args.strided, failure_dir=str(_reports_dir()),
                                       schedule="" if args.schedule == "default" else args.schedule,
-                                      interleave=args.interleave)
+                                      interleave=args.interleave, skip_unit_scales=args.skip_unit_scales)
         try:
             compile_file(args.file, [arch], defines, args.outdir, options, cache=cache, on_result=report)
         except TileError as exc:

@@ -386,6 +386,8 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
         manifest["schedule"] = opts.schedule
     if opts.interleave:
         manifest["interleave"] = True
+    if opts.skip_unit_scales:
+        manifest["skip_unit_scales"] = True
     ctx.timings["manifest"] = time.perf_counter() - t0
     return ctx, hsaco, manifest
 

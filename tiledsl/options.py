@@ -83,6 +83,13 @@ class CompileOptions:
     # most tile rows and slower in some (gfx950's causal hdim 128 row: 13 %), and RDNA slower, so
     # the config rows choose (FmhaConfig.interleave).
     interleave: bool = False
+    # A loop-carried tile multiplied by a broadcast factor (online softmax's rescale of its
+    # accumulator, `acc * alpha[:, None]`) is multiplied only in the waves where some factor is not
+    # exactly 1 (lower-to-gpu, rule_mulf): a compare per factor register and a branch uniform over
+    # the wave. It pays where the factors are usually 1 (a softmax that moves its running max only
+    # when it grows by more than a margin: fmha_fwd.tile's LAZY) and splits the loop's scheduling
+    # region there, so the config rows choose (FmhaConfig.lazy_rescale).
+    skip_unit_scales: bool = False
     # Set by the driver only: a kernel's occupancy(N) target lowered to this when N waves per SIMD
     # would spill or cannot be reached (the driver compiles again with N-1, ... 0 = no target).
     occupancy_cap: int | None = None

@@ -62,8 +62,14 @@ def run_profile(op: str, arch: Arch, *, dtype: str = "f16", batch: int = 4, hq: 
     dev = EmulatorDevice(arch, timing=TimingOptions(sample_cus=sample_cus, execute=execute, timeline=timeline))
     npdt = np.dtype(np.float16) if dtype == "f16" else np.dtype(ml_dtypes.bfloat16)
 
+    rng = np.random.default_rng(0)
+
     def tensor(s: int, h: int, name: str) -> DeviceArray:
-        return DeviceArray.empty(dev, (batch, s, h, hdim), npdt, name)
+        # Standard normal values, as attention benchmarks use: a kernel's branches may depend on
+        # its data (a lazy softmax skips its rescale while the running max stands), and zeros
+        # would flatter them.
+        values = rng.standard_normal((batch, s, h, hdim), dtype=np.float32).astype(npdt)
+        return DeviceArray.from_numpy(dev, values, name)
 
     q, k, v = tensor(sq, hq, "q"), tensor(sk, hk, "k"), tensor(sk, hk, "v")
     if op == "fmha_fwd":

@@ -53,7 +53,7 @@ they do, with today's compiler:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.errors import TileError
@@ -84,6 +84,10 @@ class FmhaConfig:
     # LLVM's LDS/matrix interleaving in the key loop (CompileOptions.interleave), where the model
     # finds it faster.
     interleave: bool = False
+    # A running max that moves only by more than 8 (fmha_fwd.tile's LAZY), and the compiler's skip
+    # of the accumulator's rescale in the waves where it is 1 (CompileOptions.skip_unit_scales),
+    # where the model finds them faster. Not for fp8 (its P would not fit e4m3): dropped there.
+    lazy_rescale: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -96,16 +100,19 @@ class FmhaConfig:
             d["REUSE"] = "true"
         if self.mask_rows:
             d["MASK_ROWS"] = "true"
+        if self.lazy_rescale:
+            d["LAZY"] = "true"
         return d
 
     def scheduling(self) -> dict[str, str | bool]:
-        """The CompileOptions fields of this row's asks of LLVM's scheduler."""
-        return {"schedule": self.schedule, "interleave": self.interleave}
+        """The CompileOptions fields of this row's asks of the compiler beyond its defaults: LLVM's
+        scheduler, and the skipped rescale of a lazy softmax."""
+        return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale}
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
-       mask_rows: bool = False, schedule: str = "", interleave: bool = False) -> FmhaConfig:
-    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, schedule, interleave)
+       mask_rows: bool = False, schedule: str = "", interleave: bool = False, lazy: bool = False) -> FmhaConfig:
+    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, schedule, interleave, lazy)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -171,6 +178,14 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
 # 132.7 -> 133.2, gfx1100 hdim 128 82.9 -> 82.1; gfx90a hdim 64 causal 100.6 both ways, gfx950
 # hdim 64 causal 572.6 -> 569.2): not taken.
 ILP = "iterative-ilp"
+# The lazy softmax rescale (lazy_rescale, session 32: a running max that moves only by more than 8,
+# and the rescale skipped in the waves where it is 1; docs/compiler.md), modeled f16 TFLOP/s at B 2,
+# H 16, S 2048 on standard normal inputs, without -> with: gfx950 hdim 128 1253.5 -> 1307.2, causal
+# 778.2 -> 789.0; gfx1100 hdim 64 81.9 -> 83.4 (causal 70.9 -> 62.2: its MASKED row goes without).
+# Not taken, the branch splitting the loop's scheduling region costs more than the multiplies:
+# gfx942 hdim 64 531.7 -> 523.1, hdim 128 681.2 -> 667.7 (causal within 0.3 %); gfx950 hdim 64
+# 934.9 -> 931.4, causal 572.6 -> 544.4; gfx90a 0.4-1.2 % slower; gfx1100 hdim 128 level; gfx1201
+# hdim 64 133.1 -> 131.7, causal 99.7 -> 89.1, hdim 128 132.7 -> 130.2, causal 113.5 -> 108.6.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True), 256: _c(64, 32, 4, 2)},
@@ -178,8 +193,9 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, schedule=ILP, interleave=True),
                256: _c(64, 32, 4, 2)},
     "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1, interleave=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True), 256: _c(128, 64, 4, 2)},
-    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True), 128: _c(64, 64, 4, 1),
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True, lazy=True),
+               256: _c(128, 64, 4, 2)},
+    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True, lazy=True), 128: _c(64, 64, 4, 1),
                 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True), 128: _c(64, 32, 4, 1),
                 256: _c(64, 32, 8, 1)},
@@ -224,8 +240,10 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True)},
     "gfx942": {64: _c(128, 64, 4, 2, 2, interleave=True), 128: _c(128, 64, 4, 2, 2, schedule=ILP)},
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
-    "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True), 128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True)},
-    "gfx1100": {32: _c(128, 64, 8, 1), 256: _c(64, 16, 4, 1)},
+    "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy=True)},
+    # hdim 64: CONFIGS' row without the lazy rescale (with it the causal forward models 70.9 -> 62.2)
+    "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 1, mask_rows=True)},
 }
 
@@ -319,8 +337,9 @@ def variant_config(arch: str, *, dtype: str, hdim_q: int, hdim_v: int | None, ma
                    bias: str = "none", dropout: bool = False, wide: bool = False) -> FmhaConfig:
     """The config row of one fmha_fwd variant: what `fmha_defines` takes its tile from, and the
     compile options their asks of LLVM's scheduler (`FmhaConfig.scheduling`)."""
-    return fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
-                       dropout=dropout, fp8=dtype == "f8e4m3", wide=wide)
+    cfg = fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
+                      dropout=dropout, fp8=dtype == "f8e4m3", wide=wide)
+    return replace(cfg, lazy_rescale=False) if dtype == "f8e4m3" else cfg
 
 
 def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, int], ...]:
@@ -362,6 +381,8 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
     dq, dv = padded_hdim(hdim_q), padded_hdim(hdim_v)
     cfg = config or variant_config(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, bias=bias,
                                    dropout=dropout, wide=wide)
+    if dtype == "f8e4m3":
+        cfg = replace(cfg, lazy_rescale=False)  # P * p_scale must stay within e4m3
 
     def flag(b: bool) -> str:
         return "true" if b else "false"
