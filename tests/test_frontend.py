@@ -396,6 +396,8 @@ def test_expression_result_unused():
     ("    for i in range(0, n) stages(2, reuse=alpha > 0.0) { }", "t.tile:3:42",
      "stages: reuse must be a compile-time bool (true, false or a bool constexpr)"),
     ("    for i in range(0, n) stages(2, early=true) { }", "t.tile:3:36", "stages(...) has no option 'early'"),
+    ("    for i in range(0, n) stages(4096) { }", "t.tile:3:33", "stages must be between 1 and 8, got 4096"),
+    ("    for i in range(0, n) stages(0) { }", "t.tile:3:33", "stages must be between 1 and 8, got 0"),
     ("    for i in range(0, n) stages(3, reuse=true) { }", "t.tile:3:42",
      "stages(N, reuse=true) needs N = 2, got 3: with more stages the look-ahead tile is never live beside "
      "the one it replaces"),

@@ -48,6 +48,10 @@ WAVES_CHOICES = (1, 2, 4, 8, 16)
 DOT_DTYPES = ("f16", "bf16", "f8e4m3", "f8e5m2")
 DOT_MIN_DIM = 16  # the smallest MFMA/WMMA tile side on every supported arch
 CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
+# Most stages a loop may ask for: pipeline-loops keeps stages - 1 look-ahead copies of the loop's
+# loaded tiles, so a large count only multiplies registers (and the compile's work, unbounded
+# before: stages(4096) ran for minutes and took 20 GiB).
+MAX_STAGES = 8
 _NUMERIC = ("i32", *(d for d in FLOAT_DTYPES if d not in F8_DTYPES))  # with arithmetic
 
 # Parameters of each builtin: (name, required). Messages quote BUILTINS[name] as the signature.
@@ -197,8 +201,9 @@ class Typer:
                     self.i32_scalar(e, env, f"range {what}")
             if isinstance(s.step, Const) and isinstance(s.step.value, int) and s.step.value <= 0:
                 self.fail(f"range step must be positive, got {s.step.value}", s.step.loc)
-            if s.stages is not None and (n := self.const_int(s.stages, "stages(...)")) < 1:
-                self.fail(f"stages must be at least 1, got {n}", s.stages.loc)
+            if s.stages is not None and not 1 <= (n := self.const_int(s.stages, "stages(...)")) <= MAX_STAGES:
+                self.fail(f"stages must be between 1 and {MAX_STAGES}, got {n}", s.stages.loc,
+                          hint="each stage past the first holds another copy of the loop's loaded tiles")
             if (kw := s.stages_option) is not None:
                 if kw.name != "reuse":
                     self.fail(f"stages(...) has no option '{kw.name}'", kw.loc, hint="its one option is reuse=<bool>")
