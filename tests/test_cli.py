@@ -252,6 +252,20 @@ def test_compile_interleave_reaches_llvm(arch, tmp_path, monkeypatch):
         assert next(dump.glob("*.ll")).read_text().count("call void @llvm.amdgcn.iglp.opt(i32 0)") == want
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_compile_skip_unit_scales_reaches_the_ballot(arch, tmp_path, monkeypatch):
+    """--skip-unit-scales guards the accumulator's rescale in tests/kernels/unit_scale.tile with a
+    ballot over the wave (CompileOptions.skip_unit_scales), and the manifest says so."""
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    source = str(ROOT / "tests" / "kernels" / "unit_scale.tile")
+    for flags, want in ((["--skip-unit-scales"], 1), ([], 0)):
+        dump, out = tmp_path / f"dump{want}", tmp_path / f"out{want}"
+        assert main(["compile", source, "--arch", arch, "-o", str(out), "--dump-ir", str(dump), "-q", *flags]) == 0
+        assert len(re.findall(r"call i(?:32|64) @llvm\.amdgcn\.ballot", next(dump.glob("*.ll")).read_text())) == want
+        manifest = json.loads(next(out.glob("*.json")).read_text())
+        assert manifest.get("skip_unit_scales", False) == bool(want)
+
+
 def test_compile_options_refuse_an_unknown_schedule():
     from tiledsl.options import CompileOptions
 
