@@ -111,8 +111,10 @@ class FmhaConfig:
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
-       mask_rows: bool = False, schedule: str = "", interleave: bool = False, lazy: bool = False) -> FmhaConfig:
-    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, schedule, interleave, lazy)
+       mask_rows: bool = False, schedule: str = "", interleave: bool = False,
+       lazy_rescale: bool = False) -> FmhaConfig:
+    return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, schedule, interleave,
+                      lazy_rescale)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -198,10 +200,10 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, schedule=ILP, interleave=True),
                256: _c(64, 32, 4, 2)},
     "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1, interleave=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True, lazy=True),
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True, lazy_rescale=True),
                256: _c(128, 64, 4, 2)},
-    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True, lazy=True), 128: _c(64, 64, 4, 1),
-                256: _c(64, 32, 8, 1)},
+    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True, lazy_rescale=True),
+                128: _c(64, 64, 4, 1), 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True), 128: _c(64, 32, 4, 1),
                 256: _c(64, 32, 8, 1)},
 }
@@ -246,7 +248,7 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx942": {64: _c(128, 64, 4, 2, 2, interleave=True), 128: _c(128, 64, 4, 2, 2, schedule=ILP)},
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
     "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy=True)},
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
     # hdim 64: CONFIGS' row without the lazy rescale (with it the causal forward models 70.9 -> 62.2)
     "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 1, mask_rows=True)},
@@ -342,8 +344,13 @@ def variant_config(arch: str, *, dtype: str, hdim_q: int, hdim_v: int | None, ma
                    bias: str = "none", dropout: bool = False, wide: bool = False) -> FmhaConfig:
     """The config row of one fmha_fwd variant: what `fmha_defines` takes its tile from, and the
     compile options their asks of LLVM's scheduler (`FmhaConfig.scheduling`)."""
-    cfg = fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
-                      dropout=dropout, fp8=dtype == "f8e4m3", wide=wide)
+    return for_dtype(fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
+                                 dropout=dropout, fp8=dtype == "f8e4m3", wide=wide), dtype)
+
+
+def for_dtype(cfg: FmhaConfig, dtype: str) -> FmhaConfig:
+    """The row as a variant of `dtype` runs it: fp8 without the lazy rescale (P times the format's
+    largest value must stay within e4m3, and the lazy max lets P reach 2^8)."""
     return replace(cfg, lazy_rescale=False) if dtype == "f8e4m3" else cfg
 
 
@@ -384,10 +391,10 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
                         f"got {out_dtype}")
     hdim_v = hdim_q if hdim_v is None else hdim_v
     dq, dv = padded_hdim(hdim_q), padded_hdim(hdim_v)
-    cfg = config or variant_config(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, bias=bias,
-                                   dropout=dropout, wide=wide)
-    if dtype == "f8e4m3":
-        cfg = replace(cfg, lazy_rescale=False)  # P * p_scale must stay within e4m3
+    if config is None:
+        config = variant_config(arch, dtype=dtype, hdim_q=hdim_q, hdim_v=hdim_v, mask=mask, bias=bias,
+                                dropout=dropout, wide=wide)
+    cfg = for_dtype(config, dtype)
 
     def flag(b: bool) -> str:
         return "true" if b else "false"
