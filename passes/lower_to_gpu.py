@@ -481,10 +481,10 @@ def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[in
         thread = arith.AddIOp(arith.MulIOp(wave, c32(ws)).result, lw.lane).result
         return arith.AddIOp(arith.MulIOp(thread, c32(n)).result, c32(lw.arena_bytes // 4 + j)).result
 
-    gpu.barrier()
+    lds_barrier()
     for j, x in enumerate(outs):
         llvm.store(x, gep(base, slot(lw.wave, j), elt))
-    gpu.barrier()
+    lds_barrier()
     mask = sum(1 << k for k in wave_bits)
     home = arith.AndIOp(lw.wave, c32((nw - 1) & ~mask)).result
     result = []
@@ -627,8 +627,22 @@ def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt:
         i += n
 
 
+def lds_barrier() -> None:
+    """A workgroup barrier that orders LDS accesses only: its fences carry the memory model's
+    relaxation `amdgpu-synchronize-as = local` (LLVM AMDGPUUsage, "Memory Model Relaxation
+    Annotations"). Every barrier a kernel has is an LDS staging's or a cross-wave reduction's; the
+    language orders no global access between the waves of a workgroup. gpu.barrier's fences cover
+    every address space: on RDNA, whose workgroups run in WGP mode, a workgroup release then waits
+    for every outstanding global load (`s_wait_loadcnt 0`), so a pipelined loop's look-ahead loads
+    had to land before the next barrier of the iteration that issued them."""
+    local = ir.Attribute.parse('#llvm.mmra_tag<"amdgpu-synchronize-as":"local">')
+    llvm.fence(llvm.AtomicOrdering.release, syncscope="workgroup").attributes["llvm.mmra"] = local
+    rocdl.s_barrier()
+    llvm.fence(llvm.AtomicOrdering.acquire, syncscope="workgroup").attributes["llvm.mmra"] = local
+
+
 def rule_barrier(lw: _Lowering, op: ir.Operation) -> None:
-    gpu.barrier()
+    lds_barrier()
 
 
 # Loops that run at most this many times keep their loop-invariant code inside (LLVM's LICM is

@@ -266,6 +266,29 @@ def test_compile_skip_unit_scales_reaches_the_ballot(arch, tmp_path, monkeypatch
         assert manifest.get("skip_unit_scales", False) == bool(want)
 
 
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_barriers_wait_for_lds_only(arch, tmp_path, monkeypatch):
+    """The barriers of examples/gemm.tile (around its pipelined loop's LDS stagings) order LDS only
+    (lower_to_gpu.lds_barrier): the waits right before a barrier count LDS accesses, never global
+    loads, and no cache is invalidated after one. On RDNA, whose workgroups run in WGP mode, a
+    fence over every address space did both (gfx1201: `s_wait_loadcnt_dscnt 0x0`, gfx1100:
+    `buffer_gl0_inv`), so a look-ahead load had to land before the next barrier."""
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    assert main(["compile", str(ROOT / "examples" / "gemm.tile"), "--arch", arch, "-o", str(out), "-q"]) == 0
+    lines = [line.strip() for line in next(out.glob("*.s")).read_text().splitlines()]
+    barriers = [i for i, line in enumerate(lines) if re.match(r"s_barrier(_signal)?(\s|$)", line)]
+    assert len(barriers) >= 3
+    for i in barriers:
+        j = i - 1
+        while re.match(r"s_wait|s_delay_alu", lines[j]):
+            assert re.fullmatch(r"s_waitcnt lgkmcnt\(0\)|s_wait_dscnt 0x0|s_wait_alu .*|s_delay_alu .*", lines[j]), \
+                f"{arch}: {lines[j]!r} before the barrier at line {i + 1}"
+            j -= 1
+    assert not any(re.match(r"buffer_(gl0_|gl1_)?inv", line) for line in lines)
+
+
 def test_compile_options_refuse_an_unknown_schedule():
     from tiledsl.options import CompileOptions
 

@@ -6,7 +6,7 @@
 // CHECK: llvm.mlir.global internal @__tile_lds() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<4608 x i8>
 // CHECK: gpu.func @dot({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
 // CHECK: rocdl.readfirstlane
-// CHECK: gpu.barrier
+// CHECK: rocdl.s.barrier
 // CHECK-COUNT-4: amdgpu.mfma 32x32x8
 // CHECK-NOT: amdgpu.mfma
 // CHECK: gpu.return

@@ -1,18 +1,25 @@
 // PASS: lower-to-gpu gfx1201
 // sum(x, 0) of a 64x64 f32 tile on 4 wave32 waves: each lane holds 4 rows of 8 columns, so the
 // reduction adds in the lane first (3 adds per column), then across the lanes that share a column
-// (xor 8 and xor 16 shuffles, width 32), then across waves through LDS between two barriers. The
+// (xor 8 and xor 16 shuffles, width 32), then across waves through LDS between two barriers, whose
+// fences order LDS only (on RDNA a fence over every address space also waits for global loads). The
 // result is replicated over lanes and waves: only the owners (row lanes and wave 0) store it, as
 // two 16-byte vectors.
+// CHECK: #[[LDS_ONLY:.+]] = #llvm.mmra_tag<"amdgpu-synchronize-as":"local">
 // CHECK: gpu.func @col_sum({{.*}}) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
 // CHECK-COUNT-24: arith.addf %{{.*}}, %{{.*}} : f32
 // CHECK-NOT: gpu.shuffle {{.*}}%c4_i32
 // CHECK-COUNT-8: gpu.shuffle  xor %{{.*}}, %c8_i32{{[_0-9]*}}, %c32_i32{{[_0-9]*}} : f32
 // CHECK-COUNT-8: gpu.shuffle  xor %{{.*}}, %c16_i32{{[_0-9]*}}, %c32_i32{{[_0-9]*}} : f32
 // CHECK-NOT: gpu.shuffle
-// CHECK: gpu.barrier
+// CHECK: llvm.fence syncscope("workgroup") release {llvm.mmra = #[[LDS_ONLY]]}
+// CHECK-NEXT: rocdl.s.barrier
+// CHECK-NEXT: llvm.fence syncscope("workgroup") acquire {llvm.mmra = #[[LDS_ONLY]]}
 // CHECK-COUNT-8: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr<3>
-// CHECK: gpu.barrier
+// CHECK: llvm.fence syncscope("workgroup") release {llvm.mmra = #[[LDS_ONLY]]}
+// CHECK-NEXT: rocdl.s.barrier
+// CHECK-NEXT: llvm.fence syncscope("workgroup") acquire {llvm.mmra = #[[LDS_ONLY]]}
+// CHECK-NOT: gpu.barrier
 // CHECK-COUNT-32: llvm.load %{{.*}} : !llvm.ptr<3> -> f32
 // CHECK-NOT: scf.if
 // CHECK-COUNT-2: rocdl.raw.ptr.buffer.store %{{.*}} : vector<4xi32>

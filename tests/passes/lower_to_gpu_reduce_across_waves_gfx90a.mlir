@@ -8,9 +8,9 @@
 // CHECK-COUNT-8: gpu.shuffle  xor %{{.*}}, %c16_i32{{[_0-9]*}}, %c64_i32{{[_0-9]*}} : f32
 // CHECK-COUNT-8: gpu.shuffle  xor %{{.*}}, %c32_i32{{[_0-9]*}}, %c64_i32{{[_0-9]*}} : f32
 // CHECK-NOT: gpu.shuffle
-// CHECK: gpu.barrier
+// CHECK: rocdl.s.barrier
 // CHECK-COUNT-8: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr<3>
-// CHECK: gpu.barrier
+// CHECK: rocdl.s.barrier
 // CHECK-COUNT-32: llvm.load %{{.*}} : !llvm.ptr<3> -> f32
 // CHECK-NOT: scf.if
 // CHECK-COUNT-2: rocdl.raw.ptr.buffer.store %{{.*}} : vector<4xi32>

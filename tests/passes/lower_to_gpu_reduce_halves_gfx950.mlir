@@ -17,7 +17,7 @@
 // CHECK-COUNT-7: rocdl.permlane32.swap
 // CHECK-NOT: rocdl.permlane32.swap
 // CHECK-NOT: gpu.shuffle
-// CHECK: gpu.barrier
+// CHECK: rocdl.s.barrier
 module attributes {tile.arch = "gfx950", tile.lds_arena = 0 : i32, tile.lds_bytes = 8192 : i32} {
   func.func @col_sum(%arg0: !llvm.ptr<1>, %arg1: i32, %arg2: !llvm.ptr<1>) attributes {tile.kernel, tile.waves = 4 : i32} {
     %c8_i32 = arith.constant 8 : i32

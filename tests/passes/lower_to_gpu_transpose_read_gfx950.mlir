@@ -3,10 +3,10 @@
 // MFMA 32x32x16 reads its 8 K values per lane as two ds_read_b64_tr_b16 of 4 each, right before
 // it; both tiles are stored with vector stores (no 16-bit element stores).
 // CHECK-NOT: f16, !llvm.ptr<3>
-// CHECK: gpu.barrier
+// CHECK: rocdl.s.barrier
 // CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 8 : i64} : vector<4xf16>, !llvm.ptr<3>
 // CHECK-NOT: f16, !llvm.ptr<3>
-// CHECK: gpu.barrier
+// CHECK: rocdl.s.barrier
 // CHECK-COUNT-2: rocdl.ds.read.tr16.b64 %{{.*}} : <3> -> vector<4xf16>
 // CHECK: amdgpu.mfma 32x32x16
 // CHECK-COUNT-2: rocdl.ds.read.tr16.b64 %{{.*}} : <3> -> vector<4xf16>
