@@ -47,7 +47,9 @@ CDNA = [FmhaConfig(128, 128, 4, 2), FmhaConfig(128, 64, 4, 2), FmhaConfig(128, 6
 CDNA += [replace(c, reuse=True) for c in CDNA if c.stages == 2]
 RDNA = [FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 64, 4, 1), FmhaConfig(64, 32, 4, 1), FmhaConfig(128, 128, 8, 1),
         FmhaConfig(128, 64, 8, 1), FmhaConfig(128, 32, 8, 1), FmhaConfig(64, 128, 4, 1), FmhaConfig(64, 64, 8, 2),
-        FmhaConfig(64, 64, 8, 1), FmhaConfig(64, 32, 8, 1)]
+        FmhaConfig(64, 64, 8, 1), FmhaConfig(64, 32, 8, 1), FmhaConfig(128, 32, 4, 2), FmhaConfig(64, 32, 4, 2)]
+# Two stages with reuse pay on RDNA since barriers stopped waiting for global loads (session 33).
+RDNA += [replace(c, reuse=True) for c in RDNA if c.stages == 2]
 
 
 OPTIONAL_FLAGS = ("REUSE", "MASK_ROWS", "LAZY")  # FmhaConfig.defines() sets these only when true

@@ -193,6 +193,15 @@ ILP = "iterative-ilp"
 # 2048, 664.5 -> 694.0 at B 4, H 32, S 4096, but 209.6 -> 198.7 at B 1, H 16, S 1024 (a grid below
 # the CU count); taken. With the lazy rescale as well 535.0. The other CDNA rows keep it (without:
 # gfx942 hdim 64 causal 342.6 -> 333.5, hdim 128 681.2 -> 669.4; gfx90a 1.5-3 % slower).
+# Since barriers order LDS only (session 33, lower_to_gpu.lds_barrier: RDNA's barriers had waited
+# for every outstanding global load), RDNA's look-ahead loads overlap a whole step and two stages
+# with reuse pay there, modeled f16 TFLOP/s at B 2, H 16, S 2048, old row -> new (both with the new
+# barriers): gfx1201 hdim 64 135.6 -> 137.3 (128x32 two stages without reuse; B 1, H 16, S 1024
+# 122.9 -> 121.8), causal 99.7 -> 101.7; hdim 128 133.4 -> 141.8 (64x32 two stages, reuse, lazy
+# rescale; 136.9 without it; B 1 123.2 -> 133.0), causal stays one stage (114.4; two 111.0, with
+# reuse 112.2); gfx1100 hdim 64 83.5 -> 86.1 (64x32 two stages, reuse, lazy; B 1 64.8 -> 69.5),
+# causal 67.8 -> 69.4; hdim 128 83.0 -> 89.5 (64x32 two stages, reuse, lazy; 88.5 without it; B 1
+# 69.6 -> 75.5), causal 68.5 -> 70.8.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True), 256: _c(64, 32, 4, 2)},
@@ -202,10 +211,10 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True, lazy_rescale=True),
                256: _c(128, 64, 4, 2)},
-    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True, lazy_rescale=True),
-                128: _c(64, 64, 4, 1), 256: _c(64, 32, 8, 1)},
-    "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True), 128: _c(64, 32, 4, 1),
-                256: _c(64, 32, 8, 1)},
+    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True),
+                128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True), 256: _c(64, 32, 8, 1)},
+    "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2),
+                128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True), 256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
 
@@ -249,9 +258,10 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
     "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
-    # hdim 64: CONFIGS' row without the lazy rescale (with it the causal forward models 70.9 -> 62.2)
-    "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 1, mask_rows=True), 256: _c(64, 16, 4, 1)},
-    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 1, mask_rows=True)},
+    # RDNA: CONFIGS' rows without the lazy rescale (gfx1201 hdim 128: one stage; session 33).
+    "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 2, reuse=True), 128: _c(64, 32, 4, 2, reuse=True),
+                256: _c(64, 16, 4, 1)},
+    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, mask_rows=True), 128: _c(64, 32, 4, 1)},
 }
 
 
