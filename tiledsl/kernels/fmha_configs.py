@@ -258,7 +258,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
     "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
-    # RDNA: CONFIGS' rows without the lazy rescale (gfx1201 hdim 128: one stage; session 33).
+    # RDNA (session 33): gfx1100 takes CONFIGS' rows without the lazy rescale; gfx1201 hdim 64 masks
+    # its query rows, hdim 128 keeps one stage.
     "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 2, reuse=True), 128: _c(64, 32, 4, 2, reuse=True),
                 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, mask_rows=True), 128: _c(64, 32, 4, 1)},
