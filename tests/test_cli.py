@@ -266,7 +266,6 @@ def test_compile_skip_unit_scales_reaches_the_ballot(arch, tmp_path, monkeypatch
         assert manifest.get("skip_unit_scales", False) == bool(want)
 
 
-
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_barriers_wait_for_lds_only(arch, tmp_path, monkeypatch):
     """The barriers of examples/gemm.tile (around its pipelined loop's LDS stagings) order LDS only
