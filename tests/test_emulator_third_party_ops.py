@@ -14,12 +14,14 @@ corpus, tests/test_third_party_corpus.py, runs them inside real kernels):
 
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
 import pytest
 from _emu_util import compile_llvm
 
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 
 pytestmark = pytest.mark.emulator
@@ -425,3 +427,40 @@ def test_scaled_mfma_prefix_decodes_and_is_unsupported():
     assert [i.raw_name for i in insts] == ["v_mfma_ld_scale_b32", "v_mfma_f32_16x16x128_f8f6f4", "s_endpgm"]
     matrix.register_names(["v_mfma_ld_scale_b32"])  # as binding a gfx950 kernel does
     assert "v_mfma_ld_scale_b32" not in BUILDERS
+
+
+_SOFFSET_KERNEL = r"""
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare ptr addrspace(8) @llvm.amdgcn.make.buffer.rsrc.p8.p1(ptr addrspace(1), i16, i64, i32)
+declare i32 @llvm.amdgcn.raw.ptr.buffer.load.i32(ptr addrspace(8), i32, i32, i32)
+
+define amdgpu_kernel void @soff(ptr addrspace(1) %src, ptr addrspace(1) %dst, i32 %soffset) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %rsrc = call ptr addrspace(8) @llvm.amdgcn.make.buffer.rsrc.p8.p1(ptr addrspace(1) %src, i16 0, i64 120, i32 WORD3)
+  %voff = mul i32 %tid, 4
+  %v = call i32 @llvm.amdgcn.raw.ptr.buffer.load.i32(ptr addrspace(8) %rsrc, i32 %voff, i32 %soffset, i32 0)
+  %p = getelementptr i32, ptr addrspace(1) %dst, i32 %tid
+  store i32 %v, ptr addrspace(1) %p
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_buffer_range_check_leaves_out_soffset(arch, lockstep):
+    """A raw buffer access is out of range when VADDR's offset plus the instruction offset passes
+    NUM_RECORDS; SOFFSET moves the address but not the check (LLVM's buffer intrinsics: soffset is
+    "excluded from bounds checking"). Thread i reads word 16 + i of a 30-word range: threads
+    0..29 read, the rest get zeros. Counting SOFFSET in, as both emulator paths did, cut them off
+    at thread 13."""
+    asm, hsaco = compile_llvm(_SOFFSET_KERNEL.replace("WORD3", str(get_arch(arch).buffer_word3)), arch)
+    assert re.search(r"buffer_load_(dword|b32) v\d+, v\d+, s\[\d+:\d+\], s\d+ offen", asm), asm
+    dev = EmulatorDevice(arch, lockstep=lockstep)
+    k = dev.kernel(hsaco, "soff")
+    src = np.arange(1, 257, dtype=np.uint32)
+    sbuf, dbuf = dev.to_device(src), dev.alloc(128 * 4)
+    dev.launch(k, 1, 128, struct.pack("<QQI", sbuf.addr, dbuf.addr, 16 * 4))  # a 30-word (120-byte) range
+    assert dev.launches[-1]["path"] == ("lockstep" if lockstep else "ordinary")
+    got = dev.from_device(dbuf, np.uint32, 128)
+    np.testing.assert_array_equal(got, np.where(np.arange(128) < 30, src[16:144], 0))

@@ -314,9 +314,9 @@ def buffer_addresses(w, sel, rsrc: int, soffset, va: int, k0: int, nbytes: int, 
             return None
         base[k] = w.mem.buffer_base(raw)
         num[k], soff[k] = int(d[rsrc + 2]), soffset(waves[k])
-    off = np.repeat(soff + k0, W)[sel] + w.v[va][sel].astype(np.int64)
-    ok = off + nbytes <= np.repeat(num, W)[sel]
-    real = checked_addresses(w, (np.repeat(base, W)[sel] + off)[ok], nbytes)
+    off = k0 + w.v[va][sel].astype(np.int64)
+    ok = off + nbytes <= np.repeat(num, W)[sel]  # SOFFSET is not range-checked (vmem._buffer_address)
+    real = checked_addresses(w, (np.repeat(base + soff, W)[sel] + off)[ok], nbytes)
     return None if real is None else (real, ok)
 
 

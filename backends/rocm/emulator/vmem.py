@@ -461,7 +461,9 @@ def _buffer_address(inst, ctx, nbytes):
         base = s[r] | ((s[r + 1] & 0xFFFF) << 32)
         stride = (s[r + 1] >> 16) & 0x3FFF
         num = s[r + 2]
-        o = np.full(lanes.size, off + soff(w), dtype=np.int64)
+        # The range check sees the instruction offset and VADDR's offset, not SOFFSET (LLVM's
+        # buffer intrinsics: "soffset ... excluded from bounds checking and swizzling").
+        o = np.full(lanes.size, off, dtype=np.int64)
         k = 0
         idx = None
         if idxen:
@@ -474,6 +476,7 @@ def _buffer_address(inst, ctx, nbytes):
             o = o + idx * stride
         else:
             ok = o + nbytes <= num
+        o = o + soff(w)
         if base == SCRATCH_TAG:
             return o, None, True
         if s[r + 1] & swizzle or s[r + 3] & (1 << 23) or s[r + 3] & scale:
