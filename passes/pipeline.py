@@ -24,6 +24,7 @@ from tiledsl.passes.fold_scalars import fold_scalars, fold_scalars_laid_out
 from tiledsl.passes.hoist_conversions import hoist_conversions
 from tiledsl.passes.lower_to_gpu import lower_to_gpu
 from tiledsl.passes.pipeline_loops import pipeline_loops, place_lookahead_loads
+from tiledsl.passes.place_unit_scales import place_unit_scales
 from tiledsl.passes.stage_lds import stage_lds
 from tiledsl.passes.version_masks import version_masks
 
@@ -37,6 +38,7 @@ PASSES: list[tuple[str, Callable[[ir.Module, PassContext], object]]] = [
     ("pipeline-loops", pipeline_loops),
     ("stage-lds", stage_lds),
     ("place-lookahead-loads", place_lookahead_loads),
+    ("place-unit-scales", place_unit_scales),
 ]
 
 

@@ -9,6 +9,7 @@ by more than the lazy margin in later key blocks for some rows and never for oth
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,3 +98,40 @@ def test_lazy_forward_matches_reference_when_the_max_jumps(lazy_rows, arch: str,
     want, want_lse = fmha_fwd_reference(*f64, causal=causal, sink=sink, return_lse=True)
     assert np.abs(np.asarray(out, np.float64) - want).max() <= 4e-3
     np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-4)
+
+
+LATE = KERNEL.parent / "late_rescale.tile"
+
+
+def _rescale_before_exponentials(mlir: str) -> bool:
+    """In the first loop body of a dumped tile module: the multiply of the carried accumulator (a
+    block argument) comes before the exp2 of a 2-D tile."""
+    body = mlir[mlir.index("scf.for"):]
+    lines = body[:body.index("scf.yield")].splitlines()
+    rescale = next(i for i, t in enumerate(lines) if "arith.mulf %arg" in t)
+    exponentials = next(i for i, t in enumerate(lines) if "math.exp2" in t and re.search(r"tensor<\d+x\d+x", t))
+    return rescale < exponentials
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+@pytest.mark.parametrize("skip", [True, False])
+def test_rescale_moves_before_the_exponentials(tmp_path, arch: str, skip: bool) -> None:
+    """The kernel writes the rescale after the per-element exponentials. With skip_unit_scales,
+    place-unit-scales moves it and its factor's exp2 up before them (where the skip's branch then
+    does not cut the exponentials from their use); without, the order stays as written. Results
+    against numpy either way, with factors that are exactly 1 in some waves and not in others."""
+    options = CompileOptions.make(arch, skip_unit_scales=skip, dump_ir_dir=str(tmp_path))
+    kernel = compile_source(LATE.read_text(), str(LATE), arch, options=options)
+    assert _rescale_before_exponentials(next(tmp_path.glob("*-place-unit-scales.mlir")).read_text()) == skip
+
+    rng = np.random.default_rng(5)
+    rows, steps = 128, 6
+    x = rng.standard_normal((rows, 64)).astype(np.float32)
+    lf = np.log2(_factors(steps, rows))
+    want = np.zeros_like(x)
+    for t in range(steps):
+        want = want * np.exp2(lf[t])[:, None] + np.exp2(x * lf[t][:, None] - 1.0)
+    out = np.full_like(x, -1.0)
+    launch(kernel, x, lf, out, device=EmulatorDevice(arch))
+    assert np.isnan(out[70]).all() and not np.isnan(np.delete(out, 70, axis=0)).any()
+    np.testing.assert_allclose(out, want, rtol=2e-6, atol=1e-6)
