@@ -109,9 +109,11 @@ def _expected(src: np.ndarray, size: int, mem_off: int, lds_off: int, num_record
     slot = 16 if size > 4 else 4
     for lane in range(ACTIVE):
         base = lane * size + mem_off  # byte offset in src of the lane's data
-        data = src.view(np.uint8)[base:base + size]
-        if num_records is not None and lane * size + mem_off + size > num_records:
-            data = np.zeros(size, np.uint8)
+        data = src.view(np.uint8)[base:base + size].copy()
+        if num_records is not None:  # each dword is range-checked on its own
+            for k in range(0, size, 4):
+                if base + k + min(size, 4) > num_records:
+                    data[k:k + 4] = 0
         at = M0 + lds_off + lane * slot
         want.view(np.uint8)[at:at + size] = data
     return want
@@ -120,8 +122,9 @@ def _expected(src: np.ndarray, size: int, mem_off: int, lds_off: int, num_record
 @pytest.mark.parametrize(("arch", "size"), [("gfx90a", 4), ("gfx942", 4), ("gfx950", 4), ("gfx950", 12),
                                             ("gfx950", 16)])
 def test_buffer_load_to_lds(arch, size):
-    """M0 = 256, offset:16, lanes 0..39 active; the buffer holds 30 elements, so lanes 30..39 are
-    out of range and write zeros."""
+    """M0 = 256, offset:16, lanes 0..39 active; the range is 30 elements long but starts 16 bytes
+    before the first lane's data: lanes from 29 or so read zeros (dwordx3: lane 28's third dword
+    already lies outside, each dword being checked on its own)."""
     num_records = 30 * size
     src, got = _run(arch, "buffer", size, num_records)
     np.testing.assert_array_equal(got, _expected(src, size, 16, 16, num_records))
@@ -464,3 +467,48 @@ def test_buffer_range_check_leaves_out_soffset(arch, lockstep):
     assert dev.launches[-1]["path"] == ("lockstep" if lockstep else "ordinary")
     got = dev.from_device(dbuf, np.uint32, 128)
     np.testing.assert_array_equal(got, np.where(np.arange(128) < 30, src[16:144], 0))
+
+
+_DWORDS_KERNEL = r"""
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare ptr addrspace(8) @llvm.amdgcn.make.buffer.rsrc.p8.p1(ptr addrspace(1), i16, i64, i32)
+declare <4 x i32> @llvm.amdgcn.raw.ptr.buffer.load.v4i32(ptr addrspace(8), i32, i32, i32)
+declare void @llvm.amdgcn.raw.ptr.buffer.store.v4i32(<4 x i32>, ptr addrspace(8), i32, i32, i32)
+
+define amdgpu_kernel void @dwords(ptr addrspace(1) %src, ptr addrspace(1) %dst) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %in = call ptr addrspace(8) @llvm.amdgcn.make.buffer.rsrc.p8.p1(ptr addrspace(1) %src, i16 0, i64 LIMIT, i32 WORD3)
+  %out = call ptr addrspace(8) @llvm.amdgcn.make.buffer.rsrc.p8.p1(ptr addrspace(1) %dst, i16 0, i64 STORED, i32 WORD3)
+  %voff = mul i32 %tid, 16
+  %v = call <4 x i32> @llvm.amdgcn.raw.ptr.buffer.load.v4i32(ptr addrspace(8) %in, i32 %voff, i32 0, i32 0)
+  %w = add <4 x i32> %v, <i32 1, i32 1, i32 1, i32 1>
+  call void @llvm.amdgcn.raw.ptr.buffer.store.v4i32(<4 x i32> %w, ptr addrspace(8) %out, i32 %voff, i32 0, i32 0)
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_buffer_range_check_per_dword(arch, lockstep):
+    """A buffer_load/store_dwordx4 is range-checked dword by dword. Loads see 120 bytes: thread 7's
+    access (bytes 112..127) reads its first two dwords and zeros for the other two. Stores see 136:
+    thread 8's (bytes 128..143) writes its first two dwords and drops the rest. The emulator
+    checked each access whole (zeros for thread 7, nothing stored by thread 8), which differs from
+    the hardware wherever a range ends inside a vector, as third-party kernels' exact tensor sizes
+    make it do."""
+    asm, hsaco = compile_llvm(_DWORDS_KERNEL.replace("WORD3", str(get_arch(arch).buffer_word3))
+                              .replace("LIMIT", "120").replace("STORED", "136"), arch)
+    assert re.search(r"buffer_load_(dwordx4|b128)", asm) and re.search(r"buffer_store_(dwordx4|b128)", asm), asm
+    dev = EmulatorDevice(arch, lockstep=lockstep)
+    k = dev.kernel(hsaco, "dwords")
+    threads = 2 * get_arch(arch).wave_size  # two waves, so the lockstep device runs them together
+    src = np.arange(1, 4 * threads + 1, dtype=np.uint32)
+    sentinel = np.uint32(0xDEAD_BEEF)
+    sbuf, dbuf = dev.to_device(src), dev.to_device(np.full(4 * threads, sentinel, np.uint32))
+    dev.launch(k, 1, threads, struct.pack("<QQ", sbuf.addr, dbuf.addr))
+    assert dev.launches[-1]["path"] == ("lockstep" if lockstep else "ordinary")
+    got = dev.from_device(dbuf, np.uint32, 4 * threads)
+    word = np.arange(4 * threads)
+    want = np.where(word < 30, src + 1, np.where(word < 34, 1, sentinel))  # loaded zeros + 1 in 30..33
+    np.testing.assert_array_equal(got, want)

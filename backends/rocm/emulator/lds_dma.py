@@ -70,8 +70,12 @@ def build_buffer_lds(inst, ctx, kind: str):
         addrs, ok, scratch = addr_fn(w, lanes)
         if scratch:
             raise UnsupportedInstruction(f"{inst.raw_name}: a load to LDS from the private segment")
-        raw = np.zeros((lanes.size, nbytes), np.uint8)  # out-of-range lanes read zero
-        if ok.any():
+        raw = np.zeros((lanes.size, nbytes), np.uint8)  # out-of-range lanes (or dwords) read zero
+        if ok.ndim == 2:  # lanes partly in range (vmem._buffer_address)
+            for k, sel in enumerate(ok.T):
+                if sel.any():
+                    raw[sel, 4 * k:4 * k + 4] = _global_rw(w, lanes[sel], addrs[sel] + np.uint64(4 * k), 4, False)
+        elif ok.any():
             raw[ok] = _global_rw(w, lanes[ok], addrs[ok], nbytes, False)
         _store_lds(w, lds_fn(w, lanes), raw, nbytes)
         return nxt

@@ -302,7 +302,8 @@ def buffer_addresses(w, sel, rsrc: int, soffset, va: int, k0: int, nbytes: int, 
     wave's raw descriptor (base, num_records; stride 0): the lanes in range must pass
     checked_addresses, the others read 0 and drop writes. None where a descriptor field the
     ordinary handler models or refuses is set (a stride, swizzling, ADD_TID, gfx12's stride scale),
-    or a lane in range falls outside its tensor: the caller runs it per wave."""
+    a lane is partly in range, or a lane in range falls outside its tensor: the caller runs it per
+    wave."""
     waves, n, W = w.waves, w.V3.shape[1], w.V3.shape[2]
     base, num, soff = (np.zeros(n, dtype=np.int64) for _ in range(3))
     special = 0xC000_0000 if gen != "gfx9" else 0x8000_0000
@@ -315,7 +316,10 @@ def buffer_addresses(w, sel, rsrc: int, soffset, va: int, k0: int, nbytes: int, 
         base[k] = w.mem.buffer_base(raw)
         num[k], soff[k] = int(d[rsrc + 2]), soffset(waves[k])
     off = k0 + w.v[va][sel].astype(np.int64)
-    ok = off + nbytes <= np.repeat(num, W)[sel]  # SOFFSET is not range-checked (vmem._buffer_address)
+    limit = np.repeat(num, W)[sel]
+    ok = off + nbytes <= limit  # SOFFSET is not range-checked (vmem._buffer_address)
+    if nbytes > 4 and (ok != (off + 4 <= limit)).any():
+        return None  # a lane partly in range: the ordinary handler checks each dword
     real = checked_addresses(w, (np.repeat(base + soff, W)[sel] + off)[ok], nbytes)
     return None if real is None else (real, ok)
 

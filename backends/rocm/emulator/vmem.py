@@ -280,6 +280,11 @@ def _build_vmem(inst, ctx):
             if scratch:
                 li, idx = _private_access(w, lanes, _as_i64(addrs), nbytes, "load")
                 raw = w.scratch[li, idx]
+            elif ok is not None and ok.ndim == 2:
+                raw = np.zeros((lanes.size, nbytes), dtype=np.uint8)
+                for k, sel in enumerate(ok.T):
+                    if sel.any():
+                        raw[sel, 4 * k:4 * k + 4] = _global_rw(w, lanes[sel], addrs[sel] + np.uint64(4 * k), 4, False)
             elif ok is not None and not ok.all():
                 raw = np.zeros((lanes.size, nbytes), dtype=np.uint8)
                 if ok.any():
@@ -292,6 +297,11 @@ def _build_vmem(inst, ctx):
             if scratch:
                 li, idx = _private_access(w, lanes, _as_i64(addrs), nbytes, "store")
                 w.scratch[li, idx] = data
+            elif ok is not None and ok.ndim == 2:
+                for k, sel in enumerate(ok.T):
+                    if sel.any():
+                        _global_rw(w, lanes[sel], addrs[sel] + np.uint64(4 * k), 4, True,
+                                   np.ascontiguousarray(data[sel, 4 * k:4 * k + 4]))
             elif ok is not None and not ok.all():
                 if ok.any():
                     _global_rw(w, lanes[ok], addrs[ok], nbytes, True, data[ok])
@@ -449,8 +459,12 @@ def soffset_reader(f, ctx):
     return sread(f["soffset"], ctx, None) if f["soffset"] != ctx.null_sgpr else (lambda w: 0)
 
 
-def _buffer_address(inst, ctx, nbytes):
-    """MUBUF/VBUFFER: base + soffset + inst offset + vaddr (offen) + index * stride (idxen)."""
+def _buffer_address(inst, ctx, nbytes, per_dword: bool = True):
+    """MUBUF/VBUFFER: base + soffset + inst offset + vaddr (offen) + index * stride (idxen).
+    Returns (addresses, in range, private?). In range is per lane, or, where a raw multi-dword
+    access is partly in range, per lane and dword (lanes x nbytes // 4): the hardware checks each
+    dword of a load/store-dword-x2/x3/x4 on its own (LLVM AMDGPUUsage, "relaxed buffer OOB
+    mode"; RDNA3/4 ISA, range checking). per_dword=False (atomics) checks the access whole."""
     f = inst.f
     r = f["srsrc"]
     soff = soffset_reader(f, ctx)
@@ -471,11 +485,16 @@ def _buffer_address(inst, ctx, nbytes):
             k = 1
         if offen:
             o = o + w.v[va + k, lanes].astype(np.int64)
-        if idx is not None:
-            ok = idx < num if stride else o + nbytes <= num
-            o = o + idx * stride
+        if idx is not None and stride:
+            ok = idx < num
         else:
             ok = o + nbytes <= num
+            if per_dword and nbytes > 4 and not ok.all():
+                each = o[:, None] + np.arange(4, nbytes + 1, 4) <= num
+                if (each.any(1) != ok).any():
+                    ok = each
+        if idx is not None:
+            o = o + idx * stride
         o = o + soff(w)
         if base == SCRATCH_TAG:
             return o, None, True
@@ -515,7 +534,7 @@ def _build_atomic(inst, ctx):
     nb = 8 if wide else 4
     ret = bool(f.get("glc"))
     if sp == "buffer":
-        afn = _buffer_address(inst, ctx, nb)
+        afn = _buffer_address(inst, ctx, nb, per_dword=False)  # atomics: all or nothing
         d = s = f["vdata"]
     else:
         afn0 = _address_fn(inst, ctx)
