@@ -8,6 +8,9 @@ corpus, tests/test_third_party_corpus.py, runs them inside real kernels):
 - `ds_read_b64_tr_b16` / `ds_read_b64_tr_b8` (gfx950): the 16-lane shuffle of the MFMA
   transpose load.
 - {global,buffer}_atomic_pk_add_{f16,bf16}, which aiter's hand-written FMHA backward uses.
+- Buffer range checks as the hardware makes them: SOFFSET left out, each dword of a
+  dword-x2/x3/x4 access checked on its own (atomics whole), and on gfx10+ the descriptor's
+  OOB_SELECT obeyed.
 - What is decoded but not modelled is refused, not ignored: sub-dword loads to LDS, TFE on
   gfx11/gfx12 buffer loads, GDS on LDS instructions, gfx90a's FLAT LDS bit, swizzled or
   ADD_TID buffer descriptors, DPP/SDWA forms of instructions bound without the VALU's readers."""
@@ -22,6 +25,7 @@ import pytest
 from _emu_util import compile_llvm
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 
 pytestmark = pytest.mark.emulator
@@ -253,7 +257,6 @@ def test_decoded_modifiers_that_change_semantics_are_refused(arch, prefix, word,
 def test_buffer_descriptor_fields_that_change_addresses_are_refused(arch, word):
     """A descriptor with swizzling (word 1, bit 31) or ADD_TID_ENABLE (word 3, bit 23) is refused
     when the buffer load runs; the same descriptor without the bit runs."""
-    from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 
     asm, hsaco = compile_llvm(PLAIN, arch)
     dev = EmulatorDevice(arch)
@@ -281,7 +284,6 @@ def test_dpp_and_sdwa_forms_of_directly_bound_instructions_are_refused(name, wor
     from tiledsl.backends.rocm.emulator import crosslane, fp8, valu  # noqa: F401  (registers the builders)
     from tiledsl.backends.rocm.emulator.decoder import Decoder
     from tiledsl.backends.rocm.emulator.executor import BUILDERS, Ctx
-    from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 
     ctrl = 0xFF000111 | 3 if form == "dpp" else 0x06060603  # DPP: row_shr:1 of v3; SDWA: dword selects, v3
     words = struct.pack("<II", word | (250 if form == "dpp" else 249), ctrl) + struct.pack("<I", 0xBF810000)
@@ -511,4 +513,29 @@ def test_buffer_range_check_per_dword(arch, lockstep):
     got = dev.from_device(dbuf, np.uint32, 4 * threads)
     word = np.arange(4 * threads)
     want = np.where(word < 30, src + 1, np.where(word < 34, 1, sentinel))  # loaded zeros + 1 in 30..33
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+@pytest.mark.parametrize("oob_select", [0, 1, 2, 3])
+def test_rdna_buffer_range_check_follows_oob_select(arch, oob_select, lockstep):
+    """gfx10+ descriptors choose their range check (OOB_SELECT, word 3 bits 29:28): 3 checks the
+    offset (threads 30.. read zeros), 1 the index (0 without IDXEN: all in range), 2 only that
+    NUM_RECORDS is not 0; 0 (index and offset against the stride) is refused, not guessed. The
+    emulator used to check the offset whatever the field said."""
+    word3 = get_arch(arch).buffer_word3 & ~(3 << 28) | oob_select << 28
+    asm, hsaco = compile_llvm(_SOFFSET_KERNEL.replace("WORD3", str(word3)), arch)
+    dev = EmulatorDevice(arch, lockstep=lockstep)
+    k = dev.kernel(hsaco, "soff")
+    src = np.arange(1, 257, dtype=np.uint32)
+    sbuf, dbuf = dev.to_device(src), dev.alloc(128 * 4)
+    args = struct.pack("<QQI", sbuf.addr, dbuf.addr, 16 * 4)
+    if oob_select == 0:
+        with pytest.raises(UnsupportedInstruction, match="OOB_SELECT 0"):
+            dev.launch(k, 1, 128, args)
+        return
+    dev.launch(k, 1, 128, args)
+    got = dev.from_device(dbuf, np.uint32, 128)
+    want = np.where(np.arange(128) < 30, src[16:144], 0) if oob_select == 3 else src[16:144]
     np.testing.assert_array_equal(got, want)

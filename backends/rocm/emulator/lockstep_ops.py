@@ -310,8 +310,9 @@ def buffer_addresses(w, sel, rsrc: int, soffset, va: int, k0: int, nbytes: int, 
     for k in w.kl:
         d = waves[k].s
         raw = int(d[rsrc]) | (int(d[rsrc + 1]) & 0xFFFF) << 32
+        raw_oob = gen == "gfx9" or (d[rsrc + 3] >> 28) & 3 == 3  # gfx10+: OOB_SELECT raw, else per wave
         if raw == SCRATCH_TAG or (d[rsrc + 1] >> 16) & 0x3FFF or d[rsrc + 1] & special \
-                or d[rsrc + 3] & ((1 << 23) | 0x000C_0000):
+                or d[rsrc + 3] & ((1 << 23) | 0x000C_0000) or not raw_oob:
             return None
         base[k] = w.mem.buffer_base(raw)
         num[k], soff[k] = int(d[rsrc + 2]), soffset(waves[k])

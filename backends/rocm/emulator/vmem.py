@@ -485,18 +485,12 @@ def _buffer_address(inst, ctx, nbytes, per_dword: bool = True):
             k = 1
         if offen:
             o = o + w.v[va + k, lanes].astype(np.int64)
-        if idx is not None and stride:
-            ok = idx < num
-        else:
-            ok = o + nbytes <= num
-            if per_dword and nbytes > 4 and not ok.all():
-                each = o[:, None] + np.arange(4, nbytes + 1, 4) <= num
-                if (each.any(1) != ok).any():
-                    ok = each
+        scratch = base == SCRATCH_TAG
+        ok = None if scratch else _in_range(inst, ctx, s[r + 3], o, idx, stride, num, nbytes, per_dword)
         if idx is not None:
             o = o + idx * stride
         o = o + soff(w)
-        if base == SCRATCH_TAG:
+        if scratch:
             return o, None, True
         if s[r + 1] & swizzle or s[r + 3] & (1 << 23) or s[r + 3] & scale:
             raise UnsupportedInstruction(f"{inst.raw_name}: a buffer descriptor with swizzling, ADD_TID_ENABLE or a "
@@ -508,6 +502,31 @@ def _buffer_address(inst, ctx, nbytes, per_dword: bool = True):
     swizzle = 0x8000_0000 if ctx.gen == "gfx9" else 0xC000_0000
     scale = 0x000C_0000 if ctx.gen == "gfx12" else 0
     return addr
+
+
+def _in_range(inst, ctx, word3: int, o, idx, stride: int, num: int, nbytes: int, per_dword: bool):
+    """Which lanes of a buffer access are in range (see _buffer_address). gfx9 checks the index
+    against NUM_RECORDS where the descriptor has a stride and the instruction an index, else the
+    offset. gfx10+ choose by the descriptor's OOB_SELECT (word 3, bits 29:28; Mesa's
+    ac_descriptors and AMD's RDNA ISA): 1 index only, 2 nothing unless NUM_RECORDS is 0, 3 the
+    offset (raw); 0 (index and offset against the stride) and 3 with an index are refused, their
+    exact rule not being modelled."""
+    mode = 3 if ctx.gen == "gfx9" else (word3 >> 28) & 3
+    if mode == 1:
+        return (np.zeros(o.size, np.int64) if idx is None else idx) < num
+    if mode == 2:
+        return np.full(o.size, num != 0)
+    if ctx.gen == "gfx9" and idx is not None and stride:
+        return idx < num
+    if mode == 0 or idx is not None and ctx.gen != "gfx9":
+        raise UnsupportedInstruction(f"{inst.raw_name}: a buffer descriptor with OOB_SELECT {mode}"
+                                     f"{' and an index (IDXEN)' if mode == 3 else ''}: its range check is not modelled")
+    ok = o + nbytes <= num
+    if per_dword and nbytes > 4 and not ok.all():
+        each = o[:, None] + np.arange(4, nbytes + 1, 4) <= num
+        if (each.any(1) != ok).any():
+            return each
+    return ok
 
 
 # -- global/flat/buffer atomics -----------------------------------------------------------
