@@ -5,9 +5,10 @@ The rescale is a tile its loop carries times a broadcast factor (`acc * alpha[:,
 lower-to-gpu wraps in a branch that a wave whose factors are all exactly 1 skips (rule_mulf).
 Written where the kernel uses it, as the P.V dot's accumulator after the exponentials of P, that
 branch would cut the loop body between the exponentials and the dot, which the scheduler
-interleaves. The pass moves the multiply, and the pure ops its factor is computed by, each to just
-after the last of its operands: the branch then stands between the row max and the
-exponentials, and a kernel writes `dot(p, v, acc * alpha[:, None])` whether it skips or not.
+interleaves. The pass gathers the multiply and the pure ops its factor is computed by right after
+the last op they take an input from (the row max), in their order, ahead of whatever stood
+between (the exponentials): the branch then stands between the row max and the exponentials, and
+a kernel writes `dot(p, v, acc * alpha[:, None])` whether it skips or not.
 """
 
 from __future__ import annotations
