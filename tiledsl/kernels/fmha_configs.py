@@ -237,8 +237,13 @@ def padded_hdim(d: int) -> int:
 # 885.6, B 4, H 16, S 1024 743.2 -> 793.8; with fewer wide blocks than CUs it loses (B 1, H 16,
 # S 2048: 523.6 -> 426.6), and with short sequences (B 4, H 64, S 256: 598.9 -> 559.8), hence
 # the call's sizes decide. Tried and not taken: gfx942 hdim 64 (502.1 -> 505.4), gfx950 hdim 128
-# with 256x64 (1087.5 -> 1057.0), gfx90a hdim 64 (129.1 -> 109.1).
-WIDE: dict[str, dict[int, FmhaConfig]] = {"gfx950": {64: _c(256, 128, 8, 2, interleave=True)}}
+# with 256x64 (1087.5 -> 1057.0), gfx90a hdim 64 (129.1 -> 109.1). Session 34: reuse and the lazy
+# rescale together, 934.9 -> 957.5 at B 2, H 16, S 2048, 968.8 -> 996.7 at B 4, H 32, S 4096,
+# 872.1 -> 885.9 at B 4, H 16, S 1024, no spills in any unmasked mix (fmha_tune's measure); one
+# of them alone models level or slower (reuse 933.0, lazy 931.4), so do masked rows (935.4),
+# iterative-ilp (926.4), one stage (869.0) and 256x64 (831.1).
+WIDE: dict[str, dict[int, FmhaConfig]] = {
+    "gfx950": {64: _c(256, 128, 8, 2, reuse=True, interleave=True, lazy_rescale=True)}}
 
 
 def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bool = False,
