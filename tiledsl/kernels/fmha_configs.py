@@ -203,6 +203,15 @@ ILP = "iterative-ilp"
 # reuse 112.2); gfx1100 hdim 64 83.5 -> 86.1 (64x32 two stages, reuse, lazy; B 1 64.8 -> 69.5),
 # causal 67.8 -> 69.4; hdim 128 83.0 -> 89.5 (64x32 two stages, reuse, lazy; 88.5 without it; B 1
 # 69.6 -> 75.5), causal 68.5 -> 70.8.
+# Session 34, reuse together with the lazy rescale where a row had neither or one (each alone had
+# modeled level or slower on these rows), old -> new at B 2, H 16, S 2048 (B 1, H 16, S 1024;
+# B 4, H 32, S 4096): gfx1201 hdim 64 138.5 -> 142.6 (123.8 -> 128.3; 143.0 -> 146.7), causal
+# 101.7 -> 105.0 (83.7 -> 87.5; 129.5 -> 127.8); gfx942 hdim 128 causal 434.6 -> 454.3 (107.9 ->
+# 106.9; 658.5 -> 691.2); gfx942 hdim 64 causal takes reuse alone, 342.6 -> 394.0 (84.4 -> 102.7;
+# 541.2 -> 584.0; with the lazy rescale too 334.2). No spills in any feature mix (fmha_tune's
+# measure). Not taken: gfx950 hdim 64 causal (572.6 -> 505.9 with reuse, 497.2 with both), gfx1201
+# hdim 128 causal with the lazy rescale (114.4 -> 107.9), gfx1201 hdim 64 causal with reuse alone
+# (95.1), gfx942 hdim 64 with both (553.4 -> 535.0).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True), 256: _c(64, 32, 4, 2)},
@@ -214,7 +223,7 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True), 256: _c(64, 32, 8, 1)},
-    "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, schedule="max-ilp"),
+    "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True), 256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
@@ -260,15 +269,17 @@ def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bo
 MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True)},
-    "gfx942": {64: _c(128, 64, 4, 2, 2, interleave=True), 128: _c(128, 64, 4, 2, 2, schedule=ILP)},
+    "gfx942": {64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True),
+               128: _c(128, 64, 4, 2, 2, reuse=True, schedule=ILP, lazy_rescale=True)},
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
     "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
     # RDNA (session 33): gfx1100 takes CONFIGS' rows without the lazy rescale; gfx1201 hdim 64 masks
-    # its query rows, hdim 128 keeps one stage.
+    # its query rows (with reuse and the lazy rescale since session 34), hdim 128 keeps one stage.
     "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 2, reuse=True), 128: _c(64, 32, 4, 2, reuse=True),
                 256: _c(64, 16, 4, 1)},
-    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, mask_rows=True), 128: _c(64, 32, 4, 1)},
+    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, lazy_rescale=True),
+                128: _c(64, 32, 4, 1)},
 }
 
 
