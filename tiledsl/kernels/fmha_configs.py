@@ -211,7 +211,10 @@ ILP = "iterative-ilp"
 # 541.2 -> 584.0; with the lazy rescale too 334.2). No spills in any feature mix (fmha_tune's
 # measure). Not taken: gfx950 hdim 64 causal (572.6 -> 505.9 with reuse, 497.2 with both), gfx1201
 # hdim 128 causal with the lazy rescale (114.4 -> 107.9), gfx1201 hdim 64 causal with reuse alone
-# (95.1), gfx942 hdim 64 with both (553.4 -> 535.0).
+# (95.1), gfx942 hdim 64 with both (553.4 -> 535.0). Masked RDNA rows with both, taken: gfx1201
+# hdim 128 causal 114.4 -> 118.8 (two stages; B 1 96.0 -> 111.0), gfx1100 hdim 64 causal 69.4 ->
+# 71.7 (B 1 39.9 -> 40.6); gfx90a's causal rows with the lazy rescale lose (100.6 -> 99.4, 98.6 ->
+# 98.2).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True), 256: _c(64, 32, 4, 2)},
@@ -274,12 +277,10 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
     "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
-    # RDNA (session 33): gfx1100 takes CONFIGS' rows without the lazy rescale; gfx1201 hdim 64 masks
-    # its query rows (with reuse and the lazy rescale since session 34), hdim 128 keeps one stage.
-    "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 2, reuse=True), 128: _c(64, 32, 4, 2, reuse=True),
-                256: _c(64, 16, 4, 1)},
-    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, lazy_rescale=True),
-                128: _c(64, 32, 4, 1)},
+    # RDNA: gfx1100 hdim 128 takes CONFIGS' row without the lazy rescale; gfx1201 hdim 64 masks its
+    # query rows; gfx1100 hdim 64 and gfx1201 hdim 128 run CONFIGS' rows (session 34).
+    "gfx1100": {32: _c(128, 64, 8, 1), 128: _c(64, 32, 4, 2, reuse=True), 256: _c(64, 16, 4, 1)},
+    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
 }
 
 
