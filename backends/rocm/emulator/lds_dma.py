@@ -24,7 +24,14 @@ import numpy as np
 
 from tiledsl.backends.rocm.emulator.executor import builder
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
-from tiledsl.backends.rocm.emulator.vmem import _SIZE, _address_fn, _buffer_address, _global_rw, _lds_access
+from tiledsl.backends.rocm.emulator.vmem import (
+    _SIZE,
+    _address_fn,
+    _buffer_address,
+    _global_rw,
+    _lds_access,
+    buffer_read_in_range,
+)
 
 # The forms with a global_load_lds_* opcode (the decoder's tables say which exist per arch).
 _KINDS = ("ubyte", "sbyte", "ushort", "sshort", "dword", "dwordx3", "dwordx4")
@@ -70,13 +77,7 @@ def build_buffer_lds(inst, ctx, kind: str):
         addrs, ok, scratch = addr_fn(w, lanes)
         if scratch:
             raise UnsupportedInstruction(f"{inst.raw_name}: a load to LDS from the private segment")
-        raw = np.zeros((lanes.size, nbytes), np.uint8)  # out-of-range lanes (or dwords) read zero
-        if ok.ndim == 2:  # lanes partly in range (vmem._buffer_address)
-            for k, sel in enumerate(ok.T):
-                if sel.any():
-                    raw[sel, 4 * k:4 * k + 4] = _global_rw(w, lanes[sel], addrs[sel] + np.uint64(4 * k), 4, False)
-        elif ok.any():
-            raw[ok] = _global_rw(w, lanes[ok], addrs[ok], nbytes, False)
+        raw = buffer_read_in_range(w, lanes, addrs, ok, nbytes)  # out-of-range lanes (or dwords) read zero
         _store_lds(w, lds_fn(w, lanes), raw, nbytes)
         return nxt
     return h

@@ -280,15 +280,8 @@ def _build_vmem(inst, ctx):
             if scratch:
                 li, idx = _private_access(w, lanes, _as_i64(addrs), nbytes, "load")
                 raw = w.scratch[li, idx]
-            elif ok is not None and ok.ndim == 2:
-                raw = np.zeros((lanes.size, nbytes), dtype=np.uint8)
-                for k, sel in enumerate(ok.T):
-                    if sel.any():
-                        raw[sel, 4 * k:4 * k + 4] = _global_rw(w, lanes[sel], addrs[sel] + np.uint64(4 * k), 4, False)
             elif ok is not None and not ok.all():
-                raw = np.zeros((lanes.size, nbytes), dtype=np.uint8)
-                if ok.any():
-                    raw[ok] = _global_rw(w, lanes[ok], addrs[ok], nbytes, False)
+                raw = buffer_read_in_range(w, lanes, addrs, ok, nbytes)
             else:
                 raw = _global_rw(w, lanes, addrs, nbytes, False)
             _deliver(w, d, raw, lanes, nbytes, signed, d16, hi)
@@ -502,6 +495,19 @@ def _buffer_address(inst, ctx, nbytes, per_dword: bool = True):
     swizzle = 0x8000_0000 if ctx.gen == "gfx9" else 0xC000_0000
     scale = 0x000C_0000 if ctx.gen == "gfx12" else 0
     return addr
+
+
+def buffer_read_in_range(w, lanes, addrs, ok, nbytes: int) -> np.ndarray:
+    """Bytes [lanes, nbytes] of a buffer load: what `ok` (_buffer_address: per lane, or per lane
+    and dword) puts in range, zeros elsewhere."""
+    raw = np.zeros((lanes.size, nbytes), dtype=np.uint8)
+    if ok.ndim == 2:
+        for k, sel in enumerate(ok.T):
+            if sel.any():
+                raw[sel, 4 * k:4 * k + 4] = _global_rw(w, lanes[sel], addrs[sel] + np.uint64(4 * k), 4, False)
+    elif ok.any():
+        raw[ok] = _global_rw(w, lanes[ok], addrs[ok], nbytes, False)
+    return raw
 
 
 def _in_range(inst, ctx, word3: int, o, idx, stride: int, num: int, nbytes: int, per_dword: bool):
