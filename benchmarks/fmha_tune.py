@@ -52,7 +52,7 @@ RDNA = [FmhaConfig(64, 64, 4, 2), FmhaConfig(64, 64, 4, 1), FmhaConfig(64, 32, 4
 RDNA += [replace(c, reuse=True) for c in RDNA if c.stages == 2]
 
 
-OPTIONAL_FLAGS = ("REUSE", "MASK_ROWS", "LAZY")  # FmhaConfig.defines() sets these only when true
+OPTIONAL_FLAGS = ("REUSE", "MASK_ROWS", "MASK_KEYS", "LAZY")  # FmhaConfig.defines() sets these only when true
 
 
 def spills(k: CompiledKernel) -> tuple[int, int]:

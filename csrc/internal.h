@@ -94,6 +94,7 @@ typedef struct {
     int unit_last_stride;           /* the last dim's stride is 1 and not passed */
     int64_t stride_unit;            /* passed strides are multiples of this, passed divided by it */
     int buffer;                     /* addressed with buffer instructions: its byte span must be <= 2 GiB */
+    uint32_t row_bounds;            /* bit d: a buffer descriptor bounds dim d's rows (stride > last dim's span) */
 } td_tensor_spec;
 
 typedef struct {

@@ -145,6 +145,15 @@ static td_status read_tensors(td_kernel *k, const js_value *m, const char *path)
         spec->stride_unit = unit && unit->is_int ? unit->i : 1;
         spec->buffer = buffer && buffer->type == JS_BOOL && buffer->boolean;
         if (spec->stride_unit < 1) return BAD("manifest %s: tensor '%s' has stride_unit < 1", path, spec->name);
+        const js_value *rows = js_get(t, "row_bounds");
+        if (rows && rows->type != JS_ARRAY) return BAD("manifest %s: tensor '%s' row_bounds is not a list", path, spec->name);
+        for (size_t r = 0; rows && r < rows->n; r++) {
+            const js_value *d = rows->items[r];
+            if (!d->is_int || d->i < 0 || d->i >= spec->ndim)
+                return BAD("manifest %s: tensor '%s' row_bounds holds %s, not a dim (0..%d)", path, spec->name,
+                           d->is_int ? "a dim out of range" : "a non-integer", spec->ndim - 1);
+            spec->row_bounds |= 1u << d->i;
+        }
     }
     return TD_OK;
 }

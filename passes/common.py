@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -128,6 +129,23 @@ def constant_int(v: ir.Value) -> int | None:
     if isinstance(attr, ir.IntegerAttr):
         return attr.value
     return None
+
+
+def is_positive_zero(v: ir.Value) -> bool:
+    """v is the constant +0 (integer or float): what an out-of-range buffer load returns."""
+    op = defining_op(v)
+    if op is None or op.name != "arith.constant":
+        return False
+    attr = op.attributes["value"]
+    if isinstance(attr, ir.FloatAttr):
+        return attr.value == 0.0 and math.copysign(1.0, attr.value) > 0
+    return isinstance(attr, ir.IntegerAttr | ir.BoolAttr) and int(attr.value) == 0
+
+
+def tensor_pointer(ptr: ir.Value) -> ir.Value:
+    """The tensor argument a memory op's pointer addresses (through a tile.view of it)."""
+    op = defining_op(ptr)
+    return op.operands[0] if op is not None and op.name == "tile.view" else ptr
 
 
 def reshaped_source(v: ir.Value, names: tuple[str, ...] = ("tile.broadcast", "tile.expand_dims")) -> ir.Value:

@@ -15,8 +15,17 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, llvm, rocdl, scf, vector
 
+from tiledsl.errors import CompileError
+from tiledsl.ir.dialect import int_attr
 from tiledsl.lang.ast import DTYPE_BYTES
-from tiledsl.passes.common import defining_op, is_tile, reshaped_source, tile_dtype, uniform_constant_int
+from tiledsl.passes.common import (
+    defining_op,
+    is_positive_zero,
+    is_tile,
+    reshaped_source,
+    tile_dtype,
+    uniform_constant_int,
+)
 from tiledsl.passes.lower_fp8 import from_memory, memory_type, to_memory
 
 if TYPE_CHECKING:
@@ -129,8 +138,18 @@ def _group_addresses(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]]
             for d in _group_deltas(lw, tile, group)]
 
 
+def rule_view(lw: _Lowering, op: ir.Operation) -> None:
+    """Nothing to emit here: each access through the view makes its buffer descriptor
+    (_buffer_resource), which needs the access's element size."""
+
+
+def _is_view(ptr: ir.Value) -> bool:
+    op = defining_op(ptr)
+    return op is not None and op.name == "tile.view"
+
+
 def rule_load(lw: _Lowering, op: ir.Operation) -> None:
-    ptr, offsets, mask, other = (lw.v(op.operands[0]), lw.v(op.operands[1]), op.operands[2], lw.v(op.operands[3]))
+    offsets, mask, other = lw.v(op.operands[1]), op.operands[2], lw.v(op.operands[3])
     value_t = ir.RankedTensorType(op.result.type).element_type if is_tile(op.result) else op.result.type
     elt, other = memory_type(value_t), to_memory(other)  # 8-bit floats move as bytes
     masks = _masked_value(lw, mask)
@@ -143,22 +162,22 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     # 8-bit values with another fill keep the branch: where the bytes are then used one by one,
     # LLVM splits a 16-byte buffer load into 16 byte loads (it does for a zero fill too), and
     # tests/kernels/fp8_misc.tile's 1.5-filled tile kept its 16-byte load only as a branch.
-    fill = None if _is_zero(op.operands[3]) else other
-    rsrc = _buffer_resource(lw, op.operands[0]) \
-        if masks is not None and _per_lane(lw, mask) and _whole_bytes(elt, eb) and (fill is None or eb > 1) \
-        else None
+    fill = None if is_positive_zero(op.operands[3]) else other
+    rsrc = _buffer_resource(lw, op.operands[0], eb) if _is_view(op.operands[0]) or (
+        masks is not None and _per_lane(lw, mask) and _whole_bytes(elt, eb) and (fill is None or eb > 1)) else None
     runs = _vector_runs(lw, op, op.result, None if masks is None else mask)
     for group in _access_groups(lw, op, op.result, runs, None if masks is None else mask):
         types = [ir.VectorType.get([width], elt) if width > 1 else elt for _, width in group]
 
         def load_group(group=group, types=types) -> list[ir.Value]:
-            addrs = _group_addresses(lw, op.result, group, ptr, offs, elt)
+            addrs = _group_addresses(lw, op.result, group, lw.v(op.operands[0]), offs, elt)
             return [llvm.load(t, a, alignment=w * eb) for t, a, (_, w) in zip(types, addrs, group, strict=True)]
 
-        if masks is None:
+        if rsrc is not None:
+            cond = masks(group[0][0]) if masks is not None else None
+            loaded = _buffer_loads(lw, rsrc, op.result, group, types, offs, eb, cond, fill)
+        elif masks is None:
             loaded = load_group()
-        elif rsrc is not None:
-            loaded = _buffer_loads(lw, rsrc, op.result, group, types, offs, eb, masks(group[0][0]), fill)
         else:  # one test per group: a masked-off group reads nothing and takes `other`
             branch = scf.IfOp(masks(group[0][0]), types, has_else=True)
             with ir.InsertionPoint(branch.then_block):
@@ -173,8 +192,7 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
 
 def rule_write(kind: str):
     def rule(lw: _Lowering, op: ir.Operation) -> None:
-        ptr, offsets, value, mask = (lw.v(op.operands[0]), lw.v(op.operands[1]), lw.v(op.operands[2]),
-                                     op.operands[3])
+        offsets, value, mask = lw.v(op.operands[1]), lw.v(op.operands[2]), op.operands[3]
         masks = _masked_value(lw, mask)
         owner = lw.owner_mask(op.operands[2]) if is_tile(op.operands[2]) else None
         offs = lw.elems(offsets) if isinstance(offsets.type, ir.VectorType) else [offsets]
@@ -192,8 +210,8 @@ def rule_write(kind: str):
         # address (two registers and a carry chain each, for one instruction per element), and a
         # masked-off element dropped without a branch.
         per_lane = owner is not None or (masks is not None and _per_lane(lw, mask))
-        wanted = kind == "atomic" or (per_lane and _whole_bytes(elt, eb))
-        rsrc = _buffer_resource(lw, op.operands[0]) if wanted else None
+        wanted = kind == "atomic" or _is_view(op.operands[0]) or (per_lane and _whole_bytes(elt, eb))
+        rsrc = _buffer_resource(lw, op.operands[0], eb) if wanted else None
         for group in _access_groups(lw, op, op.operands[2], runs, None if masks is None else mask):
             cond = masks(group[0][0]) if masks is not None else None
             if owner is not None:
@@ -203,7 +221,7 @@ def rule_write(kind: str):
                 continue
             # One test per group (masked stores are branches: exec-masked, no value to keep).
             with ir.InsertionPoint.current if cond is None else ir.InsertionPoint(scf.IfOp(cond).then_block):
-                addrs = _group_addresses(lw, op.operands[2], group, ptr, offs, elt)
+                addrs = _group_addresses(lw, op.operands[2], group, lw.v(op.operands[0]), offs, elt)
                 for (first, width), addr in zip(group, addrs, strict=True):
                     val = vals[first] if width == 1 else lw.pack(vals[first:first + width], elt)
                     _write(kind, addr, val, width * eb)
@@ -220,17 +238,6 @@ def rule_write(kind: str):
 _BUFFER_REACH = 0x8000_0000
 
 
-def _is_zero(v: ir.Value) -> bool:
-    """v is the constant +0 (integer or float): what an out-of-range buffer load returns."""
-    op = defining_op(v)
-    if op is None or op.name != "arith.constant":
-        return False
-    attr = op.attributes["value"]
-    if isinstance(attr, ir.FloatAttr):
-        return attr.value == 0.0 and np.copysign(1.0, attr.value) > 0
-    return isinstance(attr, ir.IntegerAttr | ir.BoolAttr) and int(attr.value) == 0
-
-
 def _whole_bytes(elt: ir.Type, eb: int) -> bool:
     """The element moves as `eb` whole bytes (not an i1, which memory holds as a byte)."""
     return elt.width == 8 * eb  # types are downcast: IntegerType, F16Type, BF16Type, F32Type
@@ -243,21 +250,35 @@ def _per_lane(lw: _Lowering, mask: ir.Value) -> bool:
     return is_tile(mask) and not (op is not None and op.name == "tile.splat")
 
 
-def _buffer_resource(lw: _Lowering, ptr: ir.Value) -> ir.Value | None:
-    """A raw buffer descriptor over the kernel argument `ptr` (tile IR), or None where buffer
-    instructions may not address it (a large tensor, or a pointer that is not an argument)."""
-    if not isinstance(ptr, ir.BlockArgument) or ptr.owner != lw.fn.regions[0].blocks[0]:
+def _buffer_resource(lw: _Lowering, ptr: ir.Value, eb: int) -> ir.Value | None:
+    """A raw buffer descriptor over the kernel argument `ptr` (tile IR), or over a `tile.view` of
+    one (its base moved to the view's start, its NUM_RECORDS at the view's end), or None where
+    buffer instructions may not address it (a large tensor, or a pointer that is not an argument).
+    `eb`: the bytes of the accessed elements."""
+    view = defining_op(ptr)
+    arg = view.operands[0] if _is_view(ptr) else ptr
+    if not isinstance(arg, ir.BlockArgument) or arg.owner != lw.fn.regions[0].blocks[0] \
+            or arg.arg_number in lw.large_args:
+        if view is not None and view.name == "tile.view":  # emit makes views of buffer arguments only
+            raise CompileError("lower-to-gpu", "a tile.view of a pointer that buffer instructions may not address "
+                               "(emit makes views of buffer-addressed arguments only)")
         return None
-    index = ptr.arg_number
-    if index in lw.large_args:
-        return None
-    lw.buffer_args.add(index)
+    lw.buffer_args.add(arg.arg_number)
+    i64 = ir.IntegerType.get_signless(64)
+    base, records = lw.v(arg), arith.ConstantOp(i64, _BUFFER_REACH).result
+    if view is not None and view.name == "tile.view":
+        lw.row_bounds.add((arg.arg_number, int_attr(view, "row_dim")))
+        base = gep(base, lw.v(view.operands[1]), ir.IntegerType.get_signless(8 * eb))
+        # length >= 0 elements (row_view clamps it), at most 2 GiB (the launcher's span check holds
+        # the tensor within that): scalar i32 math, which LLVM keeps on the scalar unit.
+        length = arith.MinUIOp(lw.v(view.operands[2]), c32(_BUFFER_REACH // eb)).result
+        records = arith.ExtUIOp(i64, arith.MulIOp(length, c32(eb)).result).result
     # Made at each access, not once at the entry: a descriptor takes 4 scalar registers (a pointer
     # 2), and one made at the entry would hold them through the whole kernel; LLVM hoists the
     # ones in a loop to its preheader.
-    return rocdl.make_buffer_rsrc(
-        ir.Type.parse("!llvm.ptr<8>"), lw.v(ptr), arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result,
-        arith.ConstantOp(ir.IntegerType.get_signless(64), _BUFFER_REACH).result, c32(lw.arch.buffer_word3))
+    return rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), base,
+                                  arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result, records,
+                                  c32(lw.arch.buffer_word3))
 
 
 def _buffer_int_type(nbytes: int) -> ir.Type:

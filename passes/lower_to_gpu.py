@@ -31,7 +31,7 @@ from tiledsl.passes.common import (
     tile_shape,
 )
 from tiledsl.passes.lower_fp8 import conversion_rule, from_memory, memory_type, to_memory
-from tiledsl.passes.lower_memory import c32, gep, i32, rule_load, rule_write
+from tiledsl.passes.lower_memory import c32, gep, i32, rule_load, rule_view, rule_write
 from tiledsl.passes.philox import rule_philox_byte
 
 LDS_SYMBOL = "__tile_lds"
@@ -55,6 +55,7 @@ class _Lowering:
         self.large_args = set(ir.DenseI32ArrayAttr(fn.attributes["tile.large_args"])) \
             if "tile.large_args" in fn.attributes else set()
         self.buffer_args: set[int] = set()  # kernel arguments addressed with buffer instructions
+        self.row_bounds: set[tuple[int, int]] = set()  # (argument, dim) whose rows a view bounds
         self.awaiting_first_dot = False  # inside a loop body whose first dot is still to come
 
     # -- types -----------------------------------------------------------------------------------
@@ -694,6 +695,7 @@ RULES = {
     "tile.arange": rule_arange, "tile.splat": rule_splat, "tile.broadcast": rule_permute,
     "tile.expand_dims": rule_identity, "tile.convert_layout": rule_permute,
     "tile.load": rule_load, "tile.store": rule_write("store"), "tile.atomic_add": rule_write("atomic"),
+    "tile.view": rule_view,
     "tile.dot": rule_dot, "tile.reduce": rule_reduce,
     "tile.local_store": rule_local_store, "tile.local_load": rule_local_load, "tile.barrier": rule_barrier,
     "math.exp2": rule_exp2, "math.log2": rule_log2, "math.sqrt": rule_sqrt, "math.absf": rule_absf,
@@ -728,11 +730,14 @@ def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:
             llvm.mlir_global(ir.Type.parse(f"!llvm.array<{lds_bytes} x i8>"), LDS_SYMBOL,
                              ir.Attribute.parse("#llvm.linkage<internal>"), addr_space=3, alignment=16)
     buffer_args: set[int] = set()
+    row_bounds: set[tuple[int, int]] = set()
     for fn in kernel_funcs(module):
         lowering = _Lowering(fn, arch, source, lds_bytes, arena, ctx.options)
         lowering.build(body)
         buffer_args |= lowering.buffer_args
+        row_bounds |= lowering.row_bounds
     ctx.facts["buffer_args"] = sorted(buffer_args)
+    ctx.facts["row_bounds"] = sorted(row_bounds)
     for op in ops_in(body):
         if op.name == "gpu.func":
             for blk in op.regions[0].blocks:

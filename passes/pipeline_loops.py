@@ -35,6 +35,7 @@ from tiledsl.passes.common import (
     is_tile,
     kernel_funcs,
     ops_in,
+    tensor_pointer,
     walk_blocks,
 )
 
@@ -85,7 +86,7 @@ def _written_ptrs(body: ir.Block) -> list[ir.Value]:
     out = []
     for op in ops_in(body):
         if op.name in ("tile.store", "tile.atomic_add"):
-            out.append(op.operands[0])
+            out.append(tensor_pointer(op.operands[0]))
         for region in op.regions:
             for b in region.blocks:
                 out.extend(_written_ptrs(b))
@@ -122,7 +123,7 @@ def _pipeline(loop: ir.Operation, stages: int) -> int:
     loads = []
     for op in ops_in(body):
         if op.name == "tile.load" and pipelined_loop(op) is not None \
-                and not any(op.operands[0] == w for w in written):
+                and not any(tensor_pointer(op.operands[0]) == w for w in written):
             deps = _slice(op, body)
             if deps is not None:
                 loads.append((op, deps))

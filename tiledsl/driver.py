@@ -379,7 +379,7 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
     if ctx.bound is not None:
         manifest = mf.build_manifest(ctx.bound, arch_row, hsaco, clean, opts.unit_last_stride,
                                      dict(opts.stride_units), dict(opts.dim_units),
-                                     ctx.facts.get("buffer_args", ()))
+                                     ctx.facts.get("buffer_args", ()), ctx.facts.get("row_bounds", ()))
     else:
         manifest = mf.manifest_from_code_object(hsaco, arch_row)
     if opts.schedule:

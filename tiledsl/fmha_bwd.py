@@ -257,6 +257,7 @@ def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dim
 
     units = tuple((sym, unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v) if sym in dims)
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
+                                  disjoint_rows=shape.contiguous,
                                   dim_units=units, buffer_masks=not shape.large, interleave=interleave)
     try:
         return library_kernel(KERNELS / f"{name}.tile", arch, defines, options)

@@ -54,7 +54,8 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
                "TARGET": target, "PAGED": flag[a.kv_cache == "paged"], "ROTARY": shape.rotary,
                "POSITIONS": shape.q_positions if target == "query" else "rows",
                "VARLEN": flag[target == "query" and a.varlen]}
-    options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous, buffer_masks=not a.large)
+    options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous, disjoint_rows=a.contiguous,
+                                  buffer_masks=not a.large)
     return library_kernel(KERNELS / "fmha_kv_append.tile", a.arch, defines, options)
 
 
@@ -151,6 +152,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         check_options,
         check_query_elems,
         resolve_device,
+        rows_apart,
         spans_large,
         unit_last_stride,
     )
@@ -302,7 +304,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         out = np.zeros(out_shape, dtype=q.dtype)
         lse = np.full((b4, hq, sq), -np.inf, np.float32)
     if batch and sq and max_q:
-        contiguous = unit_last_stride(q4, k_cache, v_cache, *([k, v] if k is not None else []))
+        contiguous = unit_last_stride(q4, k_cache, v_cache, *([k, v] if k is not None else [])) \
+            and rows_apart(q4, k_cache, v_cache, k, v)
         out4 = _to_bshd(out, "bshd", varlen)
         aligned = aligned_names(contiguous, q=q4, k=k_cache, v=v_cache, o=out4)
         if rotary != "none" and "q" in aligned and d % VECTOR_ELEMS:

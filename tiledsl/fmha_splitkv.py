@@ -252,6 +252,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                "PAD_D": flag[hd_v != shape.hdim_v]}
     units = tuple((s, u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V")
     options = CompileOptions.make(shape.arch, defines, unit_last_stride=shape.contiguous, dim_units=units,
+                                  disjoint_rows=shape.contiguous,
                                   buffer_masks=not shape.large)
     combine = library_kernel(KERNELS / "fmha_fwd_combine.tile", shape.arch, defines, options)
     return [

@@ -86,6 +86,15 @@ def _overlaps(shape: Sequence[int], strides: Sequence[int]) -> bool:
     return bool(np.unique(offsets).size != offsets.size)
 
 
+def rows_apart(shape: Sequence[int], strides: Sequence[int]) -> list[bool]:
+    """Per dim, whether its rows lie apart: its stride (elements) is above the last dim's span,
+    (n_last - 1) * stride_last, and positive. What a kernel variant compiled with
+    CompileOptions.disjoint_rows needs of the dims its manifest lists as `row_bounds`
+    (tiledsl/ir/row_view.py); the last dim itself needs a positive stride."""
+    span = (shape[-1] - 1) * strides[-1] if shape else 0
+    return [s > span and s > 0 if d < len(shape) - 1 else s > 0 for d, s in enumerate(strides)]
+
+
 def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str | None = None) -> _Tensor:
     name, dtype, dims = spec["name"], spec["dtype"], spec["dims"]
     if not isinstance(value, np.ndarray | DeviceArray):
@@ -123,6 +132,14 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str
         raise ValueError(f"argument '{name}': the kernel was compiled for a contiguous last dim (stride 1, "
                          f"the default), got stride {strides[-1]}; pass np.ascontiguousarray({name}) or "
                          "compile with --strided (CompileOptions.unit_last_stride=False)")
+    apart = rows_apart(value.shape, [1 if spec.get("unit_last_stride") and axis == value.ndim - 1 else s
+                                     for axis, s in enumerate(strides)])
+    for axis in spec.get("row_bounds", ()):
+        if not apart[axis]:
+            raise ValueError(f"argument '{name}': this kernel variant bounds its dim {axis} with a buffer descriptor, "
+                             f"which needs that dim's stride ({strides[axis]} elements) above the last dim's span "
+                             f"({(value.shape[-1] - 1) * strides[-1]}), so that rows do not overlap; got strides "
+                             f"{tuple(strides)}; compile it with CompileOptions(disjoint_rows=False)")
     unit = spec.get("stride_unit", 1)
     passed = range(value.ndim - 1 if spec.get("unit_last_stride") else value.ndim)
     for axis in passed:

@@ -86,9 +86,11 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
                    defines: dict[str, str] | None = None, unit_last_stride: bool = True,
                    stride_units: dict[str, int] | None = None,
                    dim_units: dict[str, int] | None = None,
-                   buffer_args: list[int] | tuple[int, ...] = ()) -> dict[str, Any]:
+                   buffer_args: list[int] | tuple[int, ...] = (),
+                   row_bounds: list[tuple[int, int]] | tuple[tuple[int, int], ...] = ()) -> dict[str, Any]:
     """The manifest of one variant compiled for `arch`, from its bound kernel and code object.
-    buffer_args: the kernarg fields lower-to-gpu addressed with buffer instructions."""
+    buffer_args: the kernarg fields lower-to-gpu addressed with buffer instructions; row_bounds:
+    (kernarg field, dim) pairs whose rows a buffer descriptor bounds (tiledsl/ir/row_view.py)."""
     kernel = bound.kernel
     try:
         _co, md = kernel_metadata(hsaco, kernel.name)
@@ -98,13 +100,18 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
     tensors, scalars = [], []
     written = written_tensors(kernel)
     buffered = {layout[i].tensor for i in buffer_args}
+    bounded: dict[str, list[int]] = {}
+    for i, dim in sorted(row_bounds):
+        bounded.setdefault(layout[i].tensor, []).append(dim)
     for arg in kernel.args:
         if isinstance(arg.type, TensorType):
             tensors.append({"name": arg.name, "dtype": arg.type.dtype, "dims": list(arg.type.dims),
                             "written": arg.name in written, "unit_last_stride": unit_last_stride,
                             "stride_unit": (stride_units or {}).get(arg.name, 1),
                             # addressed with buffer instructions: its byte span must stay <= 2 GiB
-                            "buffer": arg.name in buffered})
+                            "buffer": arg.name in buffered,
+                            # dims whose stride must exceed the last dim's span (CompileOptions.disjoint_rows)
+                            **({"row_bounds": bounded[arg.name]} if arg.name in bounded else {})})
         elif isinstance(arg.type, ScalarType):
             scalars.append({"name": arg.name, "dtype": arg.type.dtype})
     manifest: dict[str, Any] = {
@@ -370,6 +377,9 @@ def _check_tensors(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
         unit = t.get("stride_unit", 1)
         if not _is_int(unit) or unit < 1:
             raise _must(f"{where}.stride_unit", "a positive integer", unit)
+        rows = t.get("row_bounds", [])
+        if not isinstance(rows, list) or not all(_is_int(d) and 0 <= d < len(dims) for d in rows):
+            raise _must(f"{where}.row_bounds", f"a list of dims (0..{len(dims) - 1})", rows)
         tensors[name] = t
     return tensors
 

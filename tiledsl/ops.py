@@ -66,6 +66,15 @@ def unit_last_stride(*tensors: Any) -> bool:
     return all(x.shape[-1] == 1 or _elem_strides(x)[-1] == 1 for x in tensors)
 
 
+def rows_apart(*tensors: Any) -> bool:
+    """Do the rows of every dim of `tensors` lie apart (each dim's stride above the head dim's span:
+    not a broadcast over a sequence)? Variants compiled for standard layouts bound masked rows with
+    buffer descriptors (CompileOptions.disjoint_rows); others get the general variant."""
+    from tiledsl.launcher import rows_apart as apart
+
+    return all(x is None or not x.size or all(apart(x.shape, _elem_strides(x))) for x in tensors)
+
+
 def aligned_names(contiguous: bool, **tensors: Any) -> tuple[str, ...]:
     """The names of the tensors whose passed strides are multiples of 16 bytes: their row starts
     are provably aligned, so the kernel may use vector access (CompileOptions.stride_units). A
@@ -505,7 +514,7 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None
         from tiledsl.fmha_splitkv import SplitShape, build_attention_plan
 
         biased = {"bias": bc.bias4} if bc.bias4 is not None else {}
-        contiguous = unit_last_stride(q4, k4, v4, *biased.values())
+        contiguous = unit_last_stride(q4, k4, v4, *biased.values()) and rows_apart(q4, k4, v4, out4)
         aligned = aligned_names(contiguous, q=q4, k=k4, v=v4, o=out4, **biased)
         env = {"q": q4, "k": k4, "v": v4, "o": out4, "lse": lse, "sink": sink_arg, "cu_seqlens_q": cuq,
                "cu_seqlens_k": cuk, "scale": float(scale), "softcap": float(softcap) or 1.0,
@@ -606,7 +615,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     # Bias variants accept spills rather than fail: the tile rows keep the tested feature mixes free
     # of VGPR spills up to hdim 128 (tests/test_fmha_bias.py), not every combination of strides.
     # Dropout variants do at hdim 256 (fmha_configs.DROPPED).
-    options = CompileOptions.make(arch, defines, unit_last_stride=contiguous,
+    options = CompileOptions.make(arch, defines, unit_last_stride=contiguous, disjoint_rows=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v), buffer_masks=not large,
                                   **cfg.scheduling(),
@@ -766,7 +775,7 @@ def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, determinis
             seqlens_q, seqlens_k = tuple(int(x) for x in np.diff(c.cuq)), tuple(int(x) for x in np.diff(c.cuk))
         else:
             seqlens_q, seqlens_k = (c.sq,) * c.b, (c.sk,) * c.b
-        contiguous = (unit_last_stride(q, k, v, do, out) or not c.on_device) and \
+        contiguous = ((unit_last_stride(q, k, v, do, out) and rows_apart(q, k, v, do, out)) or not c.on_device) and \
             (bc.bias4 is None or unit_last_stride(bc.bias4))
         shape = BwdShape(arch=c.arch, dtype=c.dtype, hdim_q=c.d, hdim_v=c.dv, hq=c.hq, hk=c.hk, mask=c.mask,
                          softcap=c.softcap > 0, sink=c.sink32 is not None, deterministic=deterministic,

@@ -45,6 +45,13 @@ class CompileOptions:
     # read zero or write nothing, without a branch), whose 32-bit byte offsets reach 2 GiB: the
     # manifest marks those tensors and the launchers refuse a larger one.
     large_tensors: tuple[str, ...] = ()
+    # Every tensor's rows lie apart: each dim's stride is above its last dim's span, (n_last - 1) *
+    # stride_last (checked by the launcher for the dims the manifest lists as `row_bounds`). A mask
+    # that bounds a dim's index (`rows < n`, rows = first + arange) then becomes the bounds of a
+    # buffer descriptor over the tensor (tile.view, tiledsl/ir/row_view.py): rows past the bound
+    # read 0 or are not written with no per-lane select, and the offsets do not move with `first`.
+    # False keeps such masks per lane, for tensors whose rows overlap (a broadcast with stride 0).
+    disjoint_rows: bool = True
     # Masked accesses through buffer descriptors (above). The driver compiles again with False
     # while a kernel spills a few registers: with branches, LLVM keeps fewer loads in flight.
     buffer_masks: bool = True

@@ -29,6 +29,9 @@ TILE_OPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "load": ((("ptr", "ptr"), ("offsets", "index"), ("mask", "mask"), ("other", "scalar")), ("value",)),
     "store": ((("ptr", "ptr"), ("offsets", "index"), ("value", "value"), ("mask", "mask")), ()),
     "atomic_add": ((("ptr", "ptr"), ("offsets", "index"), ("value", "value"), ("mask", "mask")), ()),
+    # {row_dim} elements [start, start + length) of the tensor at ptr, as a pointer: accesses
+    # through it are relative to start and read 0 / write nothing outside (tiledsl/ir/row_view.py)
+    "view": ((("ptr", "ptr"), ("start", "i32"), ("length", "i32")), ("ptr",)),
     "dot": ((("a", "tile"), ("b", "tile"), ("acc", "tile")), ("tile",)),  # {trans_b} f32 acc += a @ b
     "reduce": ((("value", "tile"),), ("value",)),    # {kind = max|min|sum, axis}; 1-D -> scalar
     "convert_layout": ((("value", "tile"),), ("tile",)),

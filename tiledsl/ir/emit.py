@@ -18,9 +18,10 @@ from tiledsl.errors import SourceError, TileError
 from tiledsl.fp8 import F8_DTYPES
 from tiledsl.ir.abi import kernarg_layout
 from tiledsl.ir.dialect import element_type, i32_attr, new_context, tensor_type, tile_op
+from tiledsl.ir.row_view import IndexedDim, row_view
 from tiledsl.lang import ast as A
 from tiledsl.options import CompileOptions
-from tiledsl.passes.common import constant_trip_count, uniform_constant_int
+from tiledsl.passes.common import constant_trip_count, is_positive_zero, uniform_constant_int
 from tiledsl.passes.philox import philox_rounds
 
 
@@ -32,6 +33,8 @@ class Access:
     offsets: ir.Value
     shape: tuple[int, ...]
     dtype: str
+    tensor: str  # the argument's name
+    dims: list[IndexedDim]  # each dim's index (at the access's shape) and stride
 
 
 def emit_tile_mlir(bound: A.BoundKernel, arch: Arch, options: CompileOptions) -> str:
@@ -323,13 +326,15 @@ class _Emitter:
         if isinstance(e.type, A.AccessType):
             ptr, strides, ttype = base  # type: ignore[misc]
             offsets: ir.Value | None = None
+            dims = []
             for idx, stride in zip(e.indices, strides, strict=True):
                 shape_t = A.TileType(e.type.shape, "i32") if e.type.shape else A.ScalarType("i32")
                 i = self.to_type(self.expr(idx), shape_t)
+                dims.append(IndexedDim(i, stride))
                 term = i if stride is None else arith.MulIOp(i, self.to_type(stride, shape_t)).result
                 offsets = term if offsets is None else arith.AddIOp(offsets, term).result
-            assert offsets is not None
-            return Access(ptr, offsets, e.type.shape, ttype.dtype)
+            assert offsets is not None and isinstance(e.base, A.Name)
+            return Access(ptr, offsets, e.type.shape, ttype.dtype, e.base.id, dims)
         v = base
         axis = 0
         for idx in e.indices:
@@ -397,7 +402,19 @@ class _Emitter:
         # prefetch=false: the load stays in its iteration (pipeline-loops leaves it alone).
         attrs = {"prefetch": ir.BoolAttr.get(False)} if isinstance(a["prefetch"], A.Const) \
             and a["prefetch"].value is False else None
-        return tile_op("load", [acc.ptr, acc.offsets, mask, other], [rt], attrs).result
+        ptr, offsets, mask = self._viewed(acc, mask, zero_fill=is_positive_zero(other))
+        return tile_op("load", [ptr, offsets, mask, other], [rt], attrs).result
+
+    def _viewed(self, acc: Access, mask: ir.Value, zero_fill: bool = True) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """The access's pointer, offsets and mask, through a `tile.view` where its mask bounds a
+        dim's rows (tiledsl/ir/row_view.py): rows past the bound then cost no per-lane work. Only
+        where out-of-range buffer reads give the value asked for (+0) and the tensor is addressed
+        with buffer instructions (not a large tensor)."""
+        o = self.options
+        if not (acc.shape and zero_fill and o.disjoint_rows and o.buffer_masks and acc.tensor not in o.large_tensors
+                and acc.dtype != "i1" and isinstance(mask.type, ir.RankedTensorType)):
+            return acc.ptr, acc.offsets, mask
+        return row_view(acc.ptr, acc.dims, acc.shape, mask, self.const_i32) or (acc.ptr, acc.offsets, mask)
 
     def _write(self, e: A.Call, op: str) -> None:
         a = self.args(e, ["access", "value", "mask"])
@@ -405,7 +422,9 @@ class _Emitter:
         assert isinstance(acc, Access)
         shape_t = A.TileType(acc.shape, acc.dtype) if acc.shape else A.ScalarType(acc.dtype)
         value = self.to_type(self.expr(a["value"]), shape_t)  # type: ignore[arg-type]
-        tile_op(op, [acc.ptr, acc.offsets, value, self._mask(a["mask"], shape_t)], [])
+        mask = self._mask(a["mask"], shape_t)
+        ptr, offsets, mask = self._viewed(acc, mask) if op == "store" else (acc.ptr, acc.offsets, mask)
+        tile_op(op, [ptr, offsets, value, mask], [])
 
     def call_store(self, e: A.Call) -> None:
         self._write(e, "store")
