@@ -9,7 +9,7 @@ of range (docs/compiler.md, the kernel ABI); under a uniform mask, one branch.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from mlir import ir
@@ -250,9 +250,16 @@ def _per_lane(lw: _Lowering, mask: ir.Value) -> bool:
     return is_tile(mask) and not (op is not None and op.name == "tile.splat")
 
 
-def _buffer_resource(lw: _Lowering, ptr: ir.Value, eb: int) -> ir.Value | None:
+class _Buffer(NamedTuple):
+    rsrc: ir.Value  # the descriptor
+    soffset: ir.Value  # i32 bytes every access adds past the range check (a view's start)
+
+
+def _buffer_resource(lw: _Lowering, ptr: ir.Value, eb: int) -> _Buffer | None:
     """A raw buffer descriptor over the kernel argument `ptr` (tile IR), or over a `tile.view` of
-    one (its base moved to the view's start, its NUM_RECORDS at the view's end), or None where
+    one (NUM_RECORDS at the view's end, and the view's start as the accesses' SOFFSET, which the
+    hardware adds to the address but leaves out of the range check: LLVM's buffer intrinsics, and
+    the descriptor's base stays the tensor's, which the emulator matches to it), or None where
     buffer instructions may not address it (a large tensor, or a pointer that is not an argument).
     `eb`: the bytes of the accessed elements."""
     view = defining_op(ptr)
@@ -265,10 +272,10 @@ def _buffer_resource(lw: _Lowering, ptr: ir.Value, eb: int) -> ir.Value | None:
         return None
     lw.buffer_args.add(arg.arg_number)
     i64 = ir.IntegerType.get_signless(64)
-    base, records = lw.v(arg), arith.ConstantOp(i64, _BUFFER_REACH).result
+    records, soffset = arith.ConstantOp(i64, _BUFFER_REACH).result, c32(0)
     if view is not None and view.name == "tile.view":
         lw.row_bounds.add((arg.arg_number, int_attr(view, "row_dim")))
-        base = gep(base, lw.v(view.operands[1]), ir.IntegerType.get_signless(8 * eb))
+        soffset = arith.MulIOp(lw.v(view.operands[1]), c32(eb)).result  # < 2 GiB: the span check
         # length >= 0 elements (row_view clamps it), at most 2 GiB (the launcher's span check holds
         # the tensor within that): scalar i32 math, which LLVM keeps on the scalar unit.
         length = arith.MinUIOp(lw.v(view.operands[2]), c32(_BUFFER_REACH // eb)).result
@@ -276,9 +283,9 @@ def _buffer_resource(lw: _Lowering, ptr: ir.Value, eb: int) -> ir.Value | None:
     # Made at each access, not once at the entry: a descriptor takes 4 scalar registers (a pointer
     # 2), and one made at the entry would hold them through the whole kernel; LLVM hoists the
     # ones in a loop to its preheader.
-    return rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), base,
-                                  arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result, records,
-                                  c32(lw.arch.buffer_word3))
+    return _Buffer(rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), lw.v(arg),
+                                          arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result, records,
+                                          c32(lw.arch.buffer_word3)), soffset)
 
 
 def _buffer_int_type(nbytes: int) -> ir.Type:
@@ -298,7 +305,7 @@ def _buffer_offsets(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]],
     return [first if d == 0 else arith.AddIOp(first, c32(d * eb)).result for d in _group_deltas(lw, tile, group)]
 
 
-def _buffer_loads(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tuple[int, int]],
+def _buffer_loads(lw: _Lowering, buf: _Buffer, tile: ir.Value, group: list[tuple[int, int]],
                   types: list[ir.Type], offs: list[ir.Value], eb: int, cond: ir.Value,
                   fill: ir.Value | None = None) -> list[ir.Value]:
     """The group's loads, masked-off ones reading 0, or `fill` (one select per access, on the
@@ -306,7 +313,7 @@ def _buffer_loads(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tup
     out = []
     for (_, width), t, off in zip(group, types, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
         raw_t = _buffer_int_type(width * eb)
-        raw = rocdl.raw_ptr_buffer_load(raw_t, rsrc, off, c32(0), c32(0))
+        raw = rocdl.raw_ptr_buffer_load(raw_t, buf.rsrc, off, buf.soffset, c32(0))
         if fill is not None:
             filled = fill if width == 1 else vector.BroadcastOp(t, fill).result
             raw = arith.SelectOp(cond, raw, llvm.bitcast(raw_t, filled)).result
@@ -314,14 +321,15 @@ def _buffer_loads(lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tup
     return out
 
 
-def _buffer_writes(kind: str, lw: _Lowering, rsrc: ir.Value, tile: ir.Value, group: list[tuple[int, int]],
+def _buffer_writes(kind: str, lw: _Lowering, buf: _Buffer, tile: ir.Value, group: list[tuple[int, int]],
                    vals: list[ir.Value], offs: list[ir.Value], eb: int, cond: ir.Value | None) -> None:
     for (first, width), off in zip(group, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
         if kind == "atomic":  # f32, one element (buffer_atomic_add_f32 on every target)
-            rocdl.raw_ptr_buffer_atomic_fadd(vals[first], rsrc, off, c32(0), c32(0))
+            rocdl.raw_ptr_buffer_atomic_fadd(vals[first], buf.rsrc, off, buf.soffset, c32(0))
             continue
         val = vals[first] if width == 1 else lw.pack(vals[first:first + width], vals[0].type)
-        rocdl.raw_ptr_buffer_store(llvm.bitcast(_buffer_int_type(width * eb), val), rsrc, off, c32(0), c32(0))
+        rocdl.raw_ptr_buffer_store(llvm.bitcast(_buffer_int_type(width * eb), val), buf.rsrc, off, buf.soffset,
+                                   c32(0))
 
 
 def _write(kind: str, addr: ir.Value, val: ir.Value, align: int) -> None:

@@ -567,6 +567,9 @@ def test_wrong_arguments_are_refused_before_any_launch(rt, hip, hip_backend, bwd
     k = env["k"]
     refused({"k": Dev(k.ptr, (1, 91, 2, 64), k.dtype, k.strides)},
             r"stage dq_dk_dv .*argument 'v': dim 1 is SK = 90, but SK = 91 from k.shape\[1\]")
+    refused({"k": Dev(k.ptr, k.shape, k.dtype, (k.strides[0], 0, *k.strides[2:]))},  # keys broadcast
+            r"stage dq_dk_dv .*argument 'k': this kernel variant bounds its dim 1 with a buffer descriptor, which "
+            r"needs that dim's stride \(0 elements\) above the last dim's span \(63\).*--overlapping-rows")
     refused({"lse": Dev(env["lse"].ptr, (1, 4), np.dtype(np.float32), (280, 70))},
             r"stage dot_do_o .*argument 'lse': expected 3 dims \(BQ, HQ, SQ\), got shape \[1, 4\]")
     refused({"out": Dev(env["out"].ptr, (1, 70, 4, 64), np.dtype(np.float16), (17920, 256, 64, 2))},

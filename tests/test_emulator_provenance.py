@@ -63,9 +63,12 @@ kernel scal[BLOCK: int = 64, AT: int = 0](x: tensor[f32](N), n: tensor[i32](M), 
 
 @functools.cache
 def shifted(arch: str, access: str = "buffer", **defines: int):
-    """access: "buffer" (the masked accesses through buffer descriptors, the default) or
-    "global" (CompileOptions.buffer_masks=False: 64-bit addresses and branches)."""
-    opts = CompileOptions.make(arch, {k: str(v) for k, v in defines.items()}, buffer_masks=access == "buffer")
+    """access: "buffer" (the masked accesses through buffer descriptors, the default), "view" (the
+    mask `i < K` as a tile.view's bound: the descriptor's NUM_RECORDS, the row start in SOFFSET,
+    tiledsl/ir/row_view.py) or "global" (CompileOptions.buffer_masks=False: 64-bit addresses and
+    branches)."""
+    opts = CompileOptions.make(arch, {k: str(v) for k, v in defines.items()}, buffer_masks=access != "global",
+                               disjoint_rows=access == "view")
     return compile_source(SHIFTED, "shifted.tile", arch, {k: str(v) for k, v in defines.items()}, opts)
 
 
@@ -108,6 +111,23 @@ def test_reading_past_a_tensor_into_the_next_one_faults_naming_it(arch, access):
                      msg), msg
     # The same kernel without the shift reads what it should, through the same views.
     launch(shifted(arch, access), x, y, out, device=dev)
+    np.testing.assert_array_equal(out, f32(64) + f32(64, 64))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_reading_past_a_tensor_through_a_row_view_faults_naming_it(arch):
+    """The same read where the mask bounds the index (a tile.view): the descriptor keeps x's base
+    and the block's start goes into SOFFSET, so the emulator still checks against x; the lanes'
+    offsets no longer carry the shift, so the loads are 16 bytes wide."""
+    dev = EmulatorDevice(arch)
+    buf = DeviceArray.from_numpy(dev, f32(128), "xy")
+    x = DeviceArray(buf.buffer, (64,), buf.dtype, (1,), 0)
+    y = DeviceArray(buf.buffer, (64,), buf.dtype, (1,), 64)
+    out = np.zeros(64, np.float32)
+    msg = fault(shifted(arch, "view", SHIFT=64), x, y, out, device=dev)
+    assert re.search(rf"instruction '{load_name(arch, 'buffer', 16)}' at 0x[0-9a-f]+: global load of 16 bytes by "
+                     r"lane 0 reads x\[64\.\.67\]: past the end of x \(64 elements", msg), msg
+    launch(shifted(arch, "view"), x, y, out, device=dev)
     np.testing.assert_array_equal(out, f32(64) + f32(64, 64))
 
 

@@ -97,3 +97,15 @@ def test_overlapping_rows_need_the_variant_without_views(arch: str) -> None:
     y = np.full((B, S, H, D), 7.0, np.float16)
     launch(general, x, y, 100, device=EmulatorDevice(arch))
     np.testing.assert_array_equal(y, _expected(np.ascontiguousarray(x), "plain", 100))
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_a_size_one_row_dim_takes_any_stride(arch: str) -> None:
+    """x[:, None] has stride 0 on its size-1 dim: the launcher passes one above the last dim's
+    span, which the view's bound needs (index 0 is the only row)."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((B, H, D)).astype(np.float16)[:, None]
+    assert x.strides[1] == 0
+    y = np.full((B, 1, H, D), 7.0, np.float16)
+    launch(_compile(arch, "plain"), x, y, 1, device=EmulatorDevice(arch))
+    np.testing.assert_array_equal(y, 2 * x)

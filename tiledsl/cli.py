@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--strided", action="store_true",
                    help="accept any stride on every tensor dim (default: the last dim is contiguous, which "
                         "allows vector memory access)")
+    c.add_argument("--overlapping-rows", action="store_true",
+                   help="accept tensors whose rows overlap (stride 0 over a broadcast dim): row masks stay per lane "
+                        "instead of bounding buffer descriptors (docs/compiler.md)")
     c.add_argument("--allow-spills", action="store_true",
                    help="accept a kernel that spills registers to scratch memory (normally an error)")
     c.add_argument("--schedule", choices=["default", *filter(None, SCHEDULES)], default="default",
@@ -255,6 +258,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         defines = _parse_defines(args.defines, arch)
         options = CompileOptions.make(arch, defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills,
                                       unit_last_stride=not args.strided, failure_dir=str(_reports_dir()),
+                                      disjoint_rows=not args.overlapping_rows,
                                       schedule="" if args.schedule == "default" else args.schedule,
                                       interleave=args.interleave, skip_unit_scales=args.skip_unit_scales)
         try:

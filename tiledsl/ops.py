@@ -72,7 +72,9 @@ def rows_apart(*tensors: Any) -> bool:
     buffer descriptors (CompileOptions.disjoint_rows); others get the general variant."""
     from tiledsl.launcher import rows_apart as apart
 
-    return all(x is None or not x.size or all(apart(x.shape, _elem_strides(x))) for x in tensors)
+    # A size-1 dim's stride does not matter: the launchers pass one that suits (numpy's x[None] has 0).
+    return all(x is None or not x.size or all(ok or n == 1 for n, ok in zip(x.shape, apart(x.shape, _elem_strides(x)),
+                                                                             strict=True)) for x in tensors)
 
 
 def aligned_names(contiguous: bool, **tensors: Any) -> tuple[str, ...]:

@@ -50,7 +50,8 @@ class CompileOptions:
     # that bounds a dim's index (`rows < n`, rows = first + arange) then becomes the bounds of a
     # buffer descriptor over the tensor (tile.view, tiledsl/ir/row_view.py): rows past the bound
     # read 0 or are not written with no per-lane select, and the offsets do not move with `first`.
-    # False keeps such masks per lane, for tensors whose rows overlap (a broadcast with stride 0).
+    # False keeps such masks per lane, for tensors whose rows overlap (a broadcast with stride 0);
+    # so does unit_last_stride=False (--strided: any strides).
     disjoint_rows: bool = True
     # Masked accesses through buffer descriptors (above). The driver compiles again with False
     # while a kernel spills a few registers: with branches, LLVM keeps fewer loads in flight.

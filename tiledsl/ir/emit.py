@@ -411,7 +411,8 @@ class _Emitter:
         where out-of-range buffer reads give the value asked for (+0) and the tensor is addressed
         with buffer instructions (not a large tensor)."""
         o = self.options
-        if not (acc.shape and zero_fill and o.disjoint_rows and o.buffer_masks and acc.tensor not in o.large_tensors
+        if not (acc.shape and zero_fill and o.disjoint_rows and o.unit_last_stride and o.buffer_masks
+                and acc.tensor not in o.large_tensors
                 and acc.dtype != "i1" and isinstance(mask.type, ir.RankedTensorType)):
             return acc.ptr, acc.offsets, mask
         return row_view(acc.ptr, acc.dims, acc.shape, mask, self.const_i32) or (acc.ptr, acc.offsets, mask)

@@ -388,9 +388,12 @@ def fmha_config(arch: str, hdim_q: int, hdim_v: int | None = None, masked: bool 
 def variant_config(arch: str, *, dtype: str, hdim_q: int, hdim_v: int | None, mask: MaskParams | None,
                    bias: str = "none", dropout: bool = False, wide: bool = False) -> FmhaConfig:
     """The config row of one fmha_fwd variant: what `fmha_defines` takes its tile from, and the
-    compile options their asks of LLVM's scheduler (`FmhaConfig.scheduling`)."""
-    return for_dtype(fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
-                                 dropout=dropout, fp8=dtype == "f8e4m3", wide=wide), dtype)
+    compile options their asks of LLVM's scheduler (`FmhaConfig.scheduling`). Padded head dims keep
+    their keys clamped: their column masks take registers of their own, and with the key bounds'
+    too gfx1201's hdim 80 variants with a window, a soft-cap and group mode spill 11-13 VGPRs."""
+    cfg = for_dtype(fmha_config(arch, hdim_q, hdim_v, masked=mask is not None and mask.kind != "none", bias=bias,
+                                dropout=dropout, fp8=dtype == "f8e4m3", wide=wide), dtype)
+    return replace(cfg, mask_keys=False) if fmha_dim_units(hdim_q, hdim_v) else cfg
 
 
 def for_dtype(cfg: FmhaConfig, dtype: str) -> FmhaConfig:
