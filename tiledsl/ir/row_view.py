@@ -12,9 +12,10 @@ mask and only the lane-varying terms left in the offsets:
     view = tile.view(k, b * s0 + (start + first) * s1 + h * s2, max(n - first, 0) * s1)
     load(view[arange(0, N)[:, None] * s1 + cols[None, :]], mask=rest)
 
-lower-to-gpu makes the view a buffer descriptor (base moved to the view's start, NUM_RECORDS at
-its end), so a row past the bound reads 0 or is not written with no per-lane work, and offsets
-that do not move with the rows' start (loop-invariant in a walk over key blocks). This holds when
+lower-to-gpu makes the view the tensor's buffer descriptor with NUM_RECORDS at the view's end and
+its start as SOFFSET (added to the address, left out of the range check), so a row past the bound
+reads 0 or is not written with no per-lane work, and offsets that do not move with the rows' start
+(loop-invariant in a walk over key blocks). This holds when
 a row's elements lie within one stride of the row dim: its last-dim offsets, `(n_last - 1) *
 stride_last`, stay below the row dim's stride (`CompileOptions.disjoint_rows`, which the launcher
 checks for the dims the manifest lists as `row_bounds`), every other dim's index is uniform, and

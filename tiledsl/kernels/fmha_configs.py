@@ -221,6 +221,14 @@ ILP = "iterative-ilp"
 # hdim 128 causal 114.4 -> 118.8 (two stages; B 1 96.0 -> 111.0), gfx1100 hdim 64 causal 69.4 ->
 # 71.7 (B 1 39.9 -> 40.6); gfx90a's causal rows with the lazy rescale lose (100.6 -> 99.4, 98.6 ->
 # 98.2).
+# Session 35, masked keys (mask_keys: K/V bounded by tile.views, docs/compiler.md), clamped ->
+# masked at B 2, H 16, S 2048: gfx942 hdim 64 553.4 -> 574.9, gfx90a hdim 64 149.2 -> 152.8,
+# gfx1201 hdim 64 142.6 -> 148.0, hdim 128 141.8 -> 146.1 (causal, the same row, 118.8 -> 123.8),
+# gfx1100 hdim 64 86.1 -> 87.6, hdim 128 89.5 -> 90.1 (MASKED causal row 70.8 -> 71.2). Slower, not
+# taken: gfx942 hdim 128 681.2 -> 662.7, gfx950 hdim 128 1307.2 -> 1304.1, WIDE 957.5 -> 914.0,
+# the CDNA causal rows (gfx942 394.0 -> 316.2, 454.3 -> 352.0; gfx950 572.6 -> 493.2, 789.0 ->
+# 636.4; gfx90a hdim 128 98.6 -> 88.0), gfx1100 hdim 64 causal 71.7 -> 65.2 (its MASKED row is
+# CONFIGS' row without them).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True), 256: _c(64, 32, 4, 2)},
