@@ -23,6 +23,7 @@ from tiledsl.passes.common import (
     is_positive_zero,
     is_tile,
     reshaped_source,
+    tensor_pointer,
     tile_dtype,
     uniform_constant_int,
 )
@@ -262,18 +263,17 @@ def _buffer_resource(lw: _Lowering, ptr: ir.Value, eb: int) -> _Buffer | None:
     the descriptor's base stays the tensor's, which the emulator matches to it), or None where
     buffer instructions may not address it (a large tensor, or a pointer that is not an argument).
     `eb`: the bytes of the accessed elements."""
-    view = defining_op(ptr)
-    arg = view.operands[0] if _is_view(ptr) else ptr
+    view, arg = defining_op(ptr) if _is_view(ptr) else None, tensor_pointer(ptr)
     if not isinstance(arg, ir.BlockArgument) or arg.owner != lw.fn.regions[0].blocks[0] \
             or arg.arg_number in lw.large_args:
-        if view is not None and view.name == "tile.view":  # emit makes views of buffer arguments only
+        if view is not None:  # emit makes views of buffer arguments only
             raise CompileError("lower-to-gpu", "a tile.view of a pointer that buffer instructions may not address "
                                "(emit makes views of buffer-addressed arguments only)")
         return None
     lw.buffer_args.add(arg.arg_number)
     i64 = ir.IntegerType.get_signless(64)
     records, soffset = arith.ConstantOp(i64, _BUFFER_REACH).result, c32(0)
-    if view is not None and view.name == "tile.view":
+    if view is not None:
         lw.row_bounds.add((arg.arg_number, int_attr(view, "row_dim")))
         soffset = arith.MulIOp(lw.v(view.operands[1]), c32(eb)).result  # < 2 GiB: the span check
         # length >= 0 elements (row_view clamps it), at most 2 GiB (the launcher's span check holds

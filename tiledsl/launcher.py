@@ -130,11 +130,12 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str
         strides.append(s // itemsize)
     unit = spec.get("stride_unit", 1)
     last_span = (value.shape[-1] - 1) * (1 if spec.get("unit_last_stride") else strides[-1])
+    apart = rows_apart(value.shape, strides[:-1] + [1 if spec.get("unit_last_stride") else strides[-1]])
     for axis in spec.get("row_bounds", ()):
-        if value.shape[axis] == 1 and not (strides[axis] > 0 and (axis == value.ndim - 1 or strides[axis] > last_span)):
+        if value.shape[axis] == 1 and not apart[axis]:
             # A size-1 dim's one row is at index 0 whatever its stride (numpy gives x[None] stride 0):
             # pass one above the last dim's span, which the view's bound needs.
-            strides[axis] = (last_span // unit + 1) * unit
+            strides[axis], apart[axis] = (last_span // unit + 1) * unit, True
     if spec.get("unit_last_stride") and value.ndim and value.shape[-1] > 1 and strides[-1] != 1:
         raise ValueError(f"argument '{name}': the kernel was compiled for a contiguous last dim (stride 1, "
                          f"the default), got stride {strides[-1]}; pass np.ascontiguousarray({name}) or "
@@ -158,13 +159,11 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str
         raise ValueError(f"argument '{name}': the kernel writes it, but its elements overlap in memory (shape "
                          f"{tuple(value.shape)}, strides {tuple(strides)} elements); pass an array whose elements "
                          "are distinct")
-    apart = rows_apart(value.shape, [1 if spec.get("unit_last_stride") and axis == value.ndim - 1 else s
-                                     for axis, s in enumerate(strides)])
     for axis in spec.get("row_bounds", ()):
         if not apart[axis]:
             raise ValueError(f"argument '{name}': this kernel variant bounds its dim {axis} with a buffer descriptor, "
                              f"which needs that dim's stride ({strides[axis]} elements) above the last dim's span "
-                             f"({(value.shape[-1] - 1) * strides[-1]}), so that rows do not overlap; got strides "
+                             f"({last_span}), so that rows do not overlap; got strides "
                              f"{tuple(strides)}; compile it with --overlapping-rows "
                              "(CompileOptions(disjoint_rows=False))")
     if isinstance(value, DeviceArray) and value.offset * itemsize + span > value.buffer.size:

@@ -82,10 +82,15 @@ def _affine(v: ir.Value) -> _Affine | None:
             break
     if not is_tile(v) or len(ir.RankedTensorType(v.type).shape) != 1:
         return None
-    axis = 0
-    for e in reversed(expands):  # expand_dims(x, e) moves x's axes at and after e one up
+    return _Affine(uniforms, v, _lift(0, expands))
+
+
+def _lift(axis: int, expands: list[int]) -> int:
+    """Where `axis` of a tile lands through expand_dims by `expands` (outermost first): each
+    expand_dims(x, e) moves x's axes at and after e one up."""
+    for e in reversed(expands):
         axis += axis >= e
-    return _Affine(uniforms, v, axis)
+    return axis
 
 
 def _same_rows(a: ir.Value, b: ir.Value) -> bool:
@@ -132,9 +137,7 @@ def _place(axis: int, v: ir.Value) -> int:
         if op.name == "tile.expand_dims":
             expands.append(int_attr(op, "axis"))
         op = defining_op(op.operands[0])
-    for e in reversed(expands):
-        axis += axis >= e
-    return axis
+    return _lift(axis, expands)
 
 
 def _sum(values: list[ir.Value], zero: Callable[[], ir.Value]) -> ir.Value:
@@ -164,8 +167,8 @@ def row_view(ptr: ir.Value, dims: list[IndexedDim], shape: tuple[int, ...], mask
              const_i32: Callable[[int], ir.Value]) -> tuple[ir.Value, ir.Value, ir.Value] | None:
     """(view, offsets, mask) for an access to `ptr` whose mask bounds one dim's rows (the module
     docstring), or None when it does not have that form."""
-    last = len(dims) - 1
-    for factor in _and_factors(mask):
+    last, factors = len(dims) - 1, _and_factors(mask)
+    for factor in factors:
         bound = _row_bound(factor)
         if bound is None:
             continue
@@ -188,7 +191,7 @@ def row_view(ptr: ir.Value, dims: list[IndexedDim], shape: tuple[int, ...], mask
                 offsets = arith.MulIOp(offsets, tile_op("splat", [dim.stride], [offsets.type]).result).result
             if r != last:
                 offsets = arith.AddIOp(offsets, _times_tile(dims[last])).result
-            rest = [f for f in _and_factors(mask) if f != factor]
+            rest = [f for f in factors if f != factor]
             kept = rest[0] if rest else tile_op("splat", [_true()], [mask.type]).result
             for f in rest[1:]:
                 kept = arith.AndIOp(kept, f).result
