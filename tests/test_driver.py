@@ -203,6 +203,77 @@ def test_count_instructions_finds_sgpr_spill_moves_inside_loops():
     assert c.total == 8
     assert c.spill_moves_in_loops == 2  # s9's reload in the first loop, s8's spill in the second
 
+
+def test_count_instructions_loops_by_control_flow():
+    """A loop is a cycle of the control flow, wherever LLVM places its blocks: a rotated loop (entered
+    by a branch to its body, closed by its latch falling through) counts, a branch back to an
+    if-else's arm placed first does not, and only an innermost loop's moves cost every step."""
+    asm = textwrap.dedent("""\
+        \t.type\tk,@function
+        k:
+        \tv_writelane_b32 v255, s7, 0
+        \ts_cbranch_scc1 .LBB0_3
+        \ts_branch .LBB0_2
+        .LBB0_1:
+        \tv_readlane_b32 s9, v255, 1
+        .LBB0_2:
+        \tv_readlane_b32 s8, v255, 0
+        .LBB0_5:
+        \tv_writelane_b32 v255, s8, 1
+        \ts_cbranch_scc0 .LBB0_5
+        \ts_cbranch_vccnz .LBB0_1
+        \ts_branch .LBB0_4
+        .LBB0_3:
+        \tv_readlane_b32 s7, v255, 2
+        \ts_cbranch_vccnz .LBB0_2
+        .LBB0_4:
+        \ts_endpgm
+        .Lfunc_end0:
+        """)
+    c = count_instructions(asm)
+    # The outer loop (.LBB0_2 .. .LBB0_1, entered through .LBB0_2 from both the entry and .LBB0_3,
+    # so .LBB0_1 -> .LBB0_2 closes it) holds three moves, the inner one (.LBB0_5) one; .LBB0_3's
+    # branch back to .LBB0_2 enters the loop rather than closing it.
+    assert (c.spill_moves_in_loops, c.spill_moves_in_inner_loops) == (3, 1)
+    assert c.branches_in_inner_loops == 1  # .LBB0_5's own
+
+
+def test_buffer_accesses_kept_where_branches_would_enter_the_hot_loop(monkeypatch):
+    """The driver compiles masked accesses as branches again where buffer descriptors spill SGPRs,
+    and takes the branches where they spill less without a branch in the hot loop: a masked access
+    as a branch there costs a test and a jump every step, scalars spilled outside it a few moves
+    per workgroup, spill moves inside it more than the branch."""
+    import types
+
+    import tiledsl.driver as drv
+
+    def kernel(*body: str) -> str:
+        return "\t.type\tk,@function\nk:\n" + "".join(f"\t{line}\n" if not line.endswith(":") else f"{line}\n"
+                                                         for line in body)
+
+    spill_outside = kernel("v_writelane_b32 v9, s7, 0", ".LBB0_1:", "s_add_u32 s0, s0, 1",
+                           "s_cbranch_scc1 .LBB0_1")
+    spill_inside = kernel(".LBB0_1:", "v_readlane_b32 s7, v9, 0", "s_cbranch_scc1 .LBB0_1")
+    branch_inside = kernel(".LBB0_1:", "s_and_saveexec_b64 s[2:3], vcc", "s_cbranch_execz .LBB0_2",
+                           "global_load_dword v1, v[2:3], off", ".LBB0_2:", "s_or_b64 exec, exec, s[2:3]",
+                           "s_cbranch_scc1 .LBB0_1")
+    branch_outside = kernel("s_cbranch_execz .LBB0_2", "global_load_dword v1, v[2:3], off", ".LBB0_2:",
+                            ".LBB0_1:", "s_cbranch_scc1 .LBB0_1")
+    for buffers, branches, kept in ((spill_outside, branch_inside, True), (spill_outside, branch_outside, False),
+                                    (spill_inside, branch_inside, False)):
+        compiled = []
+
+        def once(arch_row, opts, *args, buffers=buffers, branches=branches, compiled=compiled):
+            compiled.append(opts.buffer_masks)
+            return (types.SimpleNamespace(options=opts, asm=buffers if opts.buffer_masks else branches), b"",
+                    {"vgpr_spill_count": 0, "sgpr_spill_count": 12 if opts.buffer_masks else 0})
+
+        monkeypatch.setattr(drv, "_compile_once", once)
+        best = drv._compile_retrying(get_arch("gfx942"), CompileOptions.make("gfx942", {}), "k.tile", {}, "", "tile")
+        assert compiled == [True, False]
+        assert best[0].options.buffer_masks is kept, (buffers, branches)
+
+
 def test_cache_miss_then_hit(fake, tmp_path):
     cache = Cache(tmp_path / "cache")
     first = _compile(cache=cache)

@@ -461,8 +461,9 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
     vector registers), then, while it spills a few registers: with fewer rows per lane for
     transposed LDS stores (several rows take more registers, their row addresses), down to one
     element at a time, then with shuffles instead of lane swaps across wave halves, then with
-    masked accesses as branches instead of buffer accesses (LLVM
-    keeps fewer loads in flight; pointers take half the scalar registers of descriptors). A
+    masked accesses as branches instead of buffer accesses, taken where that spills less without
+    branches in the hot loop (`hot_cost`; LLVM keeps fewer loads in flight; pointers take half
+    the scalar registers of descriptors). A
     kernel that spills more than these can explain is not compiled again (an occupancy target
     out of reach: the caller lowers it). A kernel compiled with a scheduler of its own
     (CompileOptions.schedule, .interleave: `scheduling`) that spills is first compiled with LLVM's
@@ -472,17 +473,20 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
     def few_spills() -> bool:
         return 0 < sum(spill_counts(best[2])) <= FEW_SPILLS
 
-    def retry(retry_opts: CompileOptions) -> None:
+    def by_spills(compiled: tuple[StageContext, bytes, dict[str, Any]]) -> tuple[int, ...]:
+        return spill_counts(compiled[2])
+
+    def retry(retry_opts: CompileOptions, cost: Callable[[Any], tuple[int, ...]] = by_spills) -> None:
         nonlocal best
         again = _compile_once(arch_row, retry_opts, filename, clean, source, kind)
-        if spill_counts(again[2]) < spill_counts(best[2]):
+        if cost(again) < cost(best):
             best = again
 
-    def fewer_rows(base: CompileOptions) -> None:
+    def fewer_rows(base: CompileOptions, cost: Callable[[Any], tuple[int, ...]] = by_spills) -> None:
         rows = base.transposed_rows
         while few_spills() and rows > 1:
             rows //= 2
-            retry(dataclasses.replace(base, transposed_rows=rows))
+            retry(dataclasses.replace(base, transposed_rows=rows), cost)
 
     # What the options ask of LLVM's scheduler (`scheduling`: another strategy, interleaving) can
     # keep more values live: a kernel that spills with it is compiled with LLVM's defaults first.
@@ -498,11 +502,12 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
     fewer_rows(best[0].options)
     if few_spills() and best[0].options.swap_halves and arch_row.permlane32_swap:
         retry(dataclasses.replace(best[0].options, swap_halves=False))
-    # Buffer descriptors take 4 scalar registers where a pointer takes 2: any SGPR spill, too.
+    # Buffer descriptors take 4 scalar registers where a pointer takes 2: any SGPR spill, too. The
+    # branches are taken where they spill less without branching in the hot loop (`hot_cost`).
     if (few_spills() or spill_counts(best[2])[1]) and best[0].options.buffer_masks:
         branches = dataclasses.replace(best[0].options, buffer_masks=False)
-        retry(branches)
-        fewer_rows(branches)
+        retry(branches, hot_cost)
+        fewer_rows(branches, hot_cost)
     return best
 
 
@@ -512,6 +517,19 @@ def _fits(manifest: dict[str, Any], ctx: StageContext) -> bool:
     lanes (a lane write and read each), cost more than the extra waves gain."""
     asked = ctx.bound.occupancy if ctx.bound is not None else 0
     return not any(spill_counts(manifest)) and ctx.arch.occupancy(manifest.get("vgpr_count") or 0) >= asked
+
+
+def hot_cost(compiled: tuple[StageContext, bytes, dict[str, Any]]) -> tuple[int, int, int, int]:
+    """What a _compile_once result's spills and branches cost, most costly first: (VGPR spills,
+    SGPR spill moves in an innermost loop, conditional branches there, SGPR spills). A masked
+    access compiled as a branch in the hot loop costs a test and a jump every step; scalars
+    spilled outside it, a few lane moves per workgroup."""
+    from tiledsl.isa_stats import count_instructions
+
+    ctx, _, manifest = compiled
+    counts = count_instructions(ctx.asm or "")
+    return (spill_counts(manifest)[0], counts.spill_moves_in_inner_loops, counts.branches_in_inner_loops,
+            spill_counts(manifest)[1])
 
 
 def spill_counts(manifest: dict[str, Any]) -> tuple[int, int]:

@@ -34,6 +34,11 @@ class InstructionCounts:
     # SGPR spill moves (v_writelane/v_readlane) inside a loop, i.e. between a label and a branch
     # back to it: spills outside every loop cost a few instructions per workgroup, these per step.
     spill_moves_in_loops: int = 0
+    # Those inside an innermost loop (one holding no other): the hot loop of a kernel whose outer
+    # loop runs a few times (the forward's paired query blocks run its key loop twice).
+    spill_moves_in_inner_loops: int = 0
+    # Conditional branches inside an innermost loop (a masked access compiled as a branch is one).
+    branches_in_inner_loops: int = 0
 
 
 def count_instructions(asm: str, symbol: str | None = None) -> InstructionCounts:
@@ -42,7 +47,8 @@ def count_instructions(asm: str, symbol: str | None = None) -> InstructionCounts
     counts = InstructionCounts()
     inside = False
     labels: dict[str, int] = {}  # label -> index of the instruction after it
-    loops: list[tuple[int, int]] = []  # [first, last] instruction indices of each loop body
+    code: list[tuple[str, str | None]] = []  # per instruction: its mnemonic, the label it branches to
+    entries: list[int] = []  # the first instruction of each function counted
     spill_moves: list[int] = []
     for raw in asm.splitlines():
         m = _TYPE_FUNC.match(raw)
@@ -56,6 +62,8 @@ def count_instructions(asm: str, symbol: str | None = None) -> InstructionCounts
             label = line[:-1]
             if label in functions:
                 inside = symbol is None or label == symbol
+                if inside:
+                    entries.append(counts.total)
             elif label.startswith(".Lfunc_end"):
                 inside = False
             labels[label] = counts.total
@@ -64,8 +72,8 @@ def count_instructions(asm: str, symbol: str | None = None) -> InstructionCounts
         if not inside or not line[0].isalpha():
             continue
         mnemonic, *operands = line.split(None, 1)
-        if mnemonic.startswith(("s_branch", "s_cbranch")) and operands and operands[0] in labels:
-            loops.append((labels[operands[0]], counts.total))  # a branch back: a loop
+        code.append((mnemonic, operands[0].strip() if mnemonic.startswith(("s_branch", "s_cbranch")) and operands
+                     else None))
         if mnemonic in _SGPR_SPILL_MOVES:
             spill_moves.append(counts.total)
         counts.total += 1
@@ -82,7 +90,13 @@ def count_instructions(asm: str, symbol: str | None = None) -> InstructionCounts
                 break
         else:
             counts.classes["other"] = counts.classes.get("other", 0) + 1
-    counts.spill_moves_in_loops = sum(any(a <= i <= b for a, b in loops) for i in spill_moves)
+    loops = natural_loops(code, labels, entries)
+    in_any = set().union(*loops.values()) if loops else set()
+    inner = set().union(*(body for head, body in loops.items()
+                          if not any(h != head and h in body for h in loops)))
+    counts.spill_moves_in_loops = sum(i in in_any for i in spill_moves)
+    counts.spill_moves_in_inner_loops = sum(i in inner for i in spill_moves)
+    counts.branches_in_inner_loops = sum(code[i][0].startswith("s_cbranch") for i in inner)
     return counts
 
 
@@ -104,6 +118,7 @@ class IsaStats:
     occupancy: int  # waves per SIMD
     classes: dict[str, int]
     sgpr_spill_moves_in_loops: int = 0  # see InstructionCounts.spill_moves_in_loops
+    sgpr_spill_moves_in_inner_loops: int = 0
 
     @property
     def matrix_ops(self) -> int:
@@ -136,4 +151,58 @@ def isa_stats(asm: str, manifest: dict[str, Any]) -> IsaStats:
         sgpr_spills=int(manifest.get("sgpr_spill_count") or 0),
         scratch_bytes=int(manifest.get("private_segment_size") or 0),
         occupancy=arch.occupancy(vgprs, lds, waves), classes=counts.classes,
-        sgpr_spill_moves_in_loops=counts.spill_moves_in_loops)
+        sgpr_spill_moves_in_loops=counts.spill_moves_in_loops,
+        sgpr_spill_moves_in_inner_loops=counts.spill_moves_in_inner_loops)
+
+
+def natural_loops(code: list[tuple[str, str | None]], labels: dict[str, int],
+                  entries: list[int]) -> dict[int, set[int]]:
+    """The loops of a function's control flow: per loop header (its first instruction), the
+    instructions of its body. An edge closes a loop where its target dominates it (every path from
+    the entry passes the target), wherever the blocks lie: LLVM's block placement branches back to
+    blocks that merely come first (an if-else whose branches swapped places), and rotates loops so
+    that a fall-through closes them."""
+    leaders = sorted({0, *entries, *(i for i in labels.values() if i < len(code)),
+                      *(i + 1 for i, (_, t) in enumerate(code) if t is not None and i + 1 < len(code))})
+    if not code:
+        return {}
+    ends = leaders[1:] + [len(code)]
+    block_of = {start: n for n, start in enumerate(leaders)}
+    succ: list[list[int]] = []
+    for n, end in enumerate(ends):
+        mnemonic, target = code[end - 1]
+        out = []
+        if target in labels and labels[target] in block_of:
+            out.append(block_of[labels[target]])
+        if mnemonic not in ("s_branch", "s_endpgm", "s_setpc_b64") and end < len(code) and end not in entries:
+            out.append(n + 1)
+        succ.append(out)
+    # Dominators by the iterative data-flow equations (blocks number in the tens).
+    every = set(range(len(leaders)))
+    roots = {block_of[e] for e in entries if e in block_of} or {0}
+    dom = [({n} if n in roots else set(every)) for n in range(len(leaders))]
+    preds: list[list[int]] = [[] for _ in leaders]
+    for n, out in enumerate(succ):
+        for m in out:
+            preds[m].append(n)
+    changed = True
+    while changed:
+        changed = False
+        for n in range(len(leaders)):
+            if n in roots:
+                continue
+            new = {n} | (set.intersection(*(dom[p] for p in preds[n])) if preds[n] else set())
+            if new != dom[n]:
+                dom[n], changed = new, True
+    loops: dict[int, set[int]] = {}
+    for n, out in enumerate(succ):
+        for head in out:
+            if head in dom[n]:  # a back edge: the body is what reaches n without passing head
+                body, todo = {head, n}, [n] if n != head else []
+                while todo:
+                    for p in preds[todo.pop()]:
+                        if p not in body:
+                            body.add(p)
+                            todo.append(p)
+                loops.setdefault(head, set()).update(body)
+    return {leaders[h]: {i for b in body for i in range(leaders[b], ends[b])} for h, body in loops.items()}

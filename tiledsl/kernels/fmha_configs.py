@@ -229,14 +229,26 @@ ILP = "iterative-ilp"
 # the CDNA causal rows (gfx942 394.0 -> 316.2, 454.3 -> 352.0; gfx950 572.6 -> 493.2, 789.0 ->
 # 636.4; gfx90a hdim 128 98.6 -> 88.0), gfx1100 hdim 64 causal 71.7 -> 65.2 (its MASKED row is
 # CONFIGS' row without them).
+# Session 36: the CDNA causal rows' loss was the driver's. At that shape they run the paired variant
+# (PASSES 2), which spills SGPRs with the views' descriptors outside the key loop, and the driver
+# compiled every masked access as a branch then, the key loop's K/V loads included; it now keeps
+# buffer accesses where the branches would enter the hot loop (driver.hot_cost). Clamped -> masked
+# keys at B 2, H 16, S 2048 (B 4, H 32, S 4096), taken: gfx942 hdim 64 causal 394.0 -> 394.1 (584.0
+# -> 603.9), hdim 128 causal 454.3 -> 463.2 with interleave instead of the ILP scheduler (691.2 ->
+# 716.7; clamped with interleave 451.8), gfx950 hdim 128 1306.7 -> 1328.8 (1491.2 -> 1523.6), causal
+# 773.6 -> 774.3, gfx90a hdim 128 148.8 -> 149.6. Not taken: gfx950 hdim 64 causal 572.6 -> 501.4
+# (501.0 with reuse, 501.4 with iterative-ilp or without interleave), WIDE 957.5 -> 925.6, gfx942
+# hdim 128 675.9 -> 674.0, gfx90a hdim 64 causal 100.6 -> 99.8, hdim 128 causal 98.6 -> 98.4,
+# gfx1100 hdim 64 causal 71.7 -> 69.0. None of the taken rows spills in any feature mix.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True), 256: _c(64, 32, 4, 2)},
+               128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
     "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2, 2, reuse=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, schedule=ILP, interleave=True),
                256: _c(64, 32, 4, 2)},
     "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1, interleave=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True, lazy_rescale=True),
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True, lazy_rescale=True,
+                       mask_keys=True),
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True), 256: _c(64, 32, 8, 1)},
@@ -285,16 +297,17 @@ def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bo
 # Rows for masked variants (causal / window) where they differ from CONFIGS (tuned separately:
 # the mask's registers change which tile is largest without spilling).
 MASKED: dict[str, dict[int, FmhaConfig]] = {
+    # hdim 128: CONFIGS' row with its keys clamped (masked keys: 98.6 -> 98.4, session 36)
     "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True)},
-    "gfx942": {64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, schedule=ILP, lazy_rescale=True)},
+    "gfx942": {64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
+               128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, lazy_rescale=True, mask_keys=True)},
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
     "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True, mask_keys=True)},
     # RDNA: gfx1100 hdim 128 takes CONFIGS' row without the lazy rescale; gfx1201 hdim 64 masks its
     # query rows; gfx1201 hdim 128 runs CONFIGS' row (session 34); gfx1100 hdim 64 CONFIGS' row with
-    # its keys clamped (masked keys: 71.7 -> 65.2; session 35).
+    # its keys clamped (masked keys: 71.7 -> 69.0, session 36).
     "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
