@@ -162,10 +162,10 @@ def natural_loops(code: list[tuple[str, str | None]], labels: dict[str, int],
     the entry passes the target), wherever the blocks lie: LLVM's block placement branches back to
     blocks that merely come first (an if-else whose branches swapped places), and rotates loops so
     that a fall-through closes them."""
-    leaders = sorted({0, *entries, *(i for i in labels.values() if i < len(code)),
-                      *(i + 1 for i, (_, t) in enumerate(code) if t is not None and i + 1 < len(code))})
     if not code:
         return {}
+    leaders = sorted({0, *entries, *(i for i in labels.values() if i < len(code)),
+                      *(i + 1 for i, (_, t) in enumerate(code) if t is not None and i + 1 < len(code))})
     ends = leaders[1:] + [len(code)]
     block_of = {start: n for n, start in enumerate(leaders)}
     succ: list[list[int]] = []
@@ -185,6 +185,12 @@ def natural_loops(code: list[tuple[str, str | None]], labels: dict[str, int],
     for n, out in enumerate(succ):
         for m in out:
             preds[m].append(n)
+    reachable, todo = set(roots), list(roots)
+    while todo:
+        for m in succ[todo.pop()]:
+            if m not in reachable:
+                reachable.add(m)
+                todo.append(m)
     changed = True
     while changed:
         changed = False
@@ -195,13 +201,13 @@ def natural_loops(code: list[tuple[str, str | None]], labels: dict[str, int],
             if new != dom[n]:
                 dom[n], changed = new, True
     loops: dict[int, set[int]] = {}
-    for n, out in enumerate(succ):
-        for head in out:
+    for n in sorted(reachable):
+        for head in succ[n]:
             if head in dom[n]:  # a back edge: the body is what reaches n without passing head
                 body, todo = {head, n}, [n] if n != head else []
                 while todo:
                     for p in preds[todo.pop()]:
-                        if p not in body:
+                        if p not in body and p in reachable:
                             body.add(p)
                             todo.append(p)
                 loops.setdefault(head, set()).update(body)
