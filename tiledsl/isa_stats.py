@@ -31,8 +31,8 @@ class InstructionCounts:
     barriers: int = 0
     classes: dict[str, int] = field(default_factory=dict)
     mnemonics: Counter = field(default_factory=Counter)
-    # SGPR spill moves (v_writelane/v_readlane) inside a loop, i.e. between a label and a branch
-    # back to it: spills outside every loop cost a few instructions per workgroup, these per step.
+    # SGPR spill moves (v_writelane/v_readlane) inside a loop of the control flow (natural_loops):
+    # spills outside every loop cost a few instructions per workgroup, these per step.
     spill_moves_in_loops: int = 0
     # Those inside an innermost loop (one holding no other): the hot loop of a kernel whose outer
     # loop runs a few times (the forward's paired query blocks run its key loop twice).
@@ -118,7 +118,6 @@ class IsaStats:
     occupancy: int  # waves per SIMD
     classes: dict[str, int]
     sgpr_spill_moves_in_loops: int = 0  # see InstructionCounts.spill_moves_in_loops
-    sgpr_spill_moves_in_inner_loops: int = 0
 
     @property
     def matrix_ops(self) -> int:
@@ -151,8 +150,7 @@ def isa_stats(asm: str, manifest: dict[str, Any]) -> IsaStats:
         sgpr_spills=int(manifest.get("sgpr_spill_count") or 0),
         scratch_bytes=int(manifest.get("private_segment_size") or 0),
         occupancy=arch.occupancy(vgprs, lds, waves), classes=counts.classes,
-        sgpr_spill_moves_in_loops=counts.spill_moves_in_loops,
-        sgpr_spill_moves_in_inner_loops=counts.spill_moves_in_inner_loops)
+        sgpr_spill_moves_in_loops=counts.spill_moves_in_loops)
 
 
 def natural_loops(code: list[tuple[str, str | None]], labels: dict[str, int],
