@@ -28,6 +28,7 @@ from tiledsl.passes.common import (
     uniform_constant_int,
 )
 from tiledsl.passes.lower_fp8 import from_memory, memory_type, to_memory
+from tiledsl.passes.offset_deltas import Coefficients, coefficients, nonnegative, nonnegative_args, register_delta
 
 if TYPE_CHECKING:
     from tiledsl.passes.lower_to_gpu import _Lowering
@@ -166,6 +167,7 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
     fill = None if is_positive_zero(op.operands[3]) else other
     rsrc = _buffer_resource(lw, op.operands[0], eb) if _is_view(op.operands[0]) or (
         masks is not None and _per_lane(lw, mask) and _whole_bytes(elt, eb) and (fill is None or eb > 1)) else None
+    split = _split_offsets(lw, rsrc, op.operands[1])
     runs = _vector_runs(lw, op, op.result, None if masks is None else mask)
     for group in _access_groups(lw, op, op.result, runs, None if masks is None else mask):
         types = [ir.VectorType.get([width], elt) if width > 1 else elt for _, width in group]
@@ -176,7 +178,7 @@ def rule_load(lw: _Lowering, op: ir.Operation) -> None:
 
         if rsrc is not None:
             cond = masks(group[0][0]) if masks is not None else None
-            loaded = _buffer_loads(lw, rsrc, op.result, group, types, offs, eb, cond, fill)
+            loaded = _buffer_loads(lw, rsrc, split, op.result, group, types, offs, eb, cond, fill)
         elif masks is None:
             loaded = load_group()
         else:  # one test per group: a masked-off group reads nothing and takes `other`
@@ -213,12 +215,13 @@ def rule_write(kind: str):
         per_lane = owner is not None or (masks is not None and _per_lane(lw, mask))
         wanted = kind == "atomic" or _is_view(op.operands[0]) or (per_lane and _whole_bytes(elt, eb))
         rsrc = _buffer_resource(lw, op.operands[0], eb) if wanted else None
+        split = _split_offsets(lw, rsrc, op.operands[1])
         for group in _access_groups(lw, op, op.operands[2], runs, None if masks is None else mask):
             cond = masks(group[0][0]) if masks is not None else None
             if owner is not None:
                 cond = owner if cond is None else arith.AndIOp(cond, owner).result
             if rsrc is not None:
-                _buffer_writes(kind, lw, rsrc, op.operands[2], group, vals, offs, eb, cond)
+                _buffer_writes(kind, lw, rsrc, split, op.operands[2], group, vals, offs, eb, cond)
                 continue
             # One test per group (masked stores are branches: exec-masked, no value to keep).
             with ir.InsertionPoint.current if cond is None else ir.InsertionPoint(scf.IfOp(cond).then_block):
@@ -252,13 +255,27 @@ def _per_lane(lw: _Lowering, mask: ir.Value) -> bool:
 
 
 class _Buffer(NamedTuple):
-    rsrc: ir.Value  # the descriptor
+    base: ir.Value  # the tensor argument's pointer
+    records: ir.Value | None  # i32 NUM_RECORDS (unsigned, at most 2 GiB) at the view's end; None: the reach
     soffset: ir.Value  # i32 bytes every access adds past the range check (a view's start)
+    view: bool  # a tile.view's: its offsets may be split (_split_offsets)
+    word3: int
+
+    def descriptor(self, records: ir.Value | None = None) -> ir.Value:
+        # Made at each access, not once at the entry: a descriptor takes 4 scalar registers (a
+        # pointer 2), and one made at the entry would hold them through the whole kernel; LLVM
+        # hoists the ones in a loop to its preheader.
+        i64 = ir.IntegerType.get_signless(64)
+        records = records if records is not None else self.records
+        records = arith.ConstantOp(i64, _BUFFER_REACH) if records is None else arith.ExtUIOp(i64, records)
+        return rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), self.base,
+                                      arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result, records.result,
+                                      c32(self.word3))
 
 
 def _buffer_resource(lw: _Lowering, ptr: ir.Value, eb: int) -> _Buffer | None:
-    """A raw buffer descriptor over the kernel argument `ptr` (tile IR), or over a `tile.view` of
-    one (NUM_RECORDS at the view's end, and the view's start as the accesses' SOFFSET, which the
+    """A raw buffer over the kernel argument `ptr` (tile IR), or over a `tile.view` of one
+    (NUM_RECORDS at the view's end, and the view's start as the accesses' SOFFSET, which the
     hardware adds to the address but leaves out of the range check: LLVM's buffer intrinsics, and
     the descriptor's base stays the tensor's, which the emulator matches to it), or None where
     buffer instructions may not address it (a large tensor, or a pointer that is not an argument).
@@ -271,21 +288,15 @@ def _buffer_resource(lw: _Lowering, ptr: ir.Value, eb: int) -> _Buffer | None:
                                "(emit makes views of buffer-addressed arguments only)")
         return None
     lw.buffer_args.add(arg.arg_number)
-    i64 = ir.IntegerType.get_signless(64)
-    records, soffset = arith.ConstantOp(i64, _BUFFER_REACH).result, c32(0)
+    records, soffset = None, c32(0)
     if view is not None:
         lw.row_bounds.add((arg.arg_number, int_attr(view, "row_dim")))
         soffset = arith.MulIOp(lw.v(view.operands[1]), c32(eb)).result  # < 2 GiB: the span check
         # length >= 0 elements (row_view clamps it), at most 2 GiB (the launcher's span check holds
         # the tensor within that): scalar i32 math, which LLVM keeps on the scalar unit.
         length = arith.MinUIOp(lw.v(view.operands[2]), c32(_BUFFER_REACH // eb)).result
-        records = arith.ExtUIOp(i64, arith.MulIOp(length, c32(eb)).result).result
-    # Made at each access, not once at the entry: a descriptor takes 4 scalar registers (a pointer
-    # 2), and one made at the entry would hold them through the whole kernel; LLVM hoists the
-    # ones in a loop to its preheader.
-    return _Buffer(rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), lw.v(arg),
-                                          arith.ConstantOp(ir.IntegerType.get_signless(16), 0).result, records,
-                                          c32(lw.arch.buffer_word3)), soffset)
+        records = arith.MulIOp(length, c32(eb)).result
+    return _Buffer(lw.v(arg), records, soffset, view is not None, lw.arch.buffer_word3)
 
 
 def _buffer_int_type(nbytes: int) -> ir.Type:
@@ -295,25 +306,100 @@ def _buffer_int_type(nbytes: int) -> ir.Type:
     return ir.IntegerType.get_signless(8 * nbytes)
 
 
-def _buffer_offsets(lw: _Lowering, tile: ir.Value, group: list[tuple[int, int]], offs: list[ir.Value], eb: int,
-                    cond: ir.Value | None) -> list[ir.Value]:
-    """Byte offsets of a group's accesses: one select on the first (out of range when `cond` is
-    false), the rest a constant past it (LLVM folds it into the instruction's offset field)."""
-    first = arith.MulIOp(offs[group[0][0]], c32(eb)).result
+class _GroupAccess(NamedTuple):
+    rsrc: ir.Value
+    soffset: ir.Value
+    offsets: list[ir.Value]  # each access's VGPR byte offset (the same, plus constants LLVM folds)
+
+
+def _group_access(lw: _Lowering, buf: _Buffer, split: Coefficients | None, tile: ir.Value,
+                  group: list[tuple[int, int]], offs: list[ir.Value], eb: int, cond: ir.Value | None) -> _GroupAccess:
+    """A group's descriptor, SOFFSET and byte offsets: one select on the first offset (out of range
+    when `cond` is false), the rest a constant past it (LLVM folds it into the instruction's offset
+    field). With `split` (a view's offsets' coefficients, offset_deltas), the offset is the lane's
+    first register's, shared by every group, and the group's distance from it that is not a small
+    constant goes into SOFFSET, with NUM_RECORDS lowered by as much: the range check sees the same
+    offsets, and the lane holds one VGPR for the tile where it held one per group."""
+    deltas = _group_deltas(lw, tile, group)
+    soffset, first, imm = buf.soffset, offs[group[0][0]], 0
+    moved = _moved_delta(lw, split, tile, group, deltas, eb)
+    if moved is not None and moved[1] is not None:
+        first, (imm, extra) = offs[0], moved
+        soffset = arith.AddIOp(soffset, extra).result
+        rsrc = buf.descriptor(_records_past(buf.records, extra))  # type: ignore[arg-type]
+    else:
+        first, imm = (offs[0], moved[0]) if moved is not None else (first, imm)
+        rsrc = buf.descriptor()
+    first = arith.MulIOp(first, c32(eb)).result
     if cond is not None:
         first = arith.SelectOp(cond, first, c32(_BUFFER_REACH - (1 << 32))).result
-    return [first if d == 0 else arith.AddIOp(first, c32(d * eb)).result for d in _group_deltas(lw, tile, group)]
+    offsets = [first if imm + d * eb == 0 else arith.AddIOp(first, c32(imm + d * eb)).result for d in deltas]
+    return _GroupAccess(rsrc, soffset, offsets)
 
 
-def _buffer_loads(lw: _Lowering, buf: _Buffer, tile: ir.Value, group: list[tuple[int, int]],
-                  types: list[ir.Type], offs: list[ir.Value], eb: int, cond: ir.Value,
-                  fill: ir.Value | None = None) -> list[ir.Value]:
+def _moved_delta(lw: _Lowering, split: Coefficients | None, tile: ir.Value, group: list[tuple[int, int]],
+                 deltas: list[int], eb: int) -> tuple[int, ir.Value | None] | None:
+    """How a group's offset past the lane's first register splits: (bytes left in the immediate
+    offset, bytes moved into SOFFSET or None), or None where the group keeps its own offset. Only
+    what cannot be negative moves (multiples of strides and shapes, which the launchers check, by
+    positive constants): buffer addresses add SOFFSET unsigned."""
+    if split is None:
+        return None
+    regs = lw.lin(tile).regs
+    constant, scalars = register_delta(split, [int(d) for d in regs[group[0][0]] - regs[0]])
+    args = nonnegative_args(lw.fn)
+    if constant < 0 or any(k < 0 or not all(nonnegative(s, args) for s in mono) for mono, k in scalars.items()):
+        return None
+    if (constant + max(deltas)) * eb > lw.arch.buffer_offset_max:
+        scalars, constant = {**scalars, (): constant}, 0
+    terms = [_monomial(lw, mono, k * eb) for mono, k in scalars.items()]
+    extra = terms[0] if terms else None
+    for term in terms[1:]:
+        extra = arith.AddIOp(extra, term).result
+    return constant * eb, extra
+
+
+def _records_past(records: ir.Value, extra: ir.Value) -> ir.Value:
+    """NUM_RECORDS less `extra` bytes (i32), not below 0: `r - min(extra, r)`, signed, with `r` =
+    `records` below 2 GiB (at most 2 GiB: an access at its last byte reads 0 in a view so split,
+    where no aligned access of 2 bytes or more starts). Scalar minima, which the scalar unit has:
+    a saturating subtract or a select of compares goes to the vector unit, and a descriptor
+    computed there takes a loop over the lanes at every access."""
+    r = arith.MinUIOp(records, c32(_BUFFER_REACH - 1)).result
+    return arith.SubIOp(r, arith.MinSIOp(extra, r).result).result
+
+
+def _monomial(lw: _Lowering, mono: tuple[ir.Value, ...], k: int) -> ir.Value:
+    """k times the product of the scalars `mono` (tile IR), as i32 scalar math."""
+    out = None
+    for s in mono:
+        out = lw.v(s) if out is None else arith.MulIOp(out, lw.v(s)).result
+    if out is None:
+        return c32(k)
+    return out if k == 1 else arith.MulIOp(out, c32(k)).result
+
+
+def _split_offsets(lw: _Lowering, buf: _Buffer | None, offsets: ir.Value) -> Coefficients | None:
+    """The coefficients that split a view access's offsets (offset_deltas), where every scalar in
+    them is an i32 (the offsets' own type)."""
+    if buf is None or not buf.view or not lw.options.split_view_offsets:
+        return None
+    c = coefficients(offsets)
+    if c is None or any(s.type != i32() for terms in c.values() for mono in terms for s in mono):
+        return None
+    return c
+
+
+def _buffer_loads(lw: _Lowering, buf: _Buffer, split: Coefficients | None, tile: ir.Value,
+                  group: list[tuple[int, int]], types: list[ir.Type], offs: list[ir.Value], eb: int,
+                  cond: ir.Value, fill: ir.Value | None = None) -> list[ir.Value]:
     """The group's loads, masked-off ones reading 0, or `fill` (one select per access, on the
     loaded dwords)."""
     out = []
-    for (_, width), t, off in zip(group, types, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
+    access = _group_access(lw, buf, split, tile, group, offs, eb, cond)
+    for (_, width), t, off in zip(group, types, access.offsets, strict=True):
         raw_t = _buffer_int_type(width * eb)
-        raw = rocdl.raw_ptr_buffer_load(raw_t, buf.rsrc, off, buf.soffset, c32(0))
+        raw = rocdl.raw_ptr_buffer_load(raw_t, access.rsrc, off, access.soffset, c32(0))
         if fill is not None:
             filled = fill if width == 1 else vector.BroadcastOp(t, fill).result
             raw = arith.SelectOp(cond, raw, llvm.bitcast(raw_t, filled)).result
@@ -321,15 +407,17 @@ def _buffer_loads(lw: _Lowering, buf: _Buffer, tile: ir.Value, group: list[tuple
     return out
 
 
-def _buffer_writes(kind: str, lw: _Lowering, buf: _Buffer, tile: ir.Value, group: list[tuple[int, int]],
-                   vals: list[ir.Value], offs: list[ir.Value], eb: int, cond: ir.Value | None) -> None:
-    for (first, width), off in zip(group, _buffer_offsets(lw, tile, group, offs, eb, cond), strict=True):
+def _buffer_writes(kind: str, lw: _Lowering, buf: _Buffer, split: Coefficients | None, tile: ir.Value,
+                   group: list[tuple[int, int]], vals: list[ir.Value], offs: list[ir.Value], eb: int,
+                   cond: ir.Value | None) -> None:
+    access = _group_access(lw, buf, split, tile, group, offs, eb, cond)
+    for (first, width), off in zip(group, access.offsets, strict=True):
         if kind == "atomic":  # f32, one element (buffer_atomic_add_f32 on every target)
-            rocdl.raw_ptr_buffer_atomic_fadd(vals[first], buf.rsrc, off, buf.soffset, c32(0))
+            rocdl.raw_ptr_buffer_atomic_fadd(vals[first], access.rsrc, off, access.soffset, c32(0))
             continue
         val = vals[first] if width == 1 else lw.pack(vals[first:first + width], vals[0].type)
-        rocdl.raw_ptr_buffer_store(llvm.bitcast(_buffer_int_type(width * eb), val), buf.rsrc, off, buf.soffset,
-                                   c32(0))
+        rocdl.raw_ptr_buffer_store(llvm.bitcast(_buffer_int_type(width * eb), val), access.rsrc, off,
+                                   access.soffset, c32(0))
 
 
 def _write(kind: str, addr: ir.Value, val: ir.Value, align: int) -> None:

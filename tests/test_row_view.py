@@ -8,6 +8,7 @@ bounds them, which the variant without views accepts.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +110,33 @@ def test_a_size_one_row_dim_takes_any_stride(arch: str) -> None:
     y = np.full((B, 1, H, D), 7.0, np.float16)
     launch(_compile(arch, "plain"), x, y, 1, device=EmulatorDevice(arch))
     np.testing.assert_array_equal(y, 2 * x)
+
+
+VECTORS = Path(__file__).resolve().parent / "kernels" / "view_vectors.tile"
+
+
+def _load_offset_registers(asm: str) -> set[str]:
+    """The VGPR offsets (VADDR) of a kernel's buffer loads."""
+    return set(re.findall(r"^\s*buffer_load_\w+ v[\w\[\]:]+, (v\d+), s\[", asm, re.M))
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+@pytest.mark.parametrize("reversed_cols", [False, True])
+def test_a_lanes_rows_share_one_offset_register(arch: str, reversed_cols: bool) -> None:
+    """Each lane loads 8 rows of the 64-row block; the rows' distances from its first go into
+    SOFFSET (CompileOptions.split_view_offsets), the rows past the bound still reading 0 and not
+    stored, with n cutting a lane's rows anywhere."""
+    defines = {"REVERSED": "true" if reversed_cols else "false"}
+    kernel = compile_source(VECTORS.read_text(), str(VECTORS), arch, defines,
+                            options=CompileOptions.make(arch, split_view_offsets=True))
+    if not reversed_cols:
+        assert len(_load_offset_registers(kernel.asm)) == 1
+        whole = compile_source(VECTORS.read_text(), str(VECTORS), arch, defines, options=CompileOptions.make(arch))
+        assert len(_load_offset_registers(whole.asm)) > 1
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((150, 64)).astype(np.float16)
+    for n in (0, 5, 77, 150):
+        y = np.full_like(x, 7.0)
+        launch(kernel, x, y, n, device=EmulatorDevice(arch))
+        want = np.where(np.arange(150)[:, None] < n, 2 * (x[:, ::-1] if reversed_cols else x), 7.0)
+        np.testing.assert_array_equal(y, want.astype(np.float16), err_msg=f"n = {n}")

@@ -53,6 +53,13 @@ class CompileOptions:
     # False keeps such masks per lane, for tensors whose rows overlap (a broadcast with stride 0);
     # so does unit_last_stride=False (--strided: any strides).
     disjoint_rows: bool = True
+    # A view's offsets split per vector (passes/offset_deltas.py): the lane's vectors share one
+    # VGPR offset and each one's distance from the first (multiples of strides and shapes) goes
+    # into its SOFFSET, NUM_RECORDS lowered to match: a few scalar instructions per vector where
+    # LLVM holds one VGPR per vector across a loop (loop-invariant offsets). Off by default: the
+    # forward's rows model slower with it (gfx950 hdim 128 1328.8 -> 1222.4 TFLOP/s), not being
+    # short of registers.
+    split_view_offsets: bool = False
     # Masked accesses through buffer descriptors (above). The driver compiles again with False
     # while a kernel spills a few registers: with branches, LLVM keeps fewer loads in flight.
     buffer_masks: bool = True

@@ -119,6 +119,12 @@ class Arch:
         return 0x0002_0000 if self.isa_generation == "gfx9" else 0x3100_4000
 
     @property
+    def buffer_offset_max(self) -> int:
+        """The largest immediate offset of a buffer instruction (12 bits unsigned; gfx12's VBUFFER
+        encoding has 24 bits, of which LLVM uses the non-negative half)."""
+        return 0x7F_FFFF if self.isa_generation == "gfx12" else 0xFFF
+
+    @property
     def is_cdna(self) -> bool:
         return self.family.startswith("CDNA")
 

@@ -8,16 +8,16 @@
 // CHECK-NOT: scf.if
 // CHECK: %[[FIRST:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i32
 // CHECK: %[[MASK:.*]] = vector.from_elements %[[FIRST]], {{.*}} : vector<8xi1>
-// CHECK: %[[X:.*]] = rocdl.make.buffer.rsrc %arg0, %c0_i16{{[_0-9]*}}, %c2147483648_i64{{[_0-9]*}}, %c131072_i32{{[_0-9]*}}
 // CHECK: %[[TEST:.*]] = vector.extract %[[MASK]][0] : i1 from vector<8xi1>
+// CHECK: %[[X:.*]] = rocdl.make.buffer.rsrc %arg0, %c0_i16{{[_0-9]*}}, %c2147483648_i64{{[_0-9]*}}, %c131072_i32{{[_0-9]*}}
 // CHECK: %[[BYTES:.*]] = arith.muli %{{.*}}, %c2_i32{{[_0-9]*}} : i32
 // CHECK: %[[OFF:.*]] = arith.select %[[TEST]], %[[BYTES]], %c-2147483648_i32{{[_0-9]*}} : i32
 // CHECK: rocdl.raw.ptr.buffer.load %[[X]], %[[OFF]], %{{.*}}, %{{.*}} : vector<4xi32>
 // CHECK-NOT: rocdl.raw.ptr.buffer.load
 // CHECK: %[[SFIRST:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i32
 // CHECK: %[[SMASK:.*]] = vector.from_elements %[[SFIRST]], {{.*}} : vector<8xi1>
-// CHECK: %[[Y:.*]] = rocdl.make.buffer.rsrc %arg2, %c0_i16{{[_0-9]*}}, %c2147483648_i64{{[_0-9]*}}, %c131072_i32{{[_0-9]*}}
 // CHECK: %[[STEST:.*]] = vector.extract %[[SMASK]][0] : i1 from vector<8xi1>
+// CHECK: %[[Y:.*]] = rocdl.make.buffer.rsrc %arg2, %c0_i16{{[_0-9]*}}, %c2147483648_i64{{[_0-9]*}}, %c131072_i32{{[_0-9]*}}
 // CHECK: %[[SOFF:.*]] = arith.select %[[STEST]], %{{.*}}, %c-2147483648_i32{{[_0-9]*}} : i32
 // CHECK: rocdl.raw.ptr.buffer.store %{{.*}}, %[[Y]], %[[SOFF]], %{{.*}}, %{{.*}} : vector<4xi32>
 // CHECK-NOT: rocdl.raw.ptr.buffer.store

@@ -94,6 +94,10 @@ class _Emitter:
             fn.attributes["tile.large_args"] = ir.DenseI32ArrayAttr.get(
                 [i for i, f in enumerate(layout) if f.kind == "pointer" and (
                     f.name in self.options.large_tensors or not self.options.buffer_masks)])
+            # Arguments both launchers check are not negative (strides and shape symbols): lower-to-gpu
+            # may move multiples of them into a buffer access's scalar offset (passes/offset_deltas.py).
+            fn.attributes["tile.nonnegative_args"] = ir.DenseI32ArrayAttr.get(
+                [i for i, f in enumerate(layout) if f.kind in ("stride", "shape")])
             entry = fn.add_entry_block()
         args = dict(zip([f.name for f in layout], entry.arguments, strict=True))
         for a in self.kernel.args:
