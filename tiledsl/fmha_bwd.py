@@ -20,7 +20,7 @@ import numpy as np
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.errors import TileError
 from tiledsl.fmha_dropout import dropout_scalars
-from tiledsl.kernels.fmha_configs import BIAS_KINDS, fmha_dim_units, padded_hdim
+from tiledsl.kernels.fmha_configs import BIAS_KINDS, VECTOR_ELEMS, fmha_dim_units, padded_hdim
 from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
 from tiledsl.pairing import CAUSAL_KINDS, pairs_pay
@@ -44,6 +44,9 @@ class BwdConfig:
     stages: int = 1  # > 1: the key walk loads Q, dO (a bias tile) stages - 1 steps ahead (pipeline-loops)
     occupancy: int = 0  # waves per SIMD the dq_dk_dv kernel targets (0: the compiler's choice)
     interleave: bool = False  # dq_dk_dv with LLVM's LDS/matrix interleaving (CompileOptions.interleave)
+    # Query rows (and the dQ walk's keys) past the end masked (the kernel's MASK_ROWS) rather than
+    # clamped to the last one.
+    mask_rows: bool = False
 
     @property
     def dq_loop(self) -> bool:
@@ -51,8 +54,8 @@ class BwdConfig:
 
 
 def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: tuple[int, int] = (0, 0),
-       stages: int = 1, occupancy: int = 0, interleave: bool = False) -> BwdConfig:
-    return BwdConfig(block_m, block_n, waves, spills, dq_block, stages, occupancy, interleave)
+       stages: int = 1, occupancy: int = 0, interleave: bool = False, mask_rows: bool = False) -> BwdConfig:
+    return BwdConfig(block_m, block_n, waves, spills, dq_block, stages, occupancy, interleave, mask_rows)
 
 
 # dq_dk_dv tiles per arch and padded head dim, chosen with the emulator (executed wave-instructions
@@ -82,15 +85,24 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: t
 # gfx90a (-1.7 % to +0.6 %).
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8, stages=2), 256: _b(32, 32, 4)},
-    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2, occupancy=2, interleave=True),
+    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2, occupancy=2, interleave=True, mask_rows=True),
                128: _b(32, 128, 8, stages=2), 256: _b(32, 32, 4)},
-    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2), 128: _b(32, 128, 8, stages=2, interleave=True),
-               256: _b(32, 32, 4)},
+    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2, mask_rows=True),
+               128: _b(32, 128, 8, stages=2, interleave=True, mask_rows=True), 256: _b(32, 32, 4)},
     "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
                 256: _b(32, 16, 2, spills=True)},
     "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8),
                 256: _b(32, 16, 2, spills=True)},
 }
+
+# Session 37, masked query rows (mask_rows: Q and dO bounded by tile.views, and the dQ walk's K and
+# V, docs/compiler.md) against the clamp, modeled B2 H16 S2048 full / causal, with 16-byte vector
+# access (BwdShape.aligned): gfx942 d64 432.4 -> 489.4 / 249.3 -> 241.4 (taken without a mask,
+# BWD_MASKED_CONFIGS), gfx950 d64 827.2 -> 830.1 / 439.3 -> 439.4, d128 755.7 -> 757.9 / 579.0 ->
+# 585.5: taken. Not taken: gfx942 d128 352.7 -> 352.6 full, 314.2 -> 309.6 causal; gfx90a d64
+# causal 86.1 -> 84.7; gfx1201 d64 105.7 -> 103.9; gfx1100 d128 46.7 -> 46.8.
+BWD_MASKED_CONFIGS: dict[str, dict[int, BwdConfig]] = {
+    "gfx942": {64: _b(32, 128, 4, stages=2, occupancy=2, interleave=True)}}
 
 
 # With the bias gradient (docs/bias.md), CDNA's rows at hdim 128 spill vector registers once a
@@ -128,10 +140,10 @@ BWD_WALK_CONFIGS: dict[str, dict[int, BwdConfig]] = {"gfx1201": {128: _b(32, 64,
 
 
 def bwd_config(arch: str, hdim_q: int, hdim_v: int, dbias: bool = False, dropout: bool = False,
-               bias: bool = False, contiguous: bool = True) -> BwdConfig:
+               bias: bool = False, contiguous: bool = True, masked: bool = False) -> BwdConfig:
     """The dq_dk_dv tile for an arch and head dims; `bias` is any bias (a tensor or ALiBi),
     `dbias` its gradient too; `contiguous`: every head dim has stride 1 (else the general-stride
-    variant)."""
+    variant); `masked`: a causal or window mask."""
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
     name = get_arch(arch).name
     if (bias or dbias or not contiguous) and hdim in BWD_WALK_CONFIGS.get(name, {}):
@@ -142,6 +154,8 @@ def bwd_config(arch: str, hdim_q: int, hdim_v: int, dbias: bool = False, dropout
         return BWD_DBIAS_CONFIGS[name][hdim]
     if (bias or dbias) and hdim in BWD_BIAS_CONFIGS.get(name, {}):
         return BWD_BIAS_CONFIGS[name][hdim]
+    if masked and hdim in BWD_MASKED_CONFIGS.get(name, {}):
+        return BWD_MASKED_CONFIGS[name][hdim]
     return BWD_CONFIGS[name][hdim]
 
 
@@ -165,6 +179,10 @@ class BwdShape:
     seqlens_q: tuple[int, ...]  # per sequence
     seqlens_k: tuple[int, ...]
     contiguous: bool  # every head dim has stride 1
+    # The call's tensors whose strides (those passed: all but the head dim's when contiguous) are
+    # multiples of 16 bytes, by the call's names (q, k, v, do, out, dq, dk, dv, bias): the stages
+    # load and store them in 16-byte vectors (CompileOptions.stride_units; the launchers check).
+    aligned: tuple[str, ...] = ()
     bias: str = "none"  # "tensor" (the call's "bias") or "alibi" ("alibi_slopes"), docs/bias.md
     bias_dtype: str = "f32"
     # The bias gradient: "none", or "reduce": dq_dk_dv stores dS^T into the workspace's dbias_acc,
@@ -249,22 +267,33 @@ def dbias_zeroed(shape: BwdShape) -> bool:
 
 
 def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dims: tuple[str, ...] = (),
-             allow_spills: bool = False, interleave: bool = False):
-    """Compile stage `name`; `dims`: the head-dim symbols it declares (their dim_units apply)."""
+             allow_spills: bool = False, interleave: bool = False, tensors: dict[str, str] | None = None):
+    """Compile stage `name`; `dims`: the head-dim symbols it declares (their dim_units apply);
+    `tensors`: its tensor arguments by the call's names (`shape.aligned` says which are aligned)."""
     from tiledsl.library import KernelNotPrebuilt, library_kernel
     from tiledsl.options import CompileOptions
     from tiledsl.package import PackageError
 
-    units = tuple((sym, unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v) if sym in dims)
+    dim_units = tuple((sym, unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v) if sym in dims)
+    units = tuple(sorted((arg, VECTOR_ELEMS) for arg, call in (tensors or {}).items() if call in shape.aligned))
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
-                                  disjoint_rows=shape.contiguous,
-                                  dim_units=units, buffer_masks=not shape.large, interleave=interleave)
+                                  disjoint_rows=shape.contiguous, stride_units=units,
+                                  dim_units=dim_units, buffer_masks=not shape.large, interleave=interleave)
     try:
         return library_kernel(KERNELS / f"{name}.tile", arch, defines, options)
     except (KernelNotPrebuilt, PackageError):  # not a compile failure: say it as it is
         raise
     except TileError as exc:
         raise TileError(f"fmha_bwd: compiling stage {name} for {arch} failed: {exc}") from None
+
+
+DQ_DK_DV_TENSORS = {name: name for name in ("q", "k", "v", "do", "dk", "dv", "bias")}
+def aligned_heads(hdim_q: int, hdim_v: int) -> tuple[str, ...]:
+    """The call's q, k, v, do, out and gradients that are aligned when contiguous (every stride a
+    multiple of the head dim): those whose head dim is a multiple of 16 bytes."""
+    q_side, v_side = hdim_q % VECTOR_ELEMS == 0, hdim_v % VECTOR_ELEMS == 0
+    return tuple(n for n in ("dk", "do", "dq", "dv", "k", "out", "q", "v")
+                 if (q_side if n in ("q", "k", "dq", "dk") else v_side))
 
 
 def _flag(b: bool) -> str:
@@ -275,7 +304,7 @@ def _flag(b: bool) -> str:
 def build_plan(shape: BwdShape) -> Plan:
     """Compile (or load from the cache) the three stages for `shape` and lay out the workspace."""
     cfg = bwd_config(shape.arch, shape.hdim_q, shape.hdim_v, shape.dbias != "none", shape.dropout,
-                     shape.bias != "none", shape.contiguous)
+                     shape.bias != "none", shape.contiguous, shape.mask.kind != "none")
     hd_q, hd_v = padded_hdim(shape.hdim_q), padded_hdim(shape.hdim_v)
     pad = _flag(hd_q != shape.hdim_q or hd_v != shape.hdim_v)
     per_seq = _flag(shape.deterministic and shape.varlen and not cfg.dq_loop)  # nsplits per sequence
@@ -291,28 +320,30 @@ def build_plan(shape: BwdShape) -> Plan:
     # The elementwise stages hold [BLOCK_M, head dim] f32 tiles: at most 8192 elements each.
     rows_v, rows_q = (str(max(16, min(64, 8192 // hd))) for hd in (hd_v, hd_q))
     dot_do_o = _compile("fmha_bwd_dot_do_o", shape.arch,
-                        {**common, "HDIM_V": str(hd_v), "BLOCK_M": rows_v, "PAD_D": pad}, shape, ("D_V",))
+                        {**common, "HDIM_V": str(hd_v), "BLOCK_M": rows_v, "PAD_D": pad}, shape, ("D_V",),
+                        tensors={"o": "out", "do": "do"})
     dq_dk_dv_defines = {
         **common, "HDIM": str(hd_q), "HDIM_V": str(hd_v), "BLOCK_M": str(cfg.block_m), "BLOCK_N": str(cfg.block_n),
         "WAVES": str(cfg.waves), "MASK": shape.mask.kind, "DETERMINISTIC": _flag(shape.deterministic),
         "PER_SEQ_SPLITS": per_seq, "SOFTCAP": _flag(shape.softcap), "BIAS": BIAS_KINDS[shape.bias],
         "BIAS_DT": shape.bias_dtype if shape.bias == "tensor" else "f32", "HAS_DBIAS": _flag(shape.dbias != "none"),
-        "DROPOUT": _flag(shape.dropout), "PAD_D": pad, "STAGES": str(cfg.stages), "OCCUPANCY": str(cfg.occupancy)}
+        "DROPOUT": _flag(shape.dropout), "PAD_D": pad, "STAGES": str(cfg.stages), "OCCUPANCY": str(cfg.occupancy),
+        "MASK_ROWS": _flag(cfg.mask_rows)}
     if cfg.dq_loop:  # dQ's own walk is deterministic either way: one variant serves both modes
         dq_dk_dv_defines.update(DQ_LOOP="true", BLOCK_M_DQ=str(cfg.dq_block[0]), BLOCK_N_DQ=str(cfg.dq_block[1]),
                                 DETERMINISTIC="false")
     spills_ok = cfg.spills or shape.bias != "none" or shape.dropout
     dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch, dq_dk_dv_defines, shape, ("D_QK", "D_V"), spills_ok,
-                        cfg.interleave)
+                        cfg.interleave, DQ_DK_DV_TENSORS)
     paired_blocks = False
     if shape.pair_blocks == "always" or pair_key_blocks(shape, cfg, dq_dk_dv):
         paired = _compile("fmha_bwd_dq_dk_dv", shape.arch, {**dq_dk_dv_defines, "PASSES": "2"}, shape,
-                          ("D_QK", "D_V"), allow_spills=True, interleave=cfg.interleave)
+                          ("D_QK", "D_V"), allow_spills=True, interleave=cfg.interleave, tensors=DQ_DK_DV_TENSORS)
         if shape.pair_blocks == "always" or paired_fits(shape, cfg, dq_dk_dv, paired):
             dq_dk_dv, paired_blocks = paired, True
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,
                           {**common, "HDIM": str(hd_q), "BLOCK_M": rows_q, "PER_SEQ_SPLITS": per_seq, "PAD_D": pad},
-                          shape, ("D_QK",))
+                          shape, ("D_QK",), tensors={"dq": "dq"})
     stages = [
         Stage("dot_do_o", dot_do_o, (("o", Ref("out")), ("do", Ref("do")), ("lse", Ref("lse")), ("d", Ref("d")),
                                      ("lse2", Ref("lse2")), ("cu_seqlens_q", Ref("cu_seqlens_q")), ("batch", batch),
@@ -385,8 +416,11 @@ def plan_from_sizes(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, hq: int,
                     seqlens_q: tuple[int, ...], seqlens_k: tuple[int, ...], varlen: bool, mask: MaskParams,
                     softcap: bool = False, sink: bool = False, deterministic: bool = False,
                     contiguous: bool = True, bias: str = "none", bias_dtype: str = "f32", dbias: str = "none",
-                    dbias_sum: tuple[int, ...] = (), dropout: bool = False, pair_blocks: str = "auto") -> Plan:
+                    dbias_sum: tuple[int, ...] = (), dropout: bool = False, pair_blocks: str = "auto",
+                    aligned: tuple[str, ...] | None = None) -> Plan:
     """The backward plan for sizes alone (what `tiledsl plan fmha_bwd` prints): no tensors needed.
+    aligned: the tensors whose strides are multiples of 16 bytes (default: those of contiguous
+    tensors, `aligned_heads`, and a bias, whose rows the ops pad).
     pair_blocks: "auto" (the sizes decide, tiledsl.pairing) or "always" (a causal mask's paired
     key blocks whatever the sizes)."""
     if pair_blocks not in ("auto", "always"):
@@ -406,4 +440,6 @@ def plan_from_sizes(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, hq: int,
                                seqlens_q=tuple(seqlens_q), seqlens_k=tuple(seqlens_k), contiguous=contiguous,
                                bias=bias, bias_dtype=bias_dtype, dbias=dbias, dbias_sum=dbias_sum,
                                dbias_cols=max(seqlens_k) if dbias != "none" else 0, dropout=dropout,
-                               pair_blocks=pair_blocks if mask.kind in CAUSAL_KINDS else "auto"))
+                               pair_blocks=pair_blocks if mask.kind in CAUSAL_KINDS else "auto",
+                               aligned=tuple(sorted(aligned if aligned is not None else
+                                                    aligned_heads(hdim_q, hdim_v) + ("bias",) * (bias == "tensor")))))

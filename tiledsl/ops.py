@@ -782,13 +782,34 @@ def _bwd_call(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, determinis
         shape = BwdShape(arch=c.arch, dtype=c.dtype, hdim_q=c.d, hdim_v=c.dv, hq=c.hq, hk=c.hk, mask=c.mask,
                          softcap=c.softcap > 0, sink=c.sink32 is not None, deterministic=deterministic,
                          varlen=c.varlen, b=c.b, sq=c.sq, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
-                         contiguous=contiguous, bias=bc.kind, bias_dtype=bc.dtype, dbias=dbias,
+                         contiguous=contiguous,
+                         aligned=_bwd_aligned(c, bc, contiguous, options.get("layout", "bshd"), do, out),
+                         bias=bc.kind, bias_dtype=bc.dtype, dbias=dbias,
                          dbias_sum=dbias_sum, dbias_cols=bc.full[-1] if return_dbias else 0, dropout=dropout.on,
                          large=spans_large(q, k, v, do, out, lse, bc.bias4))
         return build_plan(shape), c, bool(c.batch and c.sq and c.sk), bc
     except BaseException:
         bc.free()
         raise
+
+
+def _bwd_aligned(c: AttentionCall, bc: BiasCall, contiguous: bool, layout: str, do: Any, out: Any) -> tuple[str, ...]:
+    """The backward's tensors whose strides are multiples of 16 bytes (its stages move them in
+    16-byte vectors, CompileOptions.stride_units): device arrays as they are; numpy ones, and the
+    gradients, as the contiguous copies fmha_bwd makes, whose strides are multiples of their head
+    dim (`fmha_bwd.aligned_heads`)."""
+    from tiledsl.fmha_bwd import aligned_heads
+
+    aligned = set(aligned_heads(c.d, c.dv))
+    if not contiguous:  # the general-stride variant passes the head dim's stride too: the gradients' is 1
+        aligned -= {"dq", "dk", "dv"}
+    if c.on_device:
+        given = {"q": c.q4, "k": c.k4, "v": c.v4, "do": _to_bshd(do, layout, c.varlen),
+                 "out": _to_bshd(out, layout, c.varlen)}
+        aligned -= set(given) - set(aligned_names(contiguous, **given))
+    if bc.bias4 is not None and aligned_names(contiguous, bias=bc.bias4):
+        aligned.add("bias")
+    return tuple(sorted(aligned))
 
 
 def _dbias_view(dbias: DeviceArray) -> DeviceArray:
