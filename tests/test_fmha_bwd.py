@@ -395,3 +395,25 @@ def test_causal_hdim128_small_batch_plan_compiles(arch):
                                 contiguous=True)
     plan = bwd_module.build_plan(shape)
     assert [s.name for s in plan.stages][1] == "dq_dk_dv"
+
+
+def test_bwd_stages_vectorize_only_aligned_tensors():
+    """BwdShape.aligned: a tensor whose rows are 68 elements apart (not a multiple of 16 bytes) is
+    compiled without the 16-byte stride fact, the others with it, and the gradients still match."""
+    dev = EmulatorDevice("gfx942")
+    q, k, v, do = inputs(sq=24, sk=40, hq=2, hk=1, d=64, seed=12)
+    padded = np.zeros(q.shape[:-1] + (68,), q.dtype)
+    padded[..., :64] = q
+    host = DeviceArray.from_numpy(dev, padded)
+    q_view = DeviceArray(host.buffer, q.shape, q.dtype, host.strides[:-1] + (1,), 0)
+    out, lse = fmha_fwd(q, k, v, return_lse=True, device=dev)
+    args = [DeviceArray.from_numpy(dev, x) for x in (do, k, v, out, lse)]
+    plan = fmha_bwd_plan(args[0], q_view, *args[1:], device=dev)
+    units = {t["name"]: t["stride_unit"] for s in plan.stages if s.name == "dq_dk_dv"
+             for t in s.kernel.manifest["tensors"]}
+    assert units["q"] == 1 and units["k"] == units["v"] == units["do"] == units["dk"] == 8
+    grads = fmha_bwd(args[0], q_view, *args[1:], device=dev)
+    assert_grads_close([g.numpy() for g in grads], fmha_bwd_reference(do, q, k, v), np.float16)
+    aligned = fmha_bwd_plan(*args[:1], DeviceArray.from_numpy(dev, q), *args[1:], device=dev)
+    assert all(t["stride_unit"] == 8 for s in aligned.stages if s.name == "dq_dk_dv"
+               for t in s.kernel.manifest["tensors"] if t["name"] in ("q", "k", "v", "do", "dk", "dv"))
