@@ -157,12 +157,17 @@ def reshaped_source(v: ir.Value, names: tuple[str, ...] = ("tile.broadcast", "ti
     return v
 
 
+def splat_scalar(v: ir.Value) -> ir.Value | None:
+    """The scalar a `tile.splat` v was made from (through broadcasts and expand_dims of it), or None."""
+    op = defining_op(reshaped_source(v))
+    return op.operands[0] if op is not None and op.name == "tile.splat" else None
+
+
 def uniform_constant_int(v: ir.Value) -> int | None:
     """constant_int of v, or of the scalar a `tile.splat` v was made from (through broadcasts and
     expand_dims of it: where(PAD_D, mask, true)[None, :] is still true)."""
-    v = reshaped_source(v)
-    op = defining_op(v)
-    return constant_int(op.operands[0] if op is not None and op.name == "tile.splat" else v)
+    scalar = splat_scalar(v)
+    return constant_int(reshaped_source(v) if scalar is None else scalar)
 
 
 def constant_trip_count(lb: ir.Value, ub: ir.Value, step: ir.Value) -> int | None:

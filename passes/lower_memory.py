@@ -258,7 +258,6 @@ class _Buffer(NamedTuple):
     base: ir.Value  # the tensor argument's pointer
     records: ir.Value | None  # i32 NUM_RECORDS (unsigned, at most 2 GiB) at the view's end; None: the reach
     soffset: ir.Value  # i32 bytes every access adds past the range check (a view's start)
-    view: bool  # a tile.view's: its offsets may be split (_split_offsets)
     word3: int
 
     def descriptor(self, records: ir.Value | None = None) -> ir.Value:
@@ -296,7 +295,7 @@ def _buffer_resource(lw: _Lowering, ptr: ir.Value, eb: int) -> _Buffer | None:
         # the tensor within that): scalar i32 math, which LLVM keeps on the scalar unit.
         length = arith.MinUIOp(lw.v(view.operands[2]), c32(_BUFFER_REACH // eb)).result
         records = arith.MulIOp(length, c32(eb)).result
-    return _Buffer(lw.v(arg), records, soffset, view is not None, lw.arch.buffer_word3)
+    return _Buffer(lw.v(arg), records, soffset, lw.arch.buffer_word3)
 
 
 def _buffer_int_type(nbytes: int) -> ir.Type:
@@ -306,13 +305,23 @@ def _buffer_int_type(nbytes: int) -> ir.Type:
     return ir.IntegerType.get_signless(8 * nbytes)
 
 
+class _Split(NamedTuple):
+    """A view access's offsets, split (offset_deltas): their coefficient on each axis, and the
+    products of scalars that cannot be negative (multiples of strides and shapes, which the
+    launchers check): only those may move into SOFFSET, by positive multiples, since buffer
+    addresses add SOFFSET unsigned."""
+
+    coefficients: Coefficients
+    movable: frozenset[tuple[ir.Value, ...]]
+
+
 class _GroupAccess(NamedTuple):
     rsrc: ir.Value
     soffset: ir.Value
     offsets: list[ir.Value]  # each access's VGPR byte offset (the same, plus constants LLVM folds)
 
 
-def _group_access(lw: _Lowering, buf: _Buffer, split: Coefficients | None, tile: ir.Value,
+def _group_access(lw: _Lowering, buf: _Buffer, split: _Split | None, tile: ir.Value,
                   group: list[tuple[int, int]], offs: list[ir.Value], eb: int, cond: ir.Value | None) -> _GroupAccess:
     """A group's descriptor, SOFFSET and byte offsets: one select on the first offset (out of range
     when `cond` is false), the rest a constant past it (LLVM folds it into the instruction's offset
@@ -321,15 +330,14 @@ def _group_access(lw: _Lowering, buf: _Buffer, split: Coefficients | None, tile:
     constant goes into SOFFSET, with NUM_RECORDS lowered by as much: the range check sees the same
     offsets, and the lane holds one VGPR for the tile where it held one per group."""
     deltas = _group_deltas(lw, tile, group)
-    soffset, first, imm = buf.soffset, offs[group[0][0]], 0
+    soffset, first, imm, rsrc = buf.soffset, offs[group[0][0]], 0, None
     moved = _moved_delta(lw, split, tile, group, deltas, eb)
-    if moved is not None and moved[1] is not None:
+    if moved is not None:
         first, (imm, extra) = offs[0], moved
-        soffset = arith.AddIOp(soffset, extra).result
-        rsrc = buf.descriptor(_records_past(buf.records, extra))  # type: ignore[arg-type]
-    else:
-        first, imm = (offs[0], moved[0]) if moved is not None else (first, imm)
-        rsrc = buf.descriptor()
+        if extra is not None:
+            soffset = arith.AddIOp(soffset, extra).result
+            rsrc = buf.descriptor(_records_past(buf.records, extra))  # type: ignore[arg-type]
+    rsrc = buf.descriptor() if rsrc is None else rsrc
     first = arith.MulIOp(first, c32(eb)).result
     if cond is not None:
         first = arith.SelectOp(cond, first, c32(_BUFFER_REACH - (1 << 32))).result
@@ -337,18 +345,16 @@ def _group_access(lw: _Lowering, buf: _Buffer, split: Coefficients | None, tile:
     return _GroupAccess(rsrc, soffset, offsets)
 
 
-def _moved_delta(lw: _Lowering, split: Coefficients | None, tile: ir.Value, group: list[tuple[int, int]],
+def _moved_delta(lw: _Lowering, split: _Split | None, tile: ir.Value, group: list[tuple[int, int]],
                  deltas: list[int], eb: int) -> tuple[int, ir.Value | None] | None:
     """How a group's offset past the lane's first register splits: (bytes left in the immediate
-    offset, bytes moved into SOFFSET or None), or None where the group keeps its own offset. Only
-    what cannot be negative moves (multiples of strides and shapes, which the launchers check, by
-    positive constants): buffer addresses add SOFFSET unsigned."""
+    offset, bytes moved into SOFFSET or None), or None where the group keeps its own offset (a
+    negative part, or a product of scalars that may not move)."""
     if split is None:
         return None
     regs = lw.lin(tile).regs
-    constant, scalars = register_delta(split, [int(d) for d in regs[group[0][0]] - regs[0]])
-    args = nonnegative_args(lw.fn)
-    if constant < 0 or any(k < 0 or not all(nonnegative(s, args) for s in mono) for mono, k in scalars.items()):
+    constant, scalars = register_delta(split.coefficients, [int(d) for d in regs[group[0][0]] - regs[0]])
+    if constant < 0 or any(k < 0 for k in scalars.values()) or not split.movable.issuperset(scalars):
         return None
     if (constant + max(deltas)) * eb > lw.arch.buffer_offset_max:
         scalars, constant = {**scalars, (): constant}, 0
@@ -379,18 +385,20 @@ def _monomial(lw: _Lowering, mono: tuple[ir.Value, ...], k: int) -> ir.Value:
     return out if k == 1 else arith.MulIOp(out, c32(k)).result
 
 
-def _split_offsets(lw: _Lowering, buf: _Buffer | None, offsets: ir.Value) -> Coefficients | None:
-    """The coefficients that split a view access's offsets (offset_deltas), where every scalar in
-    them is an i32 (the offsets' own type)."""
-    if buf is None or not buf.view or not lw.options.split_view_offsets:
+def _split_offsets(lw: _Lowering, buf: _Buffer | None, offsets: ir.Value) -> _Split | None:
+    """How a view access's offsets split (offset_deltas), where every scalar in them is an i32
+    (the offsets' own type); None for an access that is not through a view (records None)."""
+    if buf is None or buf.records is None or not lw.options.split_view_offsets:
         return None
     c = coefficients(offsets)
     if c is None or any(s.type != i32() for terms in c.values() for mono in terms for s in mono):
         return None
-    return c
+    args = nonnegative_args(lw.fn)
+    monos = {mono for terms in c.values() for mono in terms if mono}
+    return _Split(c, frozenset(m for m in monos if all(nonnegative(s, args) for s in m)))
 
 
-def _buffer_loads(lw: _Lowering, buf: _Buffer, split: Coefficients | None, tile: ir.Value,
+def _buffer_loads(lw: _Lowering, buf: _Buffer, split: _Split | None, tile: ir.Value,
                   group: list[tuple[int, int]], types: list[ir.Type], offs: list[ir.Value], eb: int,
                   cond: ir.Value, fill: ir.Value | None = None) -> list[ir.Value]:
     """The group's loads, masked-off ones reading 0, or `fill` (one select per access, on the
@@ -407,7 +415,7 @@ def _buffer_loads(lw: _Lowering, buf: _Buffer, split: Coefficients | None, tile:
     return out
 
 
-def _buffer_writes(kind: str, lw: _Lowering, buf: _Buffer, split: Coefficients | None, tile: ir.Value,
+def _buffer_writes(kind: str, lw: _Lowering, buf: _Buffer, split: _Split | None, tile: ir.Value,
                    group: list[tuple[int, int]], vals: list[ir.Value], offs: list[ir.Value], eb: int,
                    cond: ir.Value | None) -> None:
     access = _group_access(lw, buf, split, tile, group, offs, eb, cond)

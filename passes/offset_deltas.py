@@ -14,7 +14,7 @@ from __future__ import annotations
 from mlir import ir
 
 from tiledsl.ir.dialect import int_attr
-from tiledsl.passes.common import defining_op, is_tile, reshaped_source, tile_shape, uniform_constant_int
+from tiledsl.passes.common import defining_op, is_tile, splat_scalar, tile_shape, uniform_constant_int
 
 Monomial = tuple[ir.Value, ...]  # a product of scalars (tile IR); () is the integer 1
 Coefficients = dict[int, dict[Monomial, int]]  # axis of the accessed tile -> its coefficient
@@ -29,12 +29,6 @@ def coefficients(offsets: ir.Value) -> Coefficients | None:
     if not is_tile(offsets) or not isinstance(ir.RankedTensorType(offsets.type).element_type, ir.IntegerType):
         return None
     return _coefficients(offsets, list(range(len(tile_shape(offsets.type)))), 0)
-
-
-def _uniform_scalar(v: ir.Value) -> ir.Value | None:
-    """The scalar a tile was splat from (through broadcasts and expand_dims), or None."""
-    op = defining_op(reshaped_source(v))
-    return op.operands[0] if op is not None and op.name == "tile.splat" else None
 
 
 def _scaled(c: Coefficients, factor: int | ir.Value) -> Coefficients:
@@ -60,7 +54,7 @@ def _coefficients(v: ir.Value, axes: list[int | None], depth: int) -> Coefficien
     so v does not vary along it)."""
     if depth > _MAX_DEPTH:
         return None
-    if uniform_constant_int(v) is not None or _uniform_scalar(v) is not None:
+    if uniform_constant_int(v) is not None or splat_scalar(v) is not None:
         return {}
     op = defining_op(v)
     if op is None:
@@ -88,7 +82,7 @@ def _coefficients(v: ir.Value, axes: list[int | None], depth: int) -> Coefficien
         for x, y in (op.operands, reversed(list(op.operands))):
             factor = uniform_constant_int(y)
             if factor is None:
-                factor = _uniform_scalar(y)
+                factor = splat_scalar(y)
             if factor is not None:
                 c = _coefficients(x, axes, depth + 1)
                 return None if c is None else _scaled(c, factor)

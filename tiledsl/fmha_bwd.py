@@ -287,7 +287,10 @@ def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dim
         raise TileError(f"fmha_bwd: compiling stage {name} for {arch} failed: {exc}") from None
 
 
+# dq_dk_dv's tensor arguments by the call's names (_compile's `tensors`).
 DQ_DK_DV_TENSORS = {name: name for name in ("q", "k", "v", "do", "dk", "dv", "bias")}
+
+
 def aligned_heads(hdim_q: int, hdim_v: int) -> tuple[str, ...]:
     """The call's q, k, v, do, out and gradients that are aligned when contiguous (every stride a
     multiple of the head dim): those whose head dim is a multiple of 16 bytes."""

@@ -32,7 +32,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from tiledsl.ir.dialect import i32_attr, int_attr, tensor_type, tile_op
-from tiledsl.passes.common import defining_op, is_tile, reshaped_source
+from tiledsl.passes.common import defining_op, is_tile, reshaped_source, splat_scalar
 
 
 @dataclass
@@ -55,10 +55,7 @@ class _Affine:
 
 def _uniform(v: ir.Value) -> ir.Value | None:
     """The scalar v stands for: v itself, or what a splat of it (through reshapes) was made from."""
-    if not is_tile(v):
-        return v
-    op = defining_op(reshaped_source(v))
-    return op.operands[0] if op is not None and op.name == "tile.splat" else None
+    return splat_scalar(v) if is_tile(v) else v
 
 
 def _affine(v: ir.Value) -> _Affine | None:
