@@ -30,6 +30,7 @@ from tiledsl.passes.common import (
     tile_dtype,
     tile_shape,
 )
+from tiledsl.passes.lane_exchange import lane_bit, lane_exchange, lower_exchange
 from tiledsl.passes.lower_fp8 import conversion_rule, from_memory, memory_type, to_memory
 from tiledsl.passes.lower_memory import c32, gep, i32, rule_load, rule_view, rule_write
 from tiledsl.passes.philox import rule_philox_byte
@@ -51,6 +52,7 @@ class _Lowering:
         self.lazy: dict[ir.Value, ir.Operation] = {}  # local_load results a dot reads fragment-wise
         self.bases: dict[str, list[ir.Value]] = {}
         self.splats: dict[ir.Value, ir.Value] = {}  # lowered splat vector -> its scalar
+        self.lane_bits: dict[int, ir.Value] = {}  # wave32 lane mask -> this lane's bit (lane_exchange)
         self.axis = AxisAnalysis()
         self.large_args = set(ir.DenseI32ArrayAttr(fn.attributes["tile.large_args"])) \
             if "tile.large_args" in fn.attributes else set()
@@ -326,9 +328,17 @@ def rule_permute(lw: _Lowering, op: ir.Operation) -> None:
     src, dst = op.operands[0], op.result
     sl, dl = L.layout_of(src.type), L.layout_of(dst.type)
     mapping = L.register_map(sl, tile_shape(src.type), dl, tile_shape(dst.type), lw.threads)
-    if mapping is None:
-        raise op_error(op, f"internal: {op.name} from {sl} to {dl} needs LDS", lw.source, "lower-to-gpu")
     x = lw.v(src)
+    if mapping is None:
+        ex = lane_exchange(sl, dl, tile_shape(src.type), lw.threads, lw.arch, lw.options) \
+            if op.name == "tile.convert_layout" else None
+        if ex is None:
+            raise op_error(op, f"internal: {op.name} from {sl} to {dl} needs LDS", lw.source, "lower-to-gpu")
+        for mask in set(ex.takes_own) - set(lw.lane_bits):
+            with ir.InsertionPoint(lw.anchor):  # computed once, before any loop
+                lw.lane_bits[mask] = lane_bit(lw.lane, mask)
+        lw.vmap[dst] = lw.pack(lower_exchange(lw.elems(x), ex, lw.lane_bits), ir.VectorType(x.type).element_type)
+        return
     if mapping == list(range(ir.VectorType(x.type).shape[0])):
         lw.vmap[dst] = x
         return
@@ -537,7 +547,7 @@ def _only_feeds_next_dot(op: ir.Operation) -> bool:
     for o in ops[start + 1:]:
         if o == user:
             return True
-        if o.name in ("tile.barrier", "tile.local_store") or o.regions:
+        if o.name in ("tile.barrier", "tile.wave_fence", "tile.local_store") or o.regions:
             return False
     return False
 
@@ -646,6 +656,16 @@ def rule_barrier(lw: _Lowering, op: ir.Operation) -> None:
     lds_barrier()
 
 
+def rule_wave_fence(lw: _Lowering, op: ir.Operation) -> None:
+    """Between a wave-private staging's store and its reads (stage-lds): a wave's LDS accesses
+    complete in the order it issues them (the ISA guides' LDS chapters), so no instruction is
+    needed, only that neither LLVM nor its scheduler moves the wave's LDS reads above its stores
+    to other lanes' addresses, which a wavefront-scope fence forbids and costs nothing at run time
+    (LLVM AMDGPUUsage, memory model: no code for the wavefront scope)."""
+    local = ir.Attribute.parse('#llvm.mmra_tag<"amdgpu-synchronize-as":"local">')
+    llvm.fence(llvm.AtomicOrdering.acq_rel, syncscope="wavefront").attributes["llvm.mmra"] = local
+
+
 # Loops that run at most this many times keep their loop-invariant code inside (LLVM's LICM is
 # told so through the loop's metadata): hoisting saves at most one evaluation per extra
 # iteration, but holds every hoisted value across the whole body. The paired key blocks of the
@@ -698,6 +718,7 @@ RULES = {
     "tile.view": rule_view,
     "tile.dot": rule_dot, "tile.reduce": rule_reduce,
     "tile.local_store": rule_local_store, "tile.local_load": rule_local_load, "tile.barrier": rule_barrier,
+    "tile.wave_fence": rule_wave_fence,
     "math.exp2": rule_exp2, "math.log2": rule_log2, "math.sqrt": rule_sqrt, "math.absf": rule_absf,
     "math.absi": rule_abs_i, "tile.rcp": rule_rcp, "tile.umulhi": rule_umulhi, "tile.philox_byte": rule_philox_byte,
     "scf.for": rule_for, "scf.if": rule_if, "scf.yield": rule_yield, "func.return": rule_return,

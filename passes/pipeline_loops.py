@@ -236,7 +236,7 @@ def _has_other_users(op: ir.Operation, allowed: ir.Operation) -> bool:
 
 # Ops that stay where they are: LDS accesses and barriers are ordered with each other (a paged
 # cache's page numbers reach the key addresses through an LDS staging), and stores are side effects.
-_PINNED = ("tile.local_load", "tile.local_store", "tile.barrier", "tile.store", "tile.atomic_add")
+_PINNED = ("tile.local_load", "tile.local_store", "tile.barrier", "tile.wave_fence", "tile.store", "tile.atomic_add")
 
 
 def _exclusive_slice(load: ir.Operation, body: ir.Block) -> list[ir.Operation]:

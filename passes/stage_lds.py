@@ -5,21 +5,22 @@ coalesced global tile into an MFMA/WMMA operand layout) becomes
 
     [tile.barrier ;] tile.local_store ; tile.barrier ; tile.local_load
 
-All stagings share one arena, so the kernel's LDS is the largest single staging, or the
-cross-wave reduction scratch. Within it each staging goes right after the one before it where
-there is room, else back to the start; the barrier before a store is there only where the bytes
-it overwrites may have been read since the last barrier, on some path through branches and loop
-iterations (_war_barriers). Stagings that take turns in disjoint bytes (a step's Q, dO and dS
-tiles in a 33 KiB arena) then cost one barrier each instead of two. A staging that would store the
-bytes an earlier one of its block stored (the same tile, laid out the same way) reads them instead,
-with no store and no barrier (_shared_stagings). A conversion marked `tile.resident` (a
-loop-invariant tile hoisted by hoist-conversions) gets its own region below the arena instead:
-it is stored once, before the loop, and read where it is used. Resident regions are placed by
-lifetime (from the store to the last read, a read in a loop reaching that loop's end): two that
-are never live together share bytes (a kernel with two walks one after another), since each store
-is behind a barrier that every read of the region before it precedes. Rows are padded to spread
-consecutive rows over the LDS banks. On archs that transpose in LDS reads (gfx950), a 16-bit B
-operand [K, N] is stored row-major and marked `transpose_read` for lower-to-gpu. A tile that does
+All stagings share one arena, so the kernel's LDS is the largest single staging, or the cross-wave
+reduction scratch. Within it each staging goes right after the one before it where there is room,
+else back to the start; the barrier before a store is there only where the bytes it overwrites may
+have been read since the last barrier, on some path through branches and loop iterations
+(_war_barriers). Stagings that take turns in disjoint bytes (a step's Q, dO and dS tiles in a 33
+KiB arena) then cost one barrier each instead of two. A staging that would store the bytes an
+earlier one of its block stored (the same tile, laid out the same way) reads them instead, with no
+store and no barrier (_shared_stagings). A staging whose lanes read back only their own wave's
+stores (_wave_private) has a wave fence after its store instead of the barrier. A conversion marked
+`tile.resident` (a loop-invariant tile hoisted by hoist-conversions) gets its own region below the
+arena instead: it is stored once, before the loop, and read where it is used. Resident regions are
+placed by lifetime (from the store to the last read, a read in a loop reaching that loop's end):
+two that are never live together share bytes (a kernel with two walks one after another), since
+each store is behind a barrier that every read of the region before it precedes. Rows are padded to
+spread consecutive rows over the LDS banks. On archs that transpose in LDS reads (gfx950), a 16-bit
+B operand [K, N] is stored row-major and marked `transpose_read` for lower-to-gpu. A tile that does
 not fit the arch's LDS is a user error at the DSL location of the operation.
 """
 
@@ -46,6 +47,7 @@ from tiledsl.passes.common import (
     tile_dtype,
     tile_shape,
 )
+from tiledsl.passes.lane_exchange import lane_exchange
 
 
 def padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
@@ -65,13 +67,20 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         sizes: dict[ir.Operation, int] = {}  # the arena bytes each staging or cross-wave reduction takes
         stored: dict[ir.Operation, tuple] = {}  # a staging's bytes: its source and how it is laid out
+        private: set[ir.Operation] = set()  # stagings whose lanes read back only their own wave's stores
         for op in _program_order(fn)[0]:  # pre-order: program order
             if op.name == "tile.convert_layout":
                 src = op.operands[0]
                 shape = tile_shape(src.type)
-                if L.register_map(L.layout_of(src.type), shape, L.layout_of(op.result.type), shape, threads) is None:
+                if L.register_map(L.layout_of(src.type), shape, L.layout_of(op.result.type), shape, threads) is None \
+                        and lane_exchange(L.layout_of(src.type), L.layout_of(op.result.type), shape, threads, arch,
+                                          options) is None:
                     attrs, sizes[op] = _staging(op, resident, threads, options, arch, source)
-                    stored[op] = (src, ir.IntegerAttr(attrs["row_stride"]).value, "transposed" in attrs)
+                    if options.wave_private_stagings and _wave_private(
+                            L.layout_of(src.type), L.layout_of(op.result.type), shape, threads):
+                        private.add(op)
+                    else:  # a wave-private staging's bytes are not read by other layouts' lanes
+                        stored[op] = (src, ir.IntegerAttr(attrs["row_stride"]).value, "transposed" in attrs)
             elif op.name == "tile.reduce" and is_tile(op.operands[0]):
                 lin = L.linear(L.layout_of(op.operands[0].type), tile_shape(op.operands[0].type), threads)
                 axis = int_attr(op, "axis")
@@ -89,14 +98,16 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
             shared = _shared_stagings(stored)
             at = _arena_offsets(sizes, arena, shared)
             war, entry_barriers = _war_barriers(
-                fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()}, set(shared))
+                fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()}, set(shared),
+                private)
         else:  # every staging at the arena's start, behind a barrier
-            at, war, entry_barriers = dict.fromkeys(sizes, 0), set(sizes), set()
+            at, war, entry_barriers, private = dict.fromkeys(sizes, 0), set(sizes), set(), set()
         for loop in entry_barriers:
             _first_iteration_barrier(loop)
         for op in sizes:
             if op.name == "tile.convert_layout":
-                _stage_convert(op, resident + at[op], op in war, op in shared, threads, options, arch, source)
+                _stage_convert(op, resident + at[op], op in war, op in shared, op in private, threads, options,
+                               arch, source)
     module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
     return need
 
@@ -174,32 +185,56 @@ class Found(NamedTuple):
     first_iteration: set[ir.Operation]
 
 
+def _wave_private(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads: L.Threads) -> bool:
+    """Does every lane of the destination read only elements that its own wave stored, each
+    element held by one wave in the source? Then the staging needs no workgroup barrier after its
+    store (a wave's LDS accesses complete in the order it issues them), and its bytes are only
+    ever written and read by one wave each, across iterations too. gfx11's P tile, from the WMMA
+    accumulator to an operand, is one: rows stay with their wave, values move between its lanes."""
+    flat = np.ravel_multi_index(np.moveaxis(L.coords(src, shape, threads), -1, 0), shape)
+    wave = np.arange(threads.count) // threads.wave_size
+    owner = np.full(int(np.prod(shape)), -1)
+    owner[flat] = np.broadcast_to(wave[:, None], flat.shape)
+    if (owner[flat] != wave[:, None]).any():  # an element held by two waves: both would store it
+        return False
+    read = np.ravel_multi_index(np.moveaxis(L.coords(dst, shape, threads), -1, 0), shape)
+    return bool((owner[read] == wave[:, None]).all())
+
+
 def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
-                  readers: set[ir.Operation]) -> Found:
+                  readers: set[ir.Operation], private: set[ir.Operation] = frozenset()) -> Found:
     """The stagings whose store needs a barrier first: LDS bytes it overwrites may have been read
     since the last barrier, by this wave or (on any path through branches and loop iterations)
     another. A staging's reads all precede the next barrier or LDS store in program order (a dot
     reading its operand fragment by fragment comes before either, lower-to-gpu), and every
     barrier waits for the wave's LDS accesses, so `dirty`, the byte spans read since the last
     barrier, is all a store must not overlap. `readers` only read (shared stagings): no store,
-    no barrier.
+    no barrier. `private` stagings (_wave_private) have no barrier after their store: their spans
+    join `dirty` marked as theirs, and a private store need not wait for its own earlier reads
+    (each byte is stored and read by one wave, in order).
 
     Also returns the loops that get a barrier in their first iteration only instead: where a store
     in the body needs one only because of bytes read before the loop (a tile staged once before
     the loop, in the bytes the loop's stagings reuse), one barrier replaces one per iteration
     (_first_iteration_barrier)."""
 
-    def overlaps(dirty: frozenset, span: tuple[int, int]) -> bool:
-        return any(lo < span[1] and span[0] < hi for lo, hi in dirty)
+    def overlaps(dirty: frozenset, span: tuple[int, int], op: ir.Operation) -> bool:
+        return any(lo < span[1] and span[0] < hi and (reader is None or reader != op) for lo, hi, reader in dirty)
 
     def visit(block: ir.Block, dirty: frozenset, found: Found) -> frozenset:
         for op in ops_in(block):
             if op in readers:
-                dirty = dirty | {spans[op]}
-            elif op in spans:
-                if op.name == "tile.convert_layout" and overlaps(dirty, spans[op]):
+                dirty = dirty | {(*spans[op], None)}
+            elif op in private:
+                if overlaps(dirty, spans[op], op):
                     found.war.add(op)
-                dirty = frozenset([spans[op]])  # barrier after the store (a reduction: before, too), then its reads
+                    dirty = frozenset()
+                dirty = dirty | {(*spans[op], op)}  # no barrier after the store: earlier reads stay
+            elif op in spans:
+                if op.name == "tile.convert_layout" and overlaps(dirty, spans[op], op):
+                    found.war.add(op)
+                # A barrier after the store (a reduction: before, too), then its reads.
+                dirty = frozenset([(*spans[op], None)])
             elif op.name == "tile.barrier":
                 dirty = frozenset()
             elif op.name == "scf.if":  # an empty else region passes `dirty` through
@@ -428,17 +463,17 @@ def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: Comp
     op.erase()
 
 
-def _stage_convert(op: ir.Operation, at: int, war_barrier: bool, reads_only: bool, threads: L.Threads,
-                   options: CompileOptions, arch: Arch, source: str | None) -> None:
-    """The store (unless an earlier staging stored these bytes: `reads_only`), its barriers, and
-    the load."""
+def _stage_convert(op: ir.Operation, at: int, war_barrier: bool, reads_only: bool, private: bool,
+                   threads: L.Threads, options: CompileOptions, arch: Arch, source: str | None) -> None:
+    """The store (unless an earlier staging stored these bytes: `reads_only`), its barriers (a
+    wave-private staging: a wave fence after the store), and the load."""
     attrs, _size = _staging(op, at, threads, options, arch, source)
     with ir.InsertionPoint(op), op.location:
         if not reads_only:
             if war_barrier:
                 tile_op("barrier", [], [])
             tile_op("local_store", [op.operands[0]], [], attrs)
-            tile_op("barrier", [], [])
+            tile_op("wave_fence" if private else "barrier", [], [])
         new = tile_op("local_load", [], [op.result.type], attrs)
     op.result.replace_all_uses_with(new.result)
     op.erase()

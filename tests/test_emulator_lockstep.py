@@ -23,6 +23,7 @@ from tiledsl.device_array import DeviceArray
 from tiledsl.driver import compile_source
 from tiledsl.launcher import launch
 from tiledsl.ops import fmha_bwd_plan
+from tiledsl.options import CompileOptions
 from tiledsl.plan import WORKSPACE_POOL
 from tiledsl.reference import fmha_bwd_reference
 
@@ -94,27 +95,70 @@ def test_tile_staged_before_a_loop_is_read_before_the_loop_overwrites_it(arch: s
     Just before the loop, LLVM sank those reads past it (into the loop's preheader), and a wave
     that ran after another had stored its rows of K read them as Q: waves in shuffled orders
     between barriers expose that; both lockstep and in-order emulation agree with them."""
+    kernel = _staged_before_loop(arch, wave_private_stagings=True)
+    a, b = both_ways(arch, lambda dev: _run_staged_before_loop(kernel, dev)[0])
+    assert_bits_equal(a, b)
+    _check_shuffled(arch, kernel)
+    np.testing.assert_allclose(a, _run_staged_before_loop(kernel, None)[1], rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_wave_private_stagings_end_without_a_barrier(arch: str) -> None:
+    """A staging whose lanes read back only what their own wave stored (stage-lds' _wave_private:
+    here Q, whose rows stay with their wave from the coalesced layout to the operand on CDNA and
+    gfx11, and gfx11's cast S, from the WMMA accumulator to an operand) ends with a wave fence
+    instead of a workgroup barrier: the kernel has one barrier fewer, except on gfx1201, whose
+    cast S stays in registers and whose Q rows move between waves. Waves run in shuffled orders
+    between barriers still get numpy's result. (gfx11's cast S, with lane exchanges, takes no LDS:
+    the next test.)"""
+    fenced = _staged_before_loop(arch, wave_private_stagings=True, lane_exchange=False)
+    barriers = _staged_before_loop(arch, wave_private_stagings=False, lane_exchange=False)
+    fewer = 0 if arch == "gfx1201" else 1
+    assert fenced.asm.count("s_barrier") == barriers.asm.count("s_barrier") - fewer
+    _check_shuffled(arch, fenced)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_lane_exchanges_replace_an_lds_round_trip(arch: str) -> None:
+    """gfx11's cast S goes from the WMMA accumulator to an A operand by exchanging registers with
+    the lanes 16 away (passes/lane_exchange.py: 8 v_permlanex16_b32) instead of through LDS: 16
+    fewer LDS stores, 4 fewer reads and two barriers fewer. No other arch's conversions here are
+    exchanges: their code is the same either way. Shuffled wave orders still get numpy's result."""
+    exchanged = _staged_before_loop(arch, lane_exchange=True)
+    staged = _staged_before_loop(arch, lane_exchange=False)
+    counts = [tuple(k.asm.count(i) for i in ("v_permlanex16", "s_barrier", "ds_store", "ds_load"))
+              for k in (exchanged, staged)]
+    if arch == "gfx1100":
+        assert counts == [(8, 4, 11, 20), (0, 6, 27, 24)], counts
+    else:
+        assert exchanged.asm == staged.asm
+    _check_shuffled(arch, exchanged)
+
+
+@functools.cache
+def _staged_before_loop(arch: str, **options):
     path = Path(__file__).resolve().parent / "kernels" / "staged_before_loop.tile"
-    kernel = compile_source(path.read_text(), str(path), arch)
+    return compile_source(path.read_text(), str(path), arch, options=CompileOptions(arch=arch, **options))
+
+
+def _run_staged_before_loop(kernel, dev) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's output on `dev` (None: not run) and numpy's."""
     rng = np.random.default_rng(5)
     q = rng.standard_normal((128, 32)).astype(np.float16)
     k, v = (rng.standard_normal((128, 32)).astype(np.float16) for _ in range(2))
     s = (q.astype(np.float32) @ k.astype(np.float32).T).astype(np.float16).astype(np.float32)
-    want = s @ v.astype(np.float32)
-
-    def run(dev):
-        out = np.zeros((128, 32), np.float32)
+    out = np.zeros((128, 32), np.float32)
+    if dev is not None:
         launch(kernel, q, k, v, out, device=dev)
-        return out
+    return out, s @ v.astype(np.float32)
 
-    a, b = both_ways(arch, run)
-    assert_bits_equal(a, b)
+
+def _check_shuffled(arch: str, kernel) -> None:
     # Sums of 128 f32 products up to about 280 in the matrix units' order, not numpy's: measured
     # within 0.004 of numpy; a wave that reads K as Q gets whole rows of other sums.
     for seed in range(3):
-        np.testing.assert_allclose(run(EmulatorDevice(arch, schedule="shuffle", seed=seed)), want,
-                                   rtol=1e-4, atol=1e-2, err_msg=f"shuffled schedule, seed {seed}")
-    np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-2)
+        got, want = _run_staged_before_loop(kernel, EmulatorDevice(arch, schedule="shuffle", seed=seed))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-2, err_msg=f"shuffled schedule, seed {seed}")
 
 
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx1201"])

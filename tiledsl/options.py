@@ -60,6 +60,15 @@ class CompileOptions:
     # forward's rows model slower with it (gfx950 hdim 128 1328.8 -> 1222.4 TFLOP/s), not being
     # short of registers.
     split_view_offsets: bool = False
+    # A layout conversion that moves values only between lanes 16 apart (gfx11's P tile, from the
+    # WMMA accumulator to an operand) exchanges registers with v_permlanex16 on RDNA instead of
+    # an LDS round trip (passes/lane_exchange.py). Off by default while the timing model finds it
+    # slower than the wave-private staging below in most of gfx1100's forward cells.
+    lane_exchange: bool = False
+    # A layout conversion whose lanes read back only what their own wave stored (stage-lds:
+    # _wave_private; gfx11's P tile) has a wave fence after its LDS store instead of a workgroup
+    # barrier. False is for measuring the difference.
+    wave_private_stagings: bool = True
     # Masked accesses through buffer descriptors (above). The driver compiles again with False
     # while a kernel spills a few registers: with branches, LLVM keeps fewer loads in flight.
     buffer_masks: bool = True

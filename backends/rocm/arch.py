@@ -125,6 +125,12 @@ class Arch:
         return 0x7F_FFFF if self.isa_generation == "gfx12" else 0xFFF
 
     @property
+    def permlanex16(self) -> bool:
+        """v_permlanex16_b32 (RDNA ISA guides, every RDNA generation): each lane reads a chosen lane
+        of the other 16 in its row of 32."""
+        return not self.is_cdna
+
+    @property
     def is_cdna(self) -> bool:
         return self.family.startswith("CDNA")
 

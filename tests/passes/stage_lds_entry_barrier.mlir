@@ -5,9 +5,10 @@
 // other one's store has already waited for every read. One barrier at the top of the first
 // iteration takes the place of one per iteration (not one before the loop: LLVM would sink the
 // tile's LDS reads, which only the loop uses, past it). (From an attention-like kernel: Q before
-// the loop, K and V in it.)
+// the loop, K and V in it.) Q's rows stay with their wave from the coalesced layout to the
+// operand, so its store is followed by a wave fence (wave-private), not a barrier.
 // CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 36 : i32} : (tensor<64x32xf16
-// CHECK-NEXT: "tile.barrier"
+// CHECK-NEXT: "tile.wave_fence"
 // CHECK-NEXT: "tile.local_load"
 // CHECK-NOT: "tile.barrier"
 // CHECK: scf.for %[[IV:[^ ]*]] = %[[LB:[^ ]*]] to

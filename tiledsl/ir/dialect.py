@@ -38,6 +38,7 @@ TILE_OPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "local_store": ((("value", "tile"),), ()),       # {offset, row_stride}: a tile into the LDS arena
     "local_load": ((), ("tile",)),                   # {offset, row_stride}: a tile from the arena
     "barrier": ((), ()),                             # workgroup barrier around LDS reuse
+    "wave_fence": ((), ()),                          # orders one wave's LDS accesses (stage-lds: wave-private stagings)
     "rcp": ((("value", "value"),), ("value",)),      # elementwise hardware reciprocal (1 ulp)
     "umulhi": ((("a", "value"), ("b", "value")), ("value",)),  # high 32 bits of the unsigned i32 product
     # byte (j mod 4) of word (i mod 4) of Philox-4x32-10 for key (key0, key1), counter (j >> 2, i >> 2, c2, c3)

@@ -1,0 +1,127 @@
+"""Layout conversions that exchange registers between the lanes of a wave instead of going
+through LDS.
+
+gfx11's WMMA accumulator gives a lane every other row of one column of a 16x16 block, the lanes 16
+apart holding the rows in between, while an A operand wants each lane to hold a whole row (both
+halves of the wave holding it: gfx11 operands hold every value twice). Attention's P tile goes
+from one to the other every key block. Every value a lane needs is then in its own registers or in
+those of the lane 16 away, so one `v_permlanex16_b32` per 32-bit word (a lane reads a lane of the
+other 16 in its row of 32) and a select per register do what an LDS store, a wait and a load did
+(stage-lds leaves such conversions to lower-to-gpu).
+
+`exchange_map` finds such conversions from the two layouts' coordinates: for each destination
+register, the source register a lane takes from itself and the one it takes from the lane `xor`
+away, each the same in every lane that takes it (one instruction serves the whole wave), and which
+lanes take which (the same lanes in every wave).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, llvm, rocdl, vector
+
+from tiledsl.backends.rocm.arch import Arch
+from tiledsl.options import CompileOptions
+from tiledsl.passes import layouts as L
+
+
+class Exchange(NamedTuple):
+    """Destination register j of a lane is its own source register own[j] where the lane's bit
+    of takes_own[j] is set, else source register other[j] of the lane `xor` away (-1: no lane
+    takes that side)."""
+
+    xor: int
+    own: tuple[int, ...]
+    other: tuple[int, ...]
+    takes_own: tuple[int, ...]  # bit l: lane l of every wave takes its own register
+
+
+def lane_exchange(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads: L.Threads, arch: Arch,
+                  options: CompileOptions) -> Exchange | None:
+    """The exchange that converts src to dst on this arch, or None (LDS then)."""
+    if not (options.lane_exchange and arch.permlanex16 and threads.wave_size == 32):
+        return None
+    return exchange_map(src, dst, shape, threads, 16)
+
+
+def exchange_map(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads: L.Threads,
+                 xor: int) -> Exchange | None:
+    """See the module docstring; None when some value is neither in a lane's own registers nor in
+    the lane `xor` away, or when a register would need different sources in different lanes."""
+    es = _flat(src, shape, threads)  # [threads, src regs]
+    ed = _flat(dst, shape, threads)  # [threads, dst regs]
+    count, nregs = es.shape
+    where = np.full((count, int(np.prod(shape))), -1)  # the first source register of each thread holding a value
+    for r in reversed(range(nregs)):
+        where[np.arange(count), es[:, r]] = r
+    t = np.arange(count)[:, None]
+    own, other = where[t, ed], where[t ^ xor, ed]
+    if ((own < 0) & (other < 0)).any():
+        return None
+    takes = own >= 0
+    ws = threads.wave_size
+    regs: list[tuple[int, int, int]] = []
+    for j in range(ed.shape[1]):
+        lanes = takes[:, j].reshape(threads.waves, ws)
+        mine, theirs = np.unique(own[takes[:, j], j]), np.unique(other[~takes[:, j], j])
+        if len(mine) > 1 or len(theirs) > 1 or not (lanes == lanes[0]).all():
+            return None
+        regs.append((int(mine[0]) if len(mine) else -1, int(theirs[0]) if len(theirs) else -1,
+                     sum(1 << lane for lane in range(ws) if lanes[0, lane])))
+    own_regs, other_regs, masks = zip(*regs, strict=True)
+    return Exchange(xor, own_regs, other_regs, masks)
+
+
+def _flat(layout: L.Layout, shape: tuple[int, ...], threads: L.Threads) -> np.ndarray:
+    """Each thread's registers as row-major element indices."""
+    return np.ravel_multi_index(np.moveaxis(L.coords(layout, shape, threads), -1, 0), shape)
+
+
+def lower_exchange(vals: list[ir.Value], ex: Exchange, lane_mask: dict[int, ir.Value]) -> list[ir.Value]:
+    """The destination registers from the source registers `vals` (one value each): the other
+    lane's registers come in 32-bit words, one `v_permlanex16_b32` each (a 16-bit tile's pairs of
+    registers share one). `lane_mask` holds each of ex.takes_own's tests (lane_bit), which the
+    caller computes before any loop."""
+    elt = vals[0].type
+    bits = ir.IntegerType(elt).width if isinstance(elt, ir.IntegerType) else ir.FloatType(elt).width
+    per_word = 32 // bits
+    i32 = ir.IntegerType.get_signless(32)
+    word_t = ir.VectorType.get([per_word], elt) if per_word > 1 else elt
+    theirs: dict[int, list[ir.Value]] = {}  # word -> the other lane's values in it
+
+    def other(r: int) -> ir.Value:
+        w = r // per_word
+        if w not in theirs:
+            members = vals[w * per_word:(w + 1) * per_word]
+            word = members[0] if per_word == 1 else vector.FromElementsOp(word_t, members).result
+            as_i32 = word if word.type == i32 else llvm.bitcast(i32, word)
+            # Lane i of each row of 16 reads lane i of the other row: selects 0..15 in order.
+            got = rocdl.permlanex16(i32, as_i32, as_i32, _c32(0x76543210), _c32(0xFEDCBA98), True, False)
+            back = got if word.type == i32 else llvm.bitcast(word.type, got)
+            theirs[w] = [back] if per_word == 1 else [vector.ExtractOp(back, [], [k]).result
+                                                      for k in range(per_word)]
+        return theirs[w][r % per_word]
+
+    out = []
+    for mine, theirs_reg, mask in zip(ex.own, ex.other, ex.takes_own, strict=True):
+        if theirs_reg < 0:
+            out.append(vals[mine])
+        elif mine < 0:
+            out.append(other(theirs_reg))
+        else:
+            out.append(arith.SelectOp(lane_mask[mask], vals[mine], other(theirs_reg)).result)
+    return out
+
+
+def lane_bit(lane: ir.Value, mask: int) -> ir.Value:
+    """i1: is this lane's bit of the wave32 mask set?"""
+    shifted = arith.ShRUIOp(_c32(mask), lane).result
+    return arith.CmpIOp(arith.CmpIPredicate.ne, arith.AndIOp(shifted, _c32(1)).result, _c32(0)).result
+
+
+def _c32(v: int) -> ir.Value:
+    v &= 0xFFFFFFFF
+    return arith.ConstantOp(ir.IntegerType.get_signless(32), v - (1 << 32) if v >= 1 << 31 else v).result
