@@ -17,6 +17,7 @@ lanes take which (the same lanes in every wave).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
 import numpy as np
@@ -80,40 +81,97 @@ def _flat(layout: L.Layout, shape: tuple[int, ...], threads: L.Threads) -> np.nd
     return np.ravel_multi_index(np.moveaxis(L.coords(layout, shape, threads), -1, 0), shape)
 
 
-def lower_exchange(vals: list[ir.Value], ex: Exchange, lane_mask: dict[int, ir.Value]) -> list[ir.Value]:
-    """The destination registers from the source registers `vals` (one value each): the other
+def lower_exchange(vals: list[ir.Value], ex: Exchange, lane: ir.Value,
+                   once: Callable[[Hashable, Callable[[], ir.Value]], ir.Value]) -> list[ir.Value]:
+    """The destination registers from the source registers `vals` (one value each). The other
     lane's registers come in 32-bit words, one `v_permlanex16_b32` each (a 16-bit tile's pairs of
-    registers share one). `lane_mask` holds each of ex.takes_own's tests (lane_bit), which the
-    caller computes before any loop."""
+    registers share one). A 16-bit destination word whose two values come from one word of the
+    lane's own and one of the other lane's is one `v_perm_b32` of the two, its byte selector
+    chosen per lane; other registers are selects. once(key, build) gives build()'s value computed
+    once before any loop (lane tests and selectors: loop-invariant)."""
     elt = vals[0].type
     bits = ir.IntegerType(elt).width if isinstance(elt, ir.IntegerType) else ir.FloatType(elt).width
     per_word = 32 // bits
     i32 = ir.IntegerType.get_signless(32)
     word_t = ir.VectorType.get([per_word], elt) if per_word > 1 else elt
-    theirs: dict[int, list[ir.Value]] = {}  # word -> the other lane's values in it
+    own_words: dict[int, ir.Value] = {}
+    their_words: dict[int, ir.Value] = {}
 
-    def other(r: int) -> ir.Value:
-        w = r // per_word
-        if w not in theirs:
+    def own_word(w: int) -> ir.Value:
+        if w not in own_words:
             members = vals[w * per_word:(w + 1) * per_word]
             word = members[0] if per_word == 1 else vector.FromElementsOp(word_t, members).result
-            as_i32 = word if word.type == i32 else llvm.bitcast(i32, word)
-            # Lane i of each row of 16 reads lane i of the other row: selects 0..15 in order.
-            got = rocdl.permlanex16(i32, as_i32, as_i32, _c32(0x76543210), _c32(0xFEDCBA98), True, False)
-            back = got if word.type == i32 else llvm.bitcast(word.type, got)
-            theirs[w] = [back] if per_word == 1 else [vector.ExtractOp(back, [], [k]).result
-                                                      for k in range(per_word)]
-        return theirs[w][r % per_word]
+            own_words[w] = word if word.type == i32 else llvm.bitcast(i32, word)
+        return own_words[w]
 
-    out = []
-    for mine, theirs_reg, mask in zip(ex.own, ex.other, ex.takes_own, strict=True):
-        if theirs_reg < 0:
-            out.append(vals[mine])
-        elif mine < 0:
-            out.append(other(theirs_reg))
-        else:
-            out.append(arith.SelectOp(lane_mask[mask], vals[mine], other(theirs_reg)).result)
+    def their_word(w: int) -> ir.Value:
+        if w not in their_words:
+            mine = own_word(w)
+            # Lane i of each row of 16 reads lane i of the other row: selects 0..15 in order.
+            their_words[w] = rocdl.permlanex16(i32, mine, mine, _c32(0x76543210), _c32(0xFEDCBA98), True, False)
+        return their_words[w]
+
+    def unpack(word: ir.Value) -> list[ir.Value]:
+        back = word if per_word == 1 and elt == i32 else llvm.bitcast(word_t, word)
+        return [back] if per_word == 1 else [vector.ExtractOp(back, [], [k]).result for k in range(per_word)]
+
+    def lane_takes_own(mask: int) -> ir.Value:
+        return once(("lane_bit", mask), lambda: lane_bit(lane, mask))
+
+    out: list[ir.Value] = []
+    for q in range(0, len(ex.own), per_word):
+        group = range(q, min(q + per_word, len(ex.own)))
+        if per_word == 2 and len(group) == 2 and (perm := _perm_word(ex, group)):
+            mine_w, theirs_w, selectors = perm
+            sel = once(("perm", group.start, ex), lambda s=selectors, g=group: _selector(
+                s, [lane_takes_own(ex.takes_own[j]) for j in g]))
+            word = llvm.call_intrinsic(i32, "llvm.amdgcn.perm", [their_word(theirs_w), own_word(mine_w), sel], [], [])
+            out.extend(unpack(word))
+            continue
+        for j in group:
+            mine, theirs = ex.own[j], ex.other[j]
+            take_other = unpack(their_word(theirs // per_word))[theirs % per_word] if theirs >= 0 else None
+            if theirs < 0:
+                out.append(vals[mine])
+            elif mine < 0:
+                out.append(take_other)
+            else:
+                out.append(arith.SelectOp(lane_takes_own(ex.takes_own[j]), vals[mine], take_other).result)
     return out
+
+
+def _perm_word(ex: Exchange, group: range) -> tuple[int, int, dict[tuple[bool, ...], int]] | None:
+    """For a pair of 16-bit destination registers: the lane's own source word and the other
+    lane's that hold both, and the v_perm_b32 byte selector for each way a lane may take them
+    (own or other, per register; v_perm_b32 numbers the second operand's bytes 0-3 and the
+    first's 4-7: the other lane's word goes first). None if they span more words."""
+    mine = {ex.own[j] // 2 for j in group if ex.own[j] >= 0}
+    theirs = {ex.other[j] // 2 for j in group if ex.other[j] >= 0}
+    if len(mine) > 1 or len(theirs) > 1:
+        return None
+    selectors = {}
+    for takes in ((True, True), (True, False), (False, True), (False, False)):
+        sel = 0
+        for half, (j, own) in enumerate(zip(group, takes, strict=True)):
+            if (ex.own[j] if own else ex.other[j]) < 0:
+                break
+            first = 2 * (ex.own[j] % 2) if own else 4 + 2 * (ex.other[j] % 2)
+            sel |= (first | (first + 1) << 8) << (16 * half)
+        else:
+            selectors[takes] = sel
+    return (next(iter(mine), next(iter(theirs), 0)), next(iter(theirs), next(iter(mine), 0)), selectors)
+
+
+def _selector(selectors: dict[tuple[bool, ...], int], takes_own: list[ir.Value]) -> ir.Value:
+    """The byte selector of this lane: the constant of the way it takes its two registers."""
+    def pick(prefix: tuple[bool, ...]) -> ir.Value | None:
+        if len(prefix) == len(takes_own):
+            return _c32(selectors[prefix]) if prefix in selectors else None
+        yes, no = pick((*prefix, True)), pick((*prefix, False))
+        if yes is None or no is None:
+            return yes if no is None else no
+        return arith.SelectOp(takes_own[len(prefix)], yes, no).result
+    return pick(())
 
 
 def lane_bit(lane: ir.Value, mask: int) -> ir.Value:

@@ -8,6 +8,7 @@ intrinsics (exp2, log, readfirstlane) -- never calls into ROCm device libraries.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Hashable
 
 import numpy as np
 from mlir import ir
@@ -30,7 +31,7 @@ from tiledsl.passes.common import (
     tile_dtype,
     tile_shape,
 )
-from tiledsl.passes.lane_exchange import lane_bit, lane_exchange, lower_exchange
+from tiledsl.passes.lane_exchange import lane_exchange, lower_exchange
 from tiledsl.passes.lower_fp8 import conversion_rule, from_memory, memory_type, to_memory
 from tiledsl.passes.lower_memory import c32, gep, i32, rule_load, rule_view, rule_write
 from tiledsl.passes.philox import rule_philox_byte
@@ -52,7 +53,7 @@ class _Lowering:
         self.lazy: dict[ir.Value, ir.Operation] = {}  # local_load results a dot reads fragment-wise
         self.bases: dict[str, list[ir.Value]] = {}
         self.splats: dict[ir.Value, ir.Value] = {}  # lowered splat vector -> its scalar
-        self.lane_bits: dict[int, ir.Value] = {}  # wave32 lane mask -> this lane's bit (lane_exchange)
+        self.entry_values: dict[Hashable, ir.Value] = {}  # see once()
         self.axis = AxisAnalysis()
         self.large_args = set(ir.DenseI32ArrayAttr(fn.attributes["tile.large_args"])) \
             if "tile.large_args" in fn.attributes else set()
@@ -157,6 +158,14 @@ class _Lowering:
                                    arith.AndIOp(src, c32(1 << k)).result, c32(0)).result
                 cond = is0 if cond is None else arith.AndIOp(cond, is0).result
         return cond
+
+    def once(self, key: Hashable, build: Callable[[], ir.Value]) -> ir.Value:
+        """build()'s value, computed once per kernel where the thread coordinates are, before any
+        loop (loop-invariant per-lane constants)."""
+        if key not in self.entry_values:
+            with ir.InsertionPoint(self.anchor):
+                self.entry_values[key] = build()
+        return self.entry_values[key]
 
     # -- element helpers --------------------------------------------------------------------------
     def elems(self, vec: ir.Value) -> list[ir.Value]:
@@ -334,10 +343,7 @@ def rule_permute(lw: _Lowering, op: ir.Operation) -> None:
             if op.name == "tile.convert_layout" else None
         if ex is None:
             raise op_error(op, f"internal: {op.name} from {sl} to {dl} needs LDS", lw.source, "lower-to-gpu")
-        for mask in set(ex.takes_own) - set(lw.lane_bits):
-            with ir.InsertionPoint(lw.anchor):  # computed once, before any loop
-                lw.lane_bits[mask] = lane_bit(lw.lane, mask)
-        lw.vmap[dst] = lw.pack(lower_exchange(lw.elems(x), ex, lw.lane_bits), ir.VectorType(x.type).element_type)
+        lw.vmap[dst] = lw.pack(lower_exchange(lw.elems(x), ex, lw.lane, lw.once), ir.VectorType(x.type).element_type)
         return
     if mapping == list(range(ir.VectorType(x.type).shape[0])):
         lw.vmap[dst] = x

@@ -13,10 +13,18 @@ import pytest
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.emulator import timing as tm
+from tiledsl.backends.rocm.emulator.memory import Region
 from tiledsl.backends.rocm.emulator.trace import WaveTrace, WorkgroupTrace, _lds_cost, cache_lines, lds_cycles
 from tiledsl.backends.rocm.runtime.device import DeviceError
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
-from tiledsl.backends.rocm.runtime.timing_model import TimingOptions, dispatch, interpolate, most_loaded, probe_costs
+from tiledsl.backends.rocm.runtime.timing_model import (
+    TimingOptions,
+    dispatch,
+    distinct_bytes,
+    interpolate,
+    most_loaded,
+    probe_costs,
+)
 from tiledsl.device_array import DeviceArray
 from tiledsl.driver import compile_source
 from tiledsl.launcher import launch
@@ -252,6 +260,15 @@ def test_profile_models_every_stage_of_the_backward_plan() -> None:
     assert all(t.seconds > 0 for t in r["launches"]) and r["seconds"] == sum(t.seconds for t in r["launches"])
     assert r["flops"] == useful_flops("fmha_bwd", 1, 2, 128, 128, 64, True) == 5 * 2.0 * 2 * (128 * 129 // 2) * 64
     assert r["launches"][1].matrix_flops > 0 and r["launches"][0].matrix_flops == 0
+
+
+def test_compulsory_traffic_moves_a_shared_buffer_once() -> None:
+    """A buffer passed as two arguments (the backward's workspace as i32 and f32 words) or views
+    that overlap count once towards a launch's compulsory memory traffic."""
+    regions = [Region("ws_i", 0x1000, 4096), Region("ws_f", 0x1000, 4096), Region("dq", 0x3000, 100),
+               Region("part", 0x1800, 0x1000)]  # 0x1800..0x2800: half inside the workspace
+    assert distinct_bytes(regions) == 4096 + 100 + 0x800
+    assert distinct_bytes([]) == 0
 
 
 def test_slots_freed_together_start_only_the_waiting_workgroups() -> None:

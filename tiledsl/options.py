@@ -62,8 +62,9 @@ class CompileOptions:
     split_view_offsets: bool = False
     # A layout conversion that moves values only between lanes 16 apart (gfx11's P tile, from the
     # WMMA accumulator to an operand) exchanges registers with v_permlanex16 on RDNA instead of
-    # an LDS round trip (passes/lane_exchange.py). Off by default while the timing model finds it
-    # slower than the wave-private staging below in most of gfx1100's forward cells.
+    # an LDS round trip (passes/lane_exchange.py). Off: the timing model finds gfx1100's forward
+    # level with the wave-private staging below (4 cells within 3 %, either way) and its backward
+    # slower (hdim 64 63.8 -> 60.8 TFLOP/s).
     lane_exchange: bool = False
     # A layout conversion whose lanes read back only what their own wave stored (stage-lds:
     # _wave_private; gfx11's P tile) has a wave fence after its LDS store instead of a workgroup

@@ -6,7 +6,8 @@ units as the hardware's dispatcher hands them out: in launch order (x fastest), 
 up to the kernel's occupancy, each later one to the slot that frees first (`dispatch`). The CUs that
 finish last by that estimate (`TimingOptions.sample_cus`) are simulated with all the workgroups they
 got; the launch takes as long as the slowest of them, or as long as its compulsory memory traffic
-(every tensor argument moved once) takes at the arch's memory bandwidth, whichever is longer.
+(every tensor argument moved once, a buffer passed twice once) takes at the arch's memory
+bandwidth, whichever is longer.
 docs/profile.md describes the model and its limits: it ranks kernels and finds their bottlenecks,
 it does not predict clocks.
 """
@@ -15,14 +16,14 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.backends.rocm.emulator.executor import BoundKernel, run_workgroup
-from tiledsl.backends.rocm.emulator.memory import Heap, Regions
+from tiledsl.backends.rocm.emulator.memory import Heap, Region, Regions
 from tiledsl.backends.rocm.emulator.timing import CuResult, TimingError, classify, simulate_cu
 from tiledsl.backends.rocm.emulator.trace import Tracer, WorkgroupTrace
 from tiledsl.backends.rocm.runtime.device import launch_dims
@@ -187,7 +188,7 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
                                        timeline=options.timeline and n == 0)))
     slowest = max(results, key=lambda r: r[1].cycles)[1]
     cu_seconds = slowest.cycles / (tp.clock_ghz * 1e9)
-    dram_bytes = sum(r.size for r in mem.regions)  # each pointer argument's extent, moved once
+    dram_bytes = distinct_bytes(mem.regions)  # each pointer argument's extent, moved once
     dram_seconds = dram_bytes / (tp.hbm_tb_s * 1e12 / tp.dies)
     seconds = max(cu_seconds, dram_seconds)
     flops = sum(flops_x[wg[0]] for wg in order)
@@ -223,3 +224,15 @@ def format_timing(t: LaunchTiming) -> str:
     for pc, text, n, stall in t.hot[:8]:
         lines.append(f"    #{pc:<5} {text:<34} stalled {stall:>10.0f}  issued {n}")
     return "\n".join(lines)
+
+
+def distinct_bytes(regions: Sequence[Region]) -> int:
+    """The bytes the regions span together: a buffer passed as two arguments (the backward's
+    workspace, read as i32 and as f32 words) or views that overlap are moved once."""
+    total, end = 0, 0
+    for r in sorted(regions, key=lambda r: r.addr):
+        lo, hi = max(r.addr, end), r.addr + r.size
+        if hi > lo:
+            total += hi - lo
+        end = max(end, hi)
+    return total
