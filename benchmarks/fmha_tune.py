@@ -3,7 +3,7 @@
 For each arch and padded head dim, every candidate (BLOCK_M, BLOCK_N, WAVES, STAGES, occupancy,
 reuse; with --mask-rows, query rows past the end masked instead of clamped; with --schedule, LLVM's
 scheduler; with --interleave, LLVM's LDS/matrix interleaving; with --lazy, the lazy softmax
-rescale) is compiled for the
+rescale; with --lane-exchange, gfx11's P tile by register exchanges) is compiled for the
 feature mixes of the tests (tests/_fmha_util.py: masks, group mode, LSE, sink, soft-cap, padded
 head dims) that its table row serves, plus the plain contiguous benchmark variant, and is
 reported with its worst spills and its instructions per MFMA/WMMA. A row of fmha_configs should
@@ -12,7 +12,7 @@ marked L has a spill move inside one), and the fewest instructions per matrix in
 With --model, also the modeled TFLOP/s of the f16 forward at the benchmarks' model shape (the
 emulator's timing model): the figure to choose rows by, among the candidates without spills.
 Usage: python benchmarks/fmha_tune.py [--arch A ...] [--hdim 64 128] [--masked] [--mask-rows]
-       [--schedule STRATEGY] [--interleave] [--lazy] [--model]
+       [--schedule STRATEGY] [--interleave] [--lazy] [--lane-exchange] [--model]
        [--jobs N]
 """
 
@@ -123,12 +123,14 @@ def main() -> int:
                     help="the candidates with LDS/matrix interleaving (FmhaConfig.interleave)")
     ap.add_argument("--lazy", action="store_true",
                     help="the candidates with the lazy softmax rescale (FmhaConfig.lazy_rescale)")
+    ap.add_argument("--lane-exchange", action="store_true",
+                    help="the candidates with register exchanges for gfx11's P tile (FmhaConfig.lane_exchange)")
     ap.add_argument("--model", action="store_true", help="add modeled TFLOP/s (emulator timing model)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     jobs = [(a, h, args.masked,
              replace(c, mask_rows=args.mask_rows, schedule=args.schedule, interleave=args.interleave,
-                     lazy_rescale=args.lazy), args.model)
+                     lazy_rescale=args.lazy, lane_exchange=args.lane_exchange), args.model)
             for a in args.arch
             for h in args.hdim for c in (CDNA if get_arch(a).is_cdna else RDNA)]
     print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'OCC':>4}{'RU':>4}{'MR':>4}{'S':>4}"

@@ -101,8 +101,14 @@ BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
 # BWD_MASKED_CONFIGS), gfx950 d64 827.2 -> 830.1 / 439.3 -> 439.4, d128 755.7 -> 757.9 / 579.0 ->
 # 585.5: taken. Not taken: gfx942 d128 352.7 -> 352.6 full, 314.2 -> 309.6 causal; gfx90a d64
 # causal 86.1 -> 84.7; gfx1201 d64 105.7 -> 103.9; gfx1100 d128 46.7 -> 46.8.
+# Session 38, causal at hdim 64 on gfx942 and gfx950: 64-key blocks instead of 128 (twice the
+# workgroups, two per CU at this shape where one ran alone and waited at its barriers; in
+# deterministic mode twice the dq_acc slices): gfx942 254.1 -> 295.4, gfx950 449.3 -> 523.3. Not
+# taken: gfx90a hdim 64 causal 88.0 -> 80.6, gfx950 hdim 64 full 847.8 -> 562.1; at hdim 128,
+# 64 keys over 8 waves: gfx942 causal 321.8 -> 189.7, gfx950 603.0 -> 319.8.
 BWD_MASKED_CONFIGS: dict[str, dict[int, BwdConfig]] = {
-    "gfx942": {64: _b(32, 128, 4, stages=2, occupancy=2, interleave=True)}}
+    "gfx942": {64: _b(32, 64, 4, stages=2, occupancy=2, interleave=True)},
+    "gfx950": {64: _b(32, 64, 4, stages=2, mask_rows=True)}}
 
 
 # With the bias gradient (docs/bias.md), CDNA's rows at hdim 128 spill vector registers once a

@@ -92,6 +92,10 @@ class FmhaConfig:
     # of the accumulator's rescale in the waves where it is 1 (CompileOptions.skip_unit_scales),
     # where the model finds them faster. Not for fp8 (its P would not fit e4m3): dropped there.
     lazy_rescale: bool = False
+    # gfx11's P tile from the WMMA accumulator to an operand by register exchanges between the
+    # lanes 16 apart (CompileOptions.lane_exchange) rather than through LDS, where the model finds
+    # it faster.
+    lane_exchange: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -113,14 +117,15 @@ class FmhaConfig:
     def scheduling(self) -> dict[str, str | bool]:
         """The CompileOptions fields of this row's asks of the compiler beyond its defaults: LLVM's
         scheduler, and the skipped rescale of a lazy softmax."""
-        return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale}
+        return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale,
+                "lane_exchange": self.lane_exchange}
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
        mask_rows: bool = False, schedule: str = "", interleave: bool = False,
-       lazy_rescale: bool = False, mask_keys: bool = False) -> FmhaConfig:
+       lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
-                      lazy_rescale)
+                      lazy_rescale, lane_exchange)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -240,6 +245,10 @@ ILP = "iterative-ilp"
 # (501.0 with reuse, 501.4 with iterative-ilp or without interleave), WIDE 957.5 -> 925.6, gfx942
 # hdim 128 675.9 -> 674.0, gfx90a hdim 64 causal 100.6 -> 99.8, hdim 128 causal 98.6 -> 98.4,
 # gfx1100 hdim 64 causal 71.7 -> 69.0. None of the taken rows spills in any feature mix.
+# Session 38, gfx11's P tile (docs/compiler.md) at B 2, H 16, S 2048: through LDS with a barrier ->
+# wave-private staging (for every row) -> register exchanges (lane_exchange), gfx1100 hdim 64 87.6
+# -> 88.7 -> 89.5, causal 71.7 -> 71.0 -> 72.0, hdim 128 90.1 -> 90.9 -> 91.5, taken; hdim 128
+# causal 71.2 -> 74.3 -> 72.2, not taken.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
@@ -250,8 +259,10 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True, lazy_rescale=True,
                        mask_keys=True),
                256: _c(128, 64, 4, 2)},
-    "gfx1100": {32: _c(128, 128, 8, 1), 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True),
-                128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True), 256: _c(64, 32, 8, 1)},
+    "gfx1100": {32: _c(128, 128, 8, 1),
+                64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True),
+                128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True),
+                256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
                                             mask_keys=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True), 256: _c(64, 32, 8, 1)},
@@ -308,7 +319,7 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # RDNA: gfx1100 hdim 128 takes CONFIGS' row without the lazy rescale; gfx1201 hdim 64 masks its
     # query rows; gfx1201 hdim 128 runs CONFIGS' row (session 34); gfx1100 hdim 64 CONFIGS' row with
     # its keys clamped (masked keys: 71.7 -> 69.0, session 36).
-    "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True),
+    "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, lane_exchange=True),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
 }
