@@ -6,8 +6,8 @@ apart holding the rows in between, while an A operand wants each lane to hold a 
 halves of the wave holding it: gfx11 operands hold every value twice). Attention's P tile goes
 from one to the other every key block. Every value a lane needs is then in its own registers or in
 those of the lane 16 away, so one `v_permlanex16_b32` per 32-bit word (a lane reads a lane of the
-other 16 in its row of 32) and a select per register do what an LDS store, a wait and a load did
-(stage-lds leaves such conversions to lower-to-gpu).
+other 16 in its row of 32) and a byte permute per destination word do what an LDS store, a wait
+and a load did (stage-lds leaves such conversions to lower-to-gpu).
 
 `exchange_map` finds such conversions from the two layouts' coordinates: for each destination
 register, the source register a lane takes from itself and the one it takes from the lane `xor`
@@ -17,6 +17,7 @@ lanes take which (the same lanes in every wave).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
@@ -48,12 +49,15 @@ def lane_exchange(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads:
     return exchange_map(src, dst, shape, threads, 16)
 
 
+@functools.lru_cache(maxsize=1024)
 def exchange_map(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads: L.Threads,
                  xor: int) -> Exchange | None:
     """See the module docstring; None when some value is neither in a lane's own registers nor in
-    the lane `xor` away, or when a register would need different sources in different lanes."""
-    es = _flat(src, shape, threads)  # [threads, src regs]
-    ed = _flat(dst, shape, threads)  # [threads, dst regs]
+    the lane `xor` away, or when a register would need different sources in different lanes.
+    Cached: stage-lds asks for every conversion it would stage, lower-to-gpu again for those it
+    left."""
+    es = L.element_indices(src, shape, threads)  # [threads, src regs]
+    ed = L.element_indices(dst, shape, threads)  # [threads, dst regs]
     count, nregs = es.shape
     where = np.full((count, int(np.prod(shape))), -1)  # the first source register of each thread holding a value
     for r in reversed(range(nregs)):
@@ -74,11 +78,6 @@ def exchange_map(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads: 
                      sum(1 << lane for lane in range(ws) if lanes[0, lane])))
     own_regs, other_regs, masks = zip(*regs, strict=True)
     return Exchange(xor, own_regs, other_regs, masks)
-
-
-def _flat(layout: L.Layout, shape: tuple[int, ...], threads: L.Threads) -> np.ndarray:
-    """Each thread's registers as row-major element indices."""
-    return np.ravel_multi_index(np.moveaxis(L.coords(layout, shape, threads), -1, 0), shape)
 
 
 def lower_exchange(vals: list[ir.Value], ex: Exchange, lane: ir.Value,

@@ -257,6 +257,11 @@ def coords(layout: Layout | str, shape: tuple[int, ...], threads: Threads) -> np
     return _coords(as_layout(layout), tuple(shape), threads).copy()
 
 
+def element_indices(layout: Layout | str, shape: tuple[int, ...], threads: Threads) -> np.ndarray:
+    """Each thread's registers as row-major element indices, an int array [threads, regs]."""
+    return np.ravel_multi_index(np.moveaxis(_coords(as_layout(layout), tuple(shape), threads), -1, 0), shape)
+
+
 @functools.lru_cache(maxsize=4096)
 def _coords(layout: Layout, shape: tuple[int, ...], threads: Threads) -> np.ndarray:
     t = np.arange(threads.count)

@@ -72,12 +72,11 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
             if op.name == "tile.convert_layout":
                 src = op.operands[0]
                 shape = tile_shape(src.type)
-                if L.register_map(L.layout_of(src.type), shape, L.layout_of(op.result.type), shape, threads) is None \
-                        and lane_exchange(L.layout_of(src.type), L.layout_of(op.result.type), shape, threads, arch,
-                                          options) is None:
+                sl, dl = L.layout_of(src.type), L.layout_of(op.result.type)
+                if L.register_map(sl, shape, dl, shape, threads) is None \
+                        and lane_exchange(sl, dl, shape, threads, arch, options) is None:
                     attrs, sizes[op] = _staging(op, resident, threads, options, arch, source)
-                    if options.wave_private_stagings and _wave_private(
-                            L.layout_of(src.type), L.layout_of(op.result.type), shape, threads):
+                    if options.wave_private_stagings and _wave_private(sl, dl, shape, threads):
                         private.add(op)
                     else:  # a wave-private staging's bytes are not read by other layouts' lanes
                         stored[op] = (src, ir.IntegerAttr(attrs["row_stride"]).value, "transposed" in attrs)
@@ -191,14 +190,13 @@ def _wave_private(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads:
     store (a wave's LDS accesses complete in the order it issues them), and its bytes are only
     ever written and read by one wave each, across iterations too. gfx11's P tile, from the WMMA
     accumulator to an operand, is one: rows stay with their wave, values move between its lanes."""
-    flat = np.ravel_multi_index(np.moveaxis(L.coords(src, shape, threads), -1, 0), shape)
+    flat = L.element_indices(src, shape, threads)
     wave = np.arange(threads.count) // threads.wave_size
     owner = np.full(int(np.prod(shape)), -1)
     owner[flat] = np.broadcast_to(wave[:, None], flat.shape)
     if (owner[flat] != wave[:, None]).any():  # an element held by two waves: both would store it
         return False
-    read = np.ravel_multi_index(np.moveaxis(L.coords(dst, shape, threads), -1, 0), shape)
-    return bool((owner[read] == wave[:, None]).all())
+    return bool((owner[L.element_indices(dst, shape, threads)] == wave[:, None]).all())
 
 
 def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
