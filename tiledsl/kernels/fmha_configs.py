@@ -249,6 +249,15 @@ ILP = "iterative-ilp"
 # wave-private staging (for every row) -> register exchanges (lane_exchange), gfx1100 hdim 64 87.6
 # -> 88.7 -> 89.5, causal 71.7 -> 71.0 -> 72.0, hdim 128 90.1 -> 90.9 -> 91.5, taken; hdim 128
 # causal 71.2 -> 74.3 -> 72.2, not taken.
+# Session 39, tried and not kept: P's row sums by a dot with a tile of ones beside P V (the matrix
+# unit instead of the VALU's sum tree). It pays only where the VALU bounds the loop (exponentials
+# at quarter rate beside gfx950's fast MFMAs) and the waves do not meet at barriers: gfx950's
+# 128x128 hdim 64 row at B 1, H 16, S 2048 643.4 -> 697.9 (the WIDE row of larger grids 957.5 ->
+# 804.7: its 8 waves meet at barriers, so their matrix work cannot overlap their exponentials). It
+# loses everywhere else (gfx942 hdim 64 574.9 -> 457.0, gfx90a 152.8 -> 122.0, gfx1100 89.5 ->
+# 82.2, gfx1201 148.0 -> 137.2), and the denominator then sums P as rounded for P V: the LSE moves
+# by up to the dtype's unit roundoff (1.3e-4 seen in f16, up to 2^-8 in bf16), past the LSE's
+# tested accuracy.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
