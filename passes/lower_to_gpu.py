@@ -311,7 +311,7 @@ def rule_program_id(lw: _Lowering, op: ir.Operation) -> None:
     # implicit kernel arguments instead (code object v5: hidden_block_count_x/y/z, u32 at 0/4/8).
     ptr4 = ir.Type.parse("!llvm.ptr<4>")
     hidden = llvm.call_intrinsic(ptr4, "llvm.amdgcn.implicitarg.ptr", [], [], [])
-    addr = llvm.getelementptr(ptr4, hidden, [], [4 * axis], i32(), 0)
+    addr = llvm.getelementptr(ptr4, hidden, [], [axis], i32(), 0)  # the axis-th u32
     lw.vmap[op.result] = llvm.load(i32(), addr, alignment=4, invariant=True)
 
 

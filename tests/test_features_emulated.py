@@ -51,3 +51,20 @@ def test_features_match_numpy(arch: str, flip: bool) -> None:
     np.testing.assert_allclose(stats, st, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(total[0], tot, rtol=1e-5, atol=1e-3)
     assert first[0] == fi
+
+
+GRID3D = SOURCE.parent / "grid3d.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_program_ids_and_grid_sizes_on_every_axis(arch: str) -> None:
+    """program_id and num_programs on each axis of a 3-D grid (num_programs reads the code
+    object's hidden block counts, one u32 per axis)."""
+    k = compile_source(GRID3D.read_text(), str(GRID3D), arch)
+    gx, gy, gz = 3, 5, 2
+    out = np.full((gx * gy * gz, 8), -7, np.int32)
+    launch(k, out, gx, gy, gz, device=EmulatorDevice(arch))
+    z, y, x = np.meshgrid(np.arange(gz), np.arange(gy), np.arange(gx), indexing="ij")
+    want = np.stack([x.ravel(), y.ravel(), z.ravel()] + [np.full(x.size, n) for n in (gx, gy, gz)]
+                    + [np.full(x.size, -1)] * 2, axis=1)
+    np.testing.assert_array_equal(out, want)
