@@ -1,7 +1,8 @@
 """Paired query blocks in the forward (fmha_fwd.tile's PASSES = 2, tiledsl.pairing): workgroup x
-computes query blocks x and nblocks - 1 - x of its sequence. Forced on here (the plan pairs only
-grids far larger than the emulator runs in a test) over sequences of odd, even and single block
-counts, against the float64 reference."""
+computes query blocks x and nblocks - 1 - x of its sequence. Forced on here (the plan pairs only on
+request) over sequences of odd, even and single block counts, against the float64 reference; the
+unpaired masked variants' heaviest-first order too, with the rule that pairs the backward's key
+blocks."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ def paired(monkeypatch):
     """Every one-stage forward plan pairs its query blocks; the plans built are recorded."""
     built = []
     monkeypatch.setattr(splitkv, "pair_query_blocks", lambda *args: True)
-    monkeypatch.setattr(splitkv, "paired_fits", lambda *args: True)
     original = splitkv.build_attention_plan.__wrapped__
 
     def build(shape):
@@ -55,9 +55,10 @@ def test_paired_query_blocks_cover_every_block_once(arch, paired):
         check_out_lse(out, lse, want, want_lse, 4e-3)
 
 
-def test_forward_pairs_where_the_grid_outnumbers_the_compute_units():
-    """gfx942 (304 CUs), two 4-wave workgroups per CU: 512 query blocks pair, 256 do not, nor does
-    a full mask; twice the resident workgroups (1216) is the most that pairs."""
+def test_blocks_pair_where_the_grid_outnumbers_the_compute_units():
+    """The backward's rule (tiledsl.fmha_bwd.pair_key_blocks). gfx942 (304 CUs), two 4-wave
+    workgroups per CU: 512 blocks pair, 256 do not, nor does a full mask; twice the resident
+    workgroups (1216) is the most that pairs."""
     manifest = {"vgpr_count": 256, "lds_bytes": 17408}
     assert pairs_pay("gfx942", "causal_bottom_right", 512, manifest, 4)
     assert pairs_pay("gfx942", "causal_top_left", 1216, manifest, 4)
@@ -74,3 +75,29 @@ def test_a_paired_kernel_may_lose_only_occupancy_its_grid_does_not_use():
     assert paired_fits("gfx942", 4, unpaired, {"vgpr_count": 288, "lds_bytes": 17408}, 256)
     assert not paired_fits("gfx942", 4, unpaired, {"vgpr_count": 288, "lds_bytes": 17408}, 512)
     assert not paired_fits("gfx942", 4, unpaired, {"vgpr_count": 256, "lds_bytes": 17408, "vgpr_spill_count": 2}, 1)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_unpaired_masked_blocks_run_heaviest_first(arch, monkeypatch):
+    """Unpaired, a causal forward's workgroups take the query blocks of every head heaviest first in
+    launch order (x fastest): the work each does (its wave-instructions) never grows along the
+    launch, and the results match the reference."""
+    import tiledsl.backends.rocm.runtime.emulator_device as emulator_device
+
+    counts = []
+
+    def counted(*args, **kwargs):
+        n = run_workgroup(*args, **kwargs)
+        counts.append((args[2], n))
+        return n
+
+    run_workgroup = emulator_device.run_workgroup
+    monkeypatch.setattr(emulator_device, "run_workgroup", counted)
+    bm = fmha_config(arch, 64, 64, masked=True).block_m
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((1, 4 * bm, 2, 64)).astype(np.float16) for _ in range(3))
+    out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(arch, lockstep=False))
+    check_out_lse(out, lse, *fmha_fwd_reference(q, k, v, causal=True, return_lse=True), 4e-3)
+    assert [wg for wg, _ in counts] == [(x, y, 0) for y in range(2) for x in range(4)]  # launch order
+    work = [n for _, n in counts]
+    assert all(a >= b for a, b in zip(work[:-1], work[1:], strict=True)) and work[0] > 2 * work[-1], work

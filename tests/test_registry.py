@@ -160,10 +160,10 @@ def test_prebuilt_receipt_variants_run_without_compiling(tmp_path, monkeypatch):
     out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=dev)
     dq, dk, dv = fmha_bwd(do, q, k, v, out, lse, causal=True, device=dev)
     assert_grads_close((dq, dk, dv), fmha_bwd_reference(do, q, k, v, causal=True), np.float16)
-    # A grid large enough to pair loads the paired kernels from the package too.
+    # A grid large enough to pair the backward's key blocks loads the paired kernels from the
+    # package too (the forward pairs only on request).
     import tiledsl.fmha_bwd as bwd_module
     import tiledsl.fmha_splitkv as splitkv
-    monkeypatch.setattr(splitkv, "pair_query_blocks", lambda *args: True)
     monkeypatch.setattr(bwd_module, "pair_key_blocks", lambda *args: True)
     splitkv.build_attention_plan.cache_clear()
     bwd_module.build_plan.cache_clear()

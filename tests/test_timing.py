@@ -24,6 +24,7 @@ from tiledsl.backends.rocm.runtime.timing_model import (
     interpolate,
     most_loaded,
     probe_costs,
+    workgroup_costs,
 )
 from tiledsl.device_array import DeviceArray
 from tiledsl.driver import compile_source
@@ -125,6 +126,30 @@ def test_probes_follow_a_linear_cost_with_a_few_measurements() -> None:
     assert 39 in xs and 40 in xs  # refined down to the step
     xs, _ = probe_costs(step.__getitem__, 64, 4)
     assert len(xs) == 4  # the budget holds
+
+
+def test_costs_follow_the_launch_order_where_x_does_not_decide_them() -> None:
+    """16 query blocks of 8 heads, launch order x fastest. In x order (block x costs x + 1) the
+    first row's probes decide every workgroup; handed out heaviest first (workgroup k takes block
+    15 - k // 8, as fmha_fwd.tile's masked variants do), the later workgroups miss the first row's
+    estimate and the costs are estimated along the launch order instead."""
+    gx, count = 16, 16 * 8
+    in_x = [float(k % gx + 1) for k in range(count)]
+    heavy_first = [float(gx - k // 8) for k in range(count)]
+    for truth in (in_x, heavy_first):
+        seen = []
+
+        def measure(k: int, truth=truth, seen=seen) -> tuple[float, float]:
+            seen.append(k)
+            return truth[k], 2.0 * truth[k]
+
+        costs, flops = workgroup_costs(measure, gx, count, 32)
+        if truth is in_x:
+            assert costs == truth and flops == [2.0 * c for c in truth]
+            assert len(seen) == 3 + 4  # the first row's probes (a linear cost), the checks
+        else:  # 32 probes for 16 steps: interpolated within a block's cost (the first row's: off by 15)
+            assert max(abs(c - t) for c, t in zip(costs, truth, strict=True)) < 1.0
+            assert max(abs(f - 2.0 * t) for f, t in zip(flops, truth, strict=True)) < 2.0
 
 
 # -- the CU model on hand-made instruction streams --------------------------------------------

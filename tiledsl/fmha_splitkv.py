@@ -13,14 +13,13 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.fmha_dropout import dropout_scalars
-from tiledsl.kernels.fmha_configs import FmhaConfig, fmha_config, fmha_dim_units, pack_gqa, padded_hdim, wide_config
+from tiledsl.kernels.fmha_configs import fmha_config, fmha_dim_units, pack_gqa, padded_hdim, wide_config
 from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
-from tiledsl.pairing import CAUSAL_KINDS, paired_fits, pairs_pay
+from tiledsl.pairing import CAUSAL_KINDS
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import MaskParams
 
@@ -99,21 +98,15 @@ class SplitShape:
     dropout: bool = False  # P is dropped (docs/dropout.md): the call's seed_lo .. drop_scale
     dropout_mask: bool = False  # a last stage writes the keep bits into the call's "dropout_mask"
     out_dtype: str | None = None  # fp8 (dtype f8e4m3): the output's dtype (docs/fp8.md); else dtype
-    # The sequences and the longest query sequence, for pairing query blocks (tiledsl.pairing);
-    # 0 when the caller does not pair (the KV-cache plans).
+    # The sequences and the longest query sequence, for the wide query tile (wide_query_blocks); 0
+    # when the caller does not choose it (the KV-cache plans).
     batch: int = 0
     max_seqlen_q: int = 0
-    pair_blocks: str = "auto"  # "always": a causal one-stage plan pairs whatever the sizes (kernel packages)
+    pair_blocks: str = "auto"  # "always": a causal one-stage plan pairs its query blocks (pair_query_blocks)
     query_tile: str = "auto"  # "wide": a plain one-stage plan runs the WIDE row whatever the sizes (kernel packages)
     # A tensor of the call (or the workspace) spans more than 2 GiB: no stage uses buffer accesses
     # (CompileOptions.buffer_masks, tiledsl.ops.spans_large).
     large: bool = False
-
-
-def query_block_config(shape: SplitShape) -> FmhaConfig:
-    """The tile config the one-stage forward of `shape` compiles with."""
-    return fmha_config(shape.arch, shape.hdim_q, shape.hdim_v, masked=shape.mask.kind != "none", bias=shape.bias,
-                       dropout=shape.dropout, fp8=shape.dtype == "f8e4m3")
 
 
 def pairable(shape: SplitShape) -> bool:
@@ -121,21 +114,23 @@ def pairable(shape: SplitShape) -> bool:
     return shape.num_splits == 1 and shape.heads_per_block == 1 and shape.mask.kind in CAUSAL_KINDS
 
 
-def query_workgroups(shape: SplitShape, block_m: int, passes: int = 1) -> int:
-    """Workgroups of the one-stage forward's grid for queries of `block_m` rows (`passes` blocks
-    per workgroup): its query blocks per sequence, times heads and sequences."""
-    return -(-shape.max_seqlen_q // (block_m * passes)) * shape.hq * shape.batch
+def query_workgroups(shape: SplitShape, block_m: int) -> int:
+    """Workgroups of the one-stage forward's grid for queries of `block_m` rows: its query blocks
+    per sequence, times heads and sequences."""
+    return -(-shape.max_seqlen_q // block_m) * shape.hq * shape.batch
 
 
-def pair_query_blocks(shape: SplitShape, kernel: Any) -> bool:
+def pair_query_blocks(shape: SplitShape) -> bool:
     """Whether the one-stage forward's workgroups take two query blocks each (x and
     nblocks - 1 - x, fmha_fwd.tile's PASSES = 2): under a causal mask query block x sees about
-    x + 1 key blocks (tiledsl.pairing). Not with split-KV or packed GQA heads (decode-sized
-    queries), nor for callers that leave `batch` 0 (the KV-cache plans)."""
-    if not pairable(shape) or not shape.batch:
-        return False
-    cfg = query_block_config(shape)
-    return pairs_pay(shape.arch, shape.mask.kind, query_workgroups(shape, cfg.block_m), kernel.manifest, cfg.waves)
+    x + 1 key blocks (tiledsl.pairing). Only on request (pair_blocks "always"): the unpaired
+    masked variants hand their blocks out heaviest first, which the timing model finds faster
+    wherever the sizes used to pair them (session 39, causal f16 TFLOP/s, paired -> unpaired: B 2,
+    H 16, S 2048 gfx942 hdim 64 394.1 -> 407.0, hdim 128 463.2 -> 481.3, gfx950 hdim 128 774.3 ->
+    823.5, gfx90a hdim 64 100.6 -> 134.8; B 1, H 16, S 2048 gfx1201 hdim 64 113.3 -> 114.6,
+    gfx1100 hdim 64 67.9 -> 76.0, gfx90a hdim 64 68.1 -> 94.7), but for gfx950 hdim 64 at B 2
+    (572.6 -> 547.7, every workgroup resident at once)."""
+    return pairable(shape) and shape.pair_blocks == "always"
 
 
 def wide_query_blocks(shape: SplitShape) -> bool:
@@ -221,14 +216,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
         kv_cache=shape.kv_cache, pack_gqa=shape.heads_per_block > 1, page_size=shape.page_size, bias=shape.bias,
         bias_dtype=shape.bias_dtype, dropout=shape.dropout, out_dtype=shape.out_dtype, large=shape.large,
         wide=wide_query_blocks(shape))
-    kernel = variant()
-    if pairable(shape) and shape.pair_blocks == "always":
-        kernel = variant(passes=2)
-    elif pair_query_blocks(shape, kernel):
-        paired, cfg = variant(passes=2), query_block_config(shape)
-        if paired_fits(shape.arch, cfg.waves, kernel.manifest, paired.manifest,
-                       query_workgroups(shape, cfg.block_m, passes=2)):
-            kernel = paired
+    kernel = variant(passes=2) if pair_query_blocks(shape) else variant()
     args = (("q", Ref(shape.q_name)),) + tuple((n, Ref(n)) for n in FWD_ARGS) + (
         ("num_splits", shape.num_splits), ("heads_per_block", shape.heads_per_block)) + bias_args(shape) + \
         dropout_args(shape) + tuple((n, Ref(n) if shape.dtype == "f8e4m3" else 1.0) for n in ("p_scale", "o_scale"))

@@ -198,14 +198,13 @@ def _build_fwd(arch: str, sig: Signature) -> list[Any]:
     from tiledsl.fmha_splitkv import build_attention_plan, wide_query_blocks
 
     # One stage, with and without GQA packing (chosen from the call's shapes); with dropout, also
-    # the keep-mask stage of return_dropout_mask.
-    # Under a causal mask also the paired query blocks a large grid takes (tiledsl.pairing); where
-    # the variant has a WIDE row, the wider query tile a large grid takes (wide_query_blocks).
-    pairs = ("auto", "always") if _mask_params(sig).kind in CAUSAL_KINDS else ("auto",)
+    # the keep-mask stage of return_dropout_mask. Where the variant has a WIDE row, the wider query
+    # tile a large grid takes (wide_query_blocks). (The forward pairs query blocks only on request:
+    # tiledsl.fmha_splitkv.pair_query_blocks.)
     shapes = [_split_shape(arch, sig, heads_per_block=hpb, bias_dtype=bdt, dropout_mask=mask, out_dtype=out,
-                           pair_blocks=pair, query_tile=tile)
-              for bdt, hpb, mask, out, pair, tile in itertools.product(
-                  _bias_dtypes(sig), (1, 2), (False, sig.dropout), _out_dtypes(sig), pairs, ("auto", "wide"))]
+                           query_tile=tile)
+              for bdt, hpb, mask, out, tile in itertools.product(
+                  _bias_dtypes(sig), (1, 2), (False, sig.dropout), _out_dtypes(sig), ("auto", "wide"))]
     kernels = [k for shape in shapes if shape.query_tile == "auto" or wide_query_blocks(shape)
                for k in _kernels(build_attention_plan(shape))]
     return list({id(k): k for k in kernels}.values())

@@ -1,7 +1,9 @@
 """Modeled time of one launch: sampled workgroups traced on the emulator, replayed on the CU model.
 
 Each workgroup's cost is estimated first: a workgroup at a few x indices (`probe_costs`) runs
-alone on the CU model, the x in between are interpolated. Workgroups then go to the arch's compute
+alone on the CU model, the x in between are interpolated, and a few later workgroups check that
+x decides the cost; where it does not, the estimate runs along the launch order instead
+(`workgroup_costs`). Workgroups then go to the arch's compute
 units as the hardware's dispatcher hands them out: in launch order (x fastest), the first round-robin
 up to the kernel's occupancy, each later one to the slot that frees first (`dispatch`). The CUs that
 finish last by that estimate (`TimingOptions.sample_cus`) are simulated with all the workgroups they
@@ -14,6 +16,7 @@ it does not predict clocks.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import time
 from collections.abc import Callable, Sequence
@@ -112,6 +115,27 @@ def interpolate(xs: list[int], values: list[float], grid_x: int) -> list[float]:
     return [float(v) for v in np.interp(np.arange(grid_x), xs, values)]
 
 
+def workgroup_costs(measure: Callable[[int], tuple], grid_x: int, count: int, budget: int,
+                    tolerance: float = 0.02, checks: int = 4) -> tuple[list[float], list[float]]:
+    """Each workgroup's estimated cost and matrix flops, in launch order (x fastest), from
+    `measure(k)` of a few workgroups k run alone. First by x, as `probe_costs` along the first row
+    (y = z = 0; where attention's work varies: query or key blocks under a causal mask), then
+    checked on `checks` workgroups spread over the later rows. A kernel whose work varies with
+    more than x (one that hands its blocks out in another order, or sequences of unequal length)
+    misses that check by more than `tolerance` of the largest cost: its costs are then estimated
+    along the launch order itself, where they step with the blocks it hands out."""
+    xs, got = probe_costs(measure, grid_x, budget, tolerance)
+    by_x = [interpolate(xs, [m[i] for m in got], grid_x) for i in (0, 1)]
+    costs = [by_x[0][k % grid_x] for k in range(count)]
+    if count > grid_x:
+        top = max(m[0] for m in got) or 1.0
+        later = sorted({grid_x + (count - 1 - grid_x) * i // max(1, checks - 1) for i in range(checks)})
+        if any(abs(measure(k)[0] - costs[k]) > tolerance * top for k in later):
+            ks, got = probe_costs(measure, count, budget, tolerance)
+            return interpolate(ks, [m[0] for m in got], count), interpolate(ks, [m[1] for m in got], count)
+    return costs, [by_x[1][k % grid_x] for k in range(count)]
+
+
 def dispatch(costs: list[float], cus: int, slots_per_cu: int) -> tuple[list[list[int]], list[float]]:
     """Which workgroups each CU runs, in start order, and when each CU finishes, if workgroup k
     takes `costs[k]` and the dispatcher hands workgroups out in launch order: the first `cus x
@@ -169,17 +193,15 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
             traces[wg] = tracer.take(wg)
         return traces[wg]
 
-    # Each workgroup's cost, estimated from the x index (where attention's work per workgroup
-    # varies: query or key blocks under a causal mask): a workgroup per probed x runs alone on
-    # the CU model.
-    def alone(x: int) -> tuple[float, float]:
-        r = simulate_cu(arch, prog, [trace((x, 0, 0))], 1)
+    # Each workgroup's cost (which decides who goes where), from a few workgroups run alone on
+    # the CU model (workgroup_costs).
+    @functools.cache
+    def alone(k: int) -> tuple[float, float]:
+        r = simulate_cu(arch, prog, [trace(order[k])], 1)
         return r.cycles, r.matrix_flops
 
-    xs, measured = probe_costs(alone, g[0], options.probe_x)
-    cost_x = interpolate(xs, [m[0] for m in measured], g[0])
-    flops_x = interpolate(xs, [m[1] for m in measured], g[0])
-    per_cu, finish = dispatch([cost_x[wg[0]] for wg in order], cus, groups_per_cu)
+    costs, flops_wg = workgroup_costs(alone, g[0], len(order), options.probe_x)
+    per_cu, finish = dispatch(costs, cus, groups_per_cu)
     chosen = most_loaded(finish, options.sample_cus)
     results: list[tuple[int, CuResult]] = []
     for n, c in enumerate(chosen):
@@ -191,7 +213,7 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
     dram_bytes = distinct_bytes(mem.regions)  # each pointer argument's extent, moved once
     dram_seconds = dram_bytes / (tp.hbm_tb_s * 1e12 / tp.dies)
     seconds = max(cu_seconds, dram_seconds)
-    flops = sum(flops_x[wg[0]] for wg in order)
+    flops = sum(flops_wg)
     peak = arch.peak_tflops_f16 * 1e12 / tp.dies
     cus_used = min(len(order), cus)
     sim_cycles = slowest.cycles * arch.simds_per_cu
