@@ -55,8 +55,8 @@ def test_package_layout(package, capsys):
     assert index["format"] == "tiledsl-kernel-package" and index["version"] == 1
     assert index["tiledsl"] == tiledsl.__version__ and index["archs"] == [ARCH]
     assert set(index["variants"]) == {FWD, BWD}
-    # With and without GQA packing, and paired query blocks (causal: tiledsl.pairing).
-    assert len(index["variants"][FWD]["kernels"]) == 3
+    # With and without GQA packing (causal blocks go heaviest first, unpaired: fmha_fwd.tile).
+    assert len(index["variants"][FWD]["kernels"]) == 2
     assert len(index["variants"][BWD]["kernels"]) == 4  # dot_do_o, dq_dk_dv unpaired and paired, convert_dq
     assert index["variants"][BWD]["signature"]["family"] == "fmha_bwd"
     names = set()
