@@ -5,8 +5,10 @@ about x + 1 key blocks, the backward's key block x about nblocks - x query block
 workgroup per block, a compute unit that runs two of the heavy blocks (side by side, sharing its
 SIMDs, or one after the other) sets the time while others idle. Paired (the kernels' PASSES = 2),
 workgroup x takes blocks x and nblocks - 1 - x of its sequence in turn, so every workgroup does
-the same work, in half as many workgroups. Shared by the forward (tiledsl.fmha_splitkv) and the
-backward (tiledsl.fmha_bwd); measured with the timing model (docs/backward.md, docs/profile.md).
+the same work, in half as many workgroups. The backward (tiledsl.fmha_bwd) decides by these
+rules; the forward pairs only on request (tiledsl.fmha_splitkv.pair_query_blocks), since its
+unpaired masked blocks go heaviest first. Measured with the timing model (docs/backward.md,
+docs/profile.md).
 """
 
 from __future__ import annotations
