@@ -3,6 +3,9 @@ arch against the float64 reference, and the split heuristic."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -20,7 +23,7 @@ from tiledsl.fmha_splitkv import (
 from tiledsl.kernels.fmha_configs import fmha_config
 from tiledsl.ops import fmha_fwd
 from tiledsl.ops import fmha_num_splits as ops_num_splits
-from tiledsl.reference import fmha_fwd_reference
+from tiledsl.reference import fmha_fwd_reference, fmha_mask_params
 
 pytestmark = pytest.mark.emulator
 
@@ -125,3 +128,29 @@ def test_heuristic_through_the_api_and_bad_values():
     for bad in (-1, 1.5, True, "auto"):
         with pytest.raises(ValueError, match="num_splits: expected an int >= 0"):
             fmha_fwd(q, k, v, num_splits=bad, device=dev)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_partial_outputs_move_in_vectors(arch):
+    """The split plan's partial outputs (o_acc, our workspace, rows of D_V f32 words) are declared
+    16-byte aligned to both stages (CompileOptions.stride_units): the producers store them (but on
+    gfx11, whose accumulator rows are not in one lane) and the combine loads them in 16-byte
+    vectors, and the combine stores an aligned output in vectors too. Not where a strided
+    variant passes every stride, nor for a head dim that is not a multiple of 4 words."""
+    from tiledsl.fmha_splitkv import SplitShape, attention_stages
+
+    shape = SplitShape(arch=arch, dtype="f16", hdim_q=64, hdim_v=64, mask=fmha_mask_params(False), varlen=False,
+                       lse=True, sink=False, softcap=False, contiguous=True, aligned=("k", "o", "q", "v"),
+                       num_splits=2, b=1, hq=2, sq=1)
+    producers, combine = (stage.kernel for stage in attention_stages(shape))
+    for kernel in (producers, combine):
+        units = {t["name"]: t["stride_unit"] for t in kernel.manifest["tensors"]}
+        assert units["o_acc"] == 8 and units["o"] == 8
+    wide = r"(?:dwordx4|b128)\b"
+    if arch != "gfx1100":  # gfx11's WMMA accumulator gives each lane one column of the output rows
+        assert re.search(r"(?:buffer|global)_store_" + wide, producers.asm)
+    assert re.search(r"(?:buffer|global)_load_" + wide, combine.asm)
+    assert re.search(r"(?:buffer|global)_store_(?:dwordx[24]|b64|b128)\b", combine.asm)
+    for other in (dataclasses.replace(shape, contiguous=False), dataclasses.replace(shape, hdim_v=66)):
+        combine = attention_stages(other)[1].kernel
+        assert {t["name"]: t["stride_unit"] for t in combine.manifest["tensors"]}["o_acc"] == 1

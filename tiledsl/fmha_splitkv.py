@@ -16,7 +16,15 @@ from pathlib import Path
 
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.fmha_dropout import dropout_scalars
-from tiledsl.kernels.fmha_configs import fmha_config, fmha_dim_units, pack_gqa, padded_hdim, wide_config
+from tiledsl.kernels.fmha_configs import (
+    VECTOR_ELEMS,
+    fmha_config,
+    fmha_dim_units,
+    pack_gqa,
+    padded_hdim,
+    split_acc_stride_units,
+    wide_config,
+)
 from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
 from tiledsl.pairing import CAUSAL_KINDS
@@ -239,8 +247,11 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                "VARLEN": flag[shape.varlen], "HAS_LSE": flag[shape.lse], "HAS_SINK": flag[shape.sink],
                "PAD_D": flag[hd_v != shape.hdim_v]}
     units = tuple((s, u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V")
+    # The partial outputs (our workspace) and the output (when the call's strides allow) in vectors.
+    stride_units = (split_acc_stride_units(shape.hdim_v) if shape.contiguous else ()) + \
+        ((("o", VECTOR_ELEMS),) if "o" in shape.aligned else ())
     options = CompileOptions.make(shape.arch, defines, unit_last_stride=shape.contiguous, dim_units=units,
-                                  disjoint_rows=shape.contiguous,
+                                  disjoint_rows=shape.contiguous, stride_units=stride_units,
                                   buffer_masks=not shape.large)
     combine = library_kernel(KERNELS / "fmha_fwd_combine.tile", shape.arch, defines, options)
     return [

@@ -21,7 +21,14 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_dropout import NO_DROPOUT, DropoutCall, check_dropout, dropout_mask_output
 from tiledsl.fmha_fp8 import Fp8Call, check_fp8, check_fp8_dtype, is_fp8
-from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, fmha_defines, fmha_dim_units, pack_gqa, variant_config
+from tiledsl.kernels.fmha_configs import (
+    VECTOR_ELEMS,
+    fmha_defines,
+    fmha_dim_units,
+    pack_gqa,
+    split_acc_stride_units,
+    variant_config,
+)
 from tiledsl.launcher import numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, bias_shape, fmha_mask_params
 
@@ -600,8 +607,8 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     """The fmha_fwd variant `fmha_fwd` launches for these features, from a kernel package or
     compiled through the compile cache (`tiledsl.library.library_kernel`). contiguous: the head
     dim of q/k/v has stride 1; aligned: the tensors whose other strides are multiples of 16 bytes;
-    passes: 2 for paired query blocks (tiledsl.pairing; compiled with spills allowed, the caller
-    checks `pairing.paired_fits`); large: a tensor of the call spans more than 2 GiB (no buffer
+    passes: 2 for paired query blocks (on request: tiledsl.fmha_splitkv.pair_query_blocks; compiled
+    with spills allowed); large: a tensor of the call spans more than 2 GiB (no buffer
     accesses, `spans_large`); wide: the WIDE tile row of a large grid (`fmha_configs.fmha_config`)."""
     from tiledsl.library import library_kernel
     from tiledsl.options import CompileOptions
@@ -618,7 +625,8 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     # of VGPR spills up to hdim 128 (tests/test_fmha_bias.py), not every combination of strides.
     # Dropout variants do at hdim 256 (fmha_configs.DROPPED).
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous, disjoint_rows=contiguous,
-                                  stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned)),
+                                  stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned))
+                                  + (split_acc_stride_units(hdim_v or hdim_q) if split and contiguous else ()),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v), buffer_masks=not large,
                                   **cfg.scheduling(),
                                   allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1)

@@ -449,6 +449,15 @@ def for_dtype(cfg: FmhaConfig, dtype: str) -> FmhaConfig:
     return replace(cfg, lazy_rescale=False) if dtype == "f8e4m3" else cfg
 
 
+def split_acc_stride_units(hdim_v: int) -> tuple[tuple[str, int], ...]:
+    """CompileOptions.stride_units of the split-KV workspace's partial outputs (o_acc, f32 [splits,
+    B, Hq, Sq, D_V], tiledsl.fmha_splitkv.splitkv_workspace): every stride is a multiple of D_V, so
+    of its largest power of two up to a vector's 8 elements; the producers store their rows and
+    the combine loads them in vectors where that unit makes 16 bytes (4 words) or more."""
+    unit = min(VECTOR_ELEMS, hdim_v & -hdim_v)
+    return (("o_acc", unit),) if unit >= 4 else ()
+
+
 def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, int], ...]:
     """CompileOptions.dim_units for padded head dims: the largest power of two up to one 16-byte
     vector of f16/bf16 (8) dividing D_QK and D_V, so the kernel's head-dim masks are uniform over
