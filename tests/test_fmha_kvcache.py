@@ -4,6 +4,9 @@ the memory traffic of a GQA decode step; and every validation error before any l
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -183,3 +186,29 @@ def test_bad_input_is_a_value_error_before_any_launch():
         **contiguous)
     bad("k_cache: expected dtype float16", kc=ckc.astype(np.float32), vc=cvc, block_table=None)
     assert dev.launches == []
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_appended_rows_move_in_vectors(arch):
+    """The append and rotary stages declare the call's aligned tensors 16-byte aligned
+    (CompileOptions.stride_units): the new rows are read and the cache rows written in 16-byte
+    vectors. Not when the new rows' strides do not allow it (KvCacheShape.new_aligned)."""
+    from tiledsl.fmha_kvcache import KvCacheShape, build_kvcache_plan
+    from tiledsl.fmha_splitkv import SplitShape
+    from tiledsl.reference import fmha_mask_params
+
+    att = SplitShape(arch=arch, dtype="f16", hdim_q=64, hdim_v=64, mask=fmha_mask_params(True), varlen=False,
+                     lse=False, sink=False, softcap=False, contiguous=True, aligned=("k", "o", "q", "v"), num_splits=1,
+                     b=1, hq=2, sq=4, kv_cache="contiguous", q_name="q_rot")
+    shape = KvCacheShape(att, batch=1, hk=2, s_new=4, rotary="half", q_positions="rows", new_aligned=True)
+    append, rotary = (s.kernel for s in build_kvcache_plan(shape).stages[:2])
+    def units(kernel) -> dict[str, int]:
+        return {t["name"]: t["stride_unit"] for t in kernel.manifest["tensors"]}
+
+    assert [units(append)[n] for n in ("x", "v_new", "k_cache", "v_cache", "x_rot")] == [8, 8, 8, 8, 1]
+    assert units(rotary)["x"] == units(rotary)["x_rot"] == 8
+    for k in (append, rotary):
+        assert re.search(r"(?:buffer|global)_load_(?:dwordx4|b128)\b", k.asm)
+        assert re.search(r"(?:buffer|global)_store_(?:dwordx[24]|b64|b128)\b", k.asm)
+    unaligned = build_kvcache_plan(dataclasses.replace(shape, new_aligned=False)).stages[0].kernel
+    assert units(unaligned)["x"] == units(unaligned)["v_new"] == 1 and units(unaligned)["k_cache"] == 8

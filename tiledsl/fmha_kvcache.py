@@ -42,6 +42,7 @@ class KvCacheShape:
     s_new: int  # rows appended per sequence (0: no append)
     rotary: str  # "none", "interleaved", "half"
     q_positions: str  # "rows" (causal or local) or "first"
+    new_aligned: bool = False  # the appended k_new and v_new have 16-byte aligned rows (aligned_names)
 
 
 def _append_kernel(shape: KvCacheShape, target: str) -> Any:
@@ -54,8 +55,18 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
                "TARGET": target, "PAGED": flag[a.kv_cache == "paged"], "ROTARY": shape.rotary,
                "POSITIONS": shape.q_positions if target == "query" else "rows",
                "VARLEN": flag[target == "query" and a.varlen]}
+    # The kernel's tensors that the call's aligned ones are bound to (build_kvcache_plan): their row
+    # starts are 16-byte aligned, so rows move in vectors (CompileOptions.stride_units). q_rot, our
+    # packed copy of q, is aligned whenever "q" is (its rows are D apart, and D % 8 == 0 then).
+    aligned = set(a.aligned) | ({"k_new", "v_new"} if shape.new_aligned else set())
+    bound = {"cache": {"x": "k_new", "v_new": "v_new", "k_cache": "k", "v_cache": "v"},
+             "query": {"x": "q", "x_rot": "q"}}[target]
+    units = tuple((arg, VECTOR_ELEMS) for arg, name in sorted(bound.items()) if name in aligned)
+    # Its head-dim masks (d < D_QK, d < D_V) are uniform over vectors of the head dims' largest
+    # power-of-two unit up to 8 (the launcher checks).
+    dims = tuple((sym, min(VECTOR_ELEMS, d & -d)) for sym, d in (("D_QK", a.hdim_q), ("D_V", a.hdim_v)))
     options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous, disjoint_rows=a.contiguous,
-                                  buffer_masks=not a.large)
+                                  stride_units=units, dim_units=dims, buffer_masks=not a.large)
     return library_kernel(KERNELS / "fmha_kv_append.tile", a.arch, defines, options)
 
 
@@ -322,8 +333,9 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                                q_name="q_rot" if rotary != "none" else "q",
                                bias="alibi" if slopes is not None else "none",
                                large=spans_large(q4, k_cache, v_cache, out4, k, v))
+        new_aligned = k is not None and len(aligned_names(contiguous, k_new=k, v_new=v)) == 2
         plan = build_kvcache_plan(KvCacheShape(attention, batch=batch, hk=hk, s_new=s_new, rotary=rotary,
-                                               q_positions="rows" if masked else "first"))
+                                               q_positions="rows" if masked else "first", new_aligned=new_aligned))
         owned = []
         caches = (k_cache, v_cache)
         if s_new and not on_device:  # the append and the attention share one device copy of each cache

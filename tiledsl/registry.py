@@ -229,7 +229,7 @@ def _build_kvcache(arch: str, sig: Signature) -> list[Any]:
                            num_splits=splits, heads_per_block=hpb, sq=sq,
                            q_name="q_rot" if sig.rotary != "none" else "q")
         shape = KvCacheShape(attention=att, batch=1, hk=1, s_new=1, rotary=sig.rotary,
-                             q_positions="rows" if sig.mask != "none" else "first")
+                             q_positions="rows" if sig.mask != "none" else "first", new_aligned=True)
         out += _kernels(build_kvcache_plan(shape))
     return out
 
