@@ -11,7 +11,7 @@ of that signature may launch, through the same functions the ops use at run time
 
 Shape-driven choices are built both ways: the forward's GQA packing (short queries), split-KV
 producers and the combine's decode tile (the split heuristic), small and large KV-cache pages,
-under a causal mask the paired query and key blocks of large grids (tiledsl.pairing), and the
+under a causal mask the backward's paired key blocks of large grids (tiledsl.pairing), and the
 forward's wider query tile of large unmasked grids (fmha_configs.WIDE).
 Prebuilt variants serve calls with contiguous head dims and 16-byte aligned strides; other
 strides compile their own variant on first use.
