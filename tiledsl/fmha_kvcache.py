@@ -23,7 +23,7 @@ import numpy as np
 
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
-from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, pack_gqa, padded_hdim
+from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, head_dim_units, pack_gqa, padded_hdim
 from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
@@ -62,11 +62,9 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
     bound = {"cache": {"x": "k_new", "v_new": "v_new", "k_cache": "k", "v_cache": "v"},
              "query": {"x": "q", "x_rot": "q"}}[target]
     units = tuple((arg, VECTOR_ELEMS) for arg, name in sorted(bound.items()) if name in aligned)
-    # Its head-dim masks (d < D_QK, d < D_V) are uniform over vectors of the head dims' largest
-    # power-of-two unit up to 8 (the launcher checks).
-    dims = tuple((sym, min(VECTOR_ELEMS, d & -d)) for sym, d in (("D_QK", a.hdim_q), ("D_V", a.hdim_v)))
     options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous, disjoint_rows=a.contiguous,
-                                  stride_units=units, dim_units=dims, buffer_masks=not a.large)
+                                  stride_units=units, dim_units=head_dim_units(a.hdim_q, a.hdim_v),
+                                  buffer_masks=not a.large)
     return library_kernel(KERNELS / "fmha_kv_append.tile", a.arch, defines, options)
 
 

@@ -626,7 +626,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     # Dropout variants do at hdim 256 (fmha_configs.DROPPED).
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous, disjoint_rows=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned))
-                                  + (split_acc_stride_units(hdim_v or hdim_q) if split and contiguous else ()),
+                                  + (split_acc_stride_units(hdim_v) if split and contiguous else ()),
                                   dim_units=fmha_dim_units(hdim_q, hdim_v), buffer_masks=not large,
                                   **cfg.scheduling(),
                                   allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1)

@@ -449,23 +449,33 @@ def for_dtype(cfg: FmhaConfig, dtype: str) -> FmhaConfig:
     return replace(cfg, lazy_rescale=False) if dtype == "f8e4m3" else cfg
 
 
+def vector_unit(n: int) -> int:
+    """The largest power of two up to one 16-byte vector of f16/bf16 (8 elements) dividing n."""
+    return min(VECTOR_ELEMS, n & -n)
+
+
 def split_acc_stride_units(hdim_v: int) -> tuple[tuple[str, int], ...]:
     """CompileOptions.stride_units of the split-KV workspace's partial outputs (o_acc, f32 [splits,
     B, Hq, Sq, D_V], tiledsl.fmha_splitkv.splitkv_workspace): every stride is a multiple of D_V, so
-    of its largest power of two up to a vector's 8 elements; the producers store their rows and
-    the combine loads them in vectors where that unit makes 16 bytes (4 words) or more."""
-    unit = min(VECTOR_ELEMS, hdim_v & -hdim_v)
+    of its `vector_unit`; the producers store their rows and the combine loads them in vectors
+    where that unit makes 16 bytes (4 words) or more."""
+    unit = vector_unit(hdim_v)
     return (("o_acc", unit),) if unit >= 4 else ()
 
 
+def head_dim_units(hdim_q: int, hdim_v: int) -> tuple[tuple[str, int], ...]:
+    """CompileOptions.dim_units of a kernel's head-dim masks (d < D_QK, d < D_V): each head dim's
+    `vector_unit`, so the masks are uniform over its vector accesses (the launcher checks)."""
+    return (("D_QK", vector_unit(hdim_q)), ("D_V", vector_unit(hdim_v)))
+
+
 def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, int], ...]:
-    """CompileOptions.dim_units for padded head dims: the largest power of two up to one 16-byte
-    vector of f16/bf16 (8) dividing D_QK and D_V, so the kernel's head-dim masks are uniform over
-    its vector loads. Empty when no head dim is padded (the masks are not compiled in)."""
+    """`head_dim_units` for padded head dims; empty when no head dim is padded (the forward's masks
+    are not compiled in then)."""
     hdim_v = hdim_q if hdim_v is None else hdim_v
     if padded_hdim(hdim_q) == hdim_q and padded_hdim(hdim_v) == hdim_v:
         return ()
-    return tuple((sym, min(VECTOR_ELEMS, d & -d)) for sym, d in (("D_QK", hdim_q), ("D_V", hdim_v)))
+    return head_dim_units(hdim_q, hdim_v)
 
 
 def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
