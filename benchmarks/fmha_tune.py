@@ -125,12 +125,14 @@ def main() -> int:
                     help="the candidates with the lazy softmax rescale (FmhaConfig.lazy_rescale)")
     ap.add_argument("--lane-exchange", action="store_true",
                     help="the candidates with register exchanges for gfx11's P tile (FmhaConfig.lane_exchange)")
+    ap.add_argument("--overlap", action="store_true",
+                    help="the candidates with the next key block's scores computed ahead (FmhaConfig.overlap)")
     ap.add_argument("--model", action="store_true", help="add modeled TFLOP/s (emulator timing model)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     jobs = [(a, h, args.masked,
              replace(c, mask_rows=args.mask_rows, schedule=args.schedule, interleave=args.interleave,
-                     lazy_rescale=args.lazy, lane_exchange=args.lane_exchange), args.model)
+                     lazy_rescale=args.lazy, lane_exchange=args.lane_exchange, overlap=args.overlap), args.model)
             for a in args.arch
             for h in args.hdim for c in (CDNA if get_arch(a).is_cdna else RDNA)]
     print(f"{'arch':8} {'hdim':5}{'mask':7}{'BM':>5}{'BN':>5}{'W':>4}{'OCC':>4}{'RU':>4}{'MR':>4}{'S':>4}"

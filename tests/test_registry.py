@@ -87,7 +87,8 @@ def test_registry_export_and_list_commands(tmp_path, capsys):
                                                              "occupancy": 2, "reuse": True, "mask_rows": True,
                                                              "mask_keys": False, "schedule": "iterative-ilp",
                                                              "interleave": True,
-                                                             "lazy_rescale": False, "lane_exchange": False}
+                                                             "lazy_rescale": False, "lane_exchange": False,
+                                                             "overlap": False}
     assert main(["registry", "export", "--arch", "gfx9000"]) == 2
     assert "arch: expected one of" in capsys.readouterr().err
 

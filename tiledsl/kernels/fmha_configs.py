@@ -96,6 +96,9 @@ class FmhaConfig:
     # lanes 16 apart (CompileOptions.lane_exchange) rather than through LDS, where the model finds
     # it faster.
     lane_exchange: bool = False
+    # The next key block's scores computed before this block's softmax (fmha_fwd.tile's OVERLAP),
+    # so the matrix unit has work beside the exponentials, where the model finds it faster.
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -112,6 +115,8 @@ class FmhaConfig:
             d["MASK_KEYS"] = "true"
         if self.lazy_rescale:
             d["LAZY"] = "true"
+        if self.overlap:
+            d["OVERLAP"] = "true"
         return d
 
     def scheduling(self) -> dict[str, str | bool]:
@@ -123,9 +128,10 @@ class FmhaConfig:
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
        mask_rows: bool = False, schedule: str = "", interleave: bool = False,
-       lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False) -> FmhaConfig:
+       lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False,
+       overlap: bool = False) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
-                      lazy_rescale, lane_exchange)
+                      lazy_rescale, lane_exchange, overlap)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -258,15 +264,30 @@ ILP = "iterative-ilp"
 # 82.2, gfx1201 148.0 -> 137.2), and the denominator then sums P as rounded for P V: the LSE moves
 # by up to the dtype's unit roundoff (1.3e-4 seen in f16, up to 2^-8 in bf16), past the LSE's
 # tested accuracy.
+# Scores one key block ahead (overlap, fmha_fwd.tile's OVERLAP, session 40): each iteration computes
+# the next block's Q K^T after its own mask and before its exponentials, so the matrix unit has
+# work while the vector unit runs the softmax (FlashAttention-3's overlap inside one wave). It
+# costs a second S tile's registers and a copy of it per step. Taken, modeled TFLOP/s, f16, full,
+# B 2, H 16, S 2048 (B 1, H 16, S 2048; B 4, H 32, S 4096): gfx942 hdim 64 with 128x64 tiles
+# 574.9 -> 589.4 (427.7 -> 454.4; 720.8 -> 746.7; bf16 429.3 -> 428.7); gfx950 hdim 128 1328.8 ->
+# 1364.5 (1022.0 -> 1017.3; 1523.6 -> 1552.3; bf16 1322.3 -> 1358.2); gfx950 hdim 64's row for
+# grids below the WIDE row's 128x128 -> 128x64 with overlap, B 1: 649.2 -> 687.9. Not taken:
+# gfx90a hdim 64 152.8 -> 149.4, hdim 128 149.6 -> 111.5; gfx942 hdim 128 675.9 -> 511.8 (128x32:
+# 443.9); gfx1201 hdim 64 148.0 -> 146.7; gfx1100 hdim 128 spills; gfx950's WIDE row spills (256x64
+# with it 873.7); the causal rows level or slower (gfx942 hdim 64 407.0 -> 406.5, gfx950 hdim 64
+# 547.7 -> 547.0, hdim 128 823.5 -> 554.9). Placed before the mask's branch (passes/version_masks.py)
+# the next block's matrix instructions sit in another basic block than the exponentials, which
+# LLVM then cannot interleave (gfx950 hdim 64 128x64: 843.9 there, 903.3 after it).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
-    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 2, 2, reuse=True, mask_keys=True),
+    "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, mask_keys=True, overlap=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, schedule=ILP, interleave=True),
                256: _c(64, 32, 4, 2)},
-    "gfx950": {32: _c(128, 64, 4, 2), 64: _c(128, 128, 4, 1, interleave=True),
+    "gfx950": {32: _c(128, 64, 4, 2),
+               64: _c(128, 64, 4, 2, reuse=True, interleave=True, lazy_rescale=True, overlap=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True, lazy_rescale=True,
-                       mask_keys=True),
+                       mask_keys=True, overlap=True),
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1),
                 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True),
