@@ -273,11 +273,13 @@ ILP = "iterative-ilp"
 # 1364.5 (1022.0 -> 1017.3; 1523.6 -> 1552.3; bf16 1322.3 -> 1358.2); gfx950 hdim 64's row for
 # grids below the WIDE row's 128x128 -> 128x64 with overlap, B 1: 649.2 -> 687.9. Not taken:
 # gfx90a hdim 64 152.8 -> 149.4, hdim 128 149.6 -> 111.5; gfx942 hdim 128 675.9 -> 511.8 (128x32:
-# 443.9); gfx1201 hdim 64 148.0 -> 146.7; gfx1100 hdim 128 spills; gfx950's WIDE row spills (256x64
-# with it 873.7); the causal rows level or slower (gfx942 hdim 64 407.0 -> 406.5, gfx950 hdim 64
-# 547.7 -> 547.0, hdim 128 823.5 -> 554.9). Placed before the mask's branch (passes/version_masks.py)
-# the next block's matrix instructions sit in another basic block than the exponentials, which
-# LLVM then cannot interleave (gfx950 hdim 64 128x64: 843.9 there, 903.3 after it).
+# 443.9); RDNA, whose WMMAs share the vector unit: gfx1201 hdim 64 148.0 -> 146.7, hdim 128
+# 146.1 -> 139.4, gfx1100 hdim 64 89.5 -> 86.6, hdim 128 spills (one stage: 56.8); gfx950's WIDE
+# row spills (256x64 with it 873.7); the causal rows level or slower (gfx942 hdim 64 407.0 ->
+# 406.5, gfx950 hdim 64 547.7 -> 547.0, hdim 128 823.5 -> 554.9). Placed before the mask's branch
+# (passes/version_masks.py) the next block's matrix instructions sit in another basic block than
+# the exponentials, which LLVM then cannot interleave (gfx950 hdim 64 128x64: 843.9 there, 903.3
+# after it).
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
