@@ -79,8 +79,10 @@ class AxisAnalysis:
             return AxisInfo(1, min(a.const, b.const), min(a.div * b.div, BIG))
         if name == "arith.cmpi" and (g := self._uniform_compare(op)) > 1:
             return AxisInfo(1, g, 1)
-        if name in ("arith.andi", "arith.ori", "arith.xori", "arith.cmpi", "arith.cmpf", "arith.select",
-                    "arith.minsi", "arith.maxsi"):
+        if name in ("arith.minsi", "arith.maxsi"):  # each element is one of the operands' elements
+            a, b = self.info(op.operands[0]), self.info(op.operands[1])
+            return AxisInfo(1, min(a.const, b.const), min(a.div, b.div))
+        if name in ("arith.andi", "arith.ori", "arith.xori", "arith.cmpi", "arith.cmpf", "arith.select"):
             infos = [self.info(x) for x in op.operands]
             return AxisInfo(1, min(i.const for i in infos), 1)
         return AxisInfo()

@@ -140,3 +140,30 @@ def test_a_lanes_rows_share_one_offset_register(arch: str, reversed_cols: bool) 
         launch(kernel, x, y, n, device=EmulatorDevice(arch))
         want = np.where(np.arange(150)[:, None] < n, 2 * (x[:, ::-1] if reversed_cols else x), 7.0)
         np.testing.assert_array_equal(y, want.astype(np.float16), err_msg=f"n = {n}")
+
+
+TAIL = Path(__file__).resolve().parent / "kernels" / "tail_elements.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f8e4m3"])
+def test_a_bound_inside_a_dword_keeps_its_last_elements(arch: str, dtype: str) -> None:
+    """`i < N` over 2-byte or 1-byte elements: the hardware range-checks each dword of a vector
+    access whole, so a view ending inside a dword would drop the elements before the bound in that
+    dword. Such a bound stays a per-lane mask; one declared a multiple of 4 elements is a view."""
+    import ml_dtypes
+
+    from tiledsl.backends.rocm.arch import get_arch
+
+    if dtype.startswith("f8") and get_arch(arch).fp8_flavour is None:
+        pytest.skip(f"{arch} has no 8-bit floats")
+    np_dtype = {"f16": np.float16, "bf16": ml_dtypes.bfloat16,
+                "f8e4m3": ml_dtypes.float8_e4m3fnuz if get_arch(arch).fp8_flavour == "fnuz" else ml_dtypes.float8_e4m3fn}
+    for even in (False, True):
+        kernel = compile_source(TAIL.read_text(), str(TAIL), arch, {"DT": dtype, "UNIT": "4" if even else "1"})
+        assert bool(_bounded(kernel)) == even
+        for n in ((256, 300, 516) if even else (255, 2, 253, 301, 514)):
+            x = (np.arange(n) % 50 + 1).astype(np.float32).astype(np_dtype[dtype])
+            y = np.zeros_like(x)
+            launch(kernel, x, y, device=EmulatorDevice(arch))
+            np.testing.assert_array_equal(y.astype(np.float32), x.astype(np.float32), err_msg=f"N = {n}")

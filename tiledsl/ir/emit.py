@@ -419,7 +419,8 @@ class _Emitter:
                 and acc.tensor not in o.large_tensors
                 and acc.dtype != "i1" and isinstance(mask.type, ir.RankedTensorType)):
             return acc.ptr, acc.offsets, mask
-        return row_view(acc.ptr, acc.dims, acc.shape, mask, self.const_i32) or (acc.ptr, acc.offsets, mask)
+        return row_view(acc.ptr, acc.dims, acc.shape, mask, A.DTYPE_BYTES[acc.dtype], self.const_i32) \
+            or (acc.ptr, acc.offsets, mask)
 
     def _write(self, e: A.Call, op: str) -> None:
         a = self.args(e, ["access", "value", "mask"])

@@ -32,6 +32,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from tiledsl.ir.dialect import i32_attr, int_attr, tensor_type, tile_op
+from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import defining_op, is_tile, reshaped_source, splat_scalar
 
 
@@ -160,10 +161,16 @@ def _on_axis(core: ir.Value, axis: int, shape: tuple[int, ...]) -> ir.Value:
     return v
 
 
-def row_view(ptr: ir.Value, dims: list[IndexedDim], shape: tuple[int, ...], mask: ir.Value,
+def row_view(ptr: ir.Value, dims: list[IndexedDim], shape: tuple[int, ...], mask: ir.Value, elt_bytes: int,
              const_i32: Callable[[int], ir.Value]) -> tuple[ir.Value, ir.Value, ir.Value] | None:
     """(view, offsets, mask) for an access to `ptr` whose mask bounds one dim's rows (the module
-    docstring), or None when it does not have that form."""
+    docstring), or None when it does not have that form.
+
+    Elements narrower than a dword, bounded along the last dim, need the bound to be a known
+    multiple of a dword: the hardware checks each dword of a vector access against NUM_RECORDS
+    whole, so a dword holding the last element and one past the bound would read 0 (or not be
+    written) entire. A bound on another dim ends at a row boundary, which a vector never crosses;
+    vectors along rows whose starts are not known to be dword-aligned are not made at all."""
     last, factors = len(dims) - 1, _and_factors(mask)
     for factor in factors:
         bound = _row_bound(factor)
@@ -177,6 +184,8 @@ def row_view(ptr: ir.Value, dims: list[IndexedDim], shape: tuple[int, ...], mask
             others = [d for i, d in enumerate(dims) if i not in (r, last)]
             if any(_uniform(d.index) is None for d in others):
                 break  # a lane-varying index in another dim: rows may interleave (try the next factor)
+            if r == last and elt_bytes < 4 and _divisor(n, rows.uniforms) * elt_bytes % 4:
+                break  # the view's end may split a vector's dword: the mask stays per lane
             start = _sum([_times(_uniform(d.index), d.stride) for d in others]  # type: ignore[arg-type]
                          + [_times(_sum(index.uniforms, lambda: const_i32(0)), dim.stride)], lambda: const_i32(0))
             rows_left = arith.MaxSIOp(arith.SubIOp(n, _sum(rows.uniforms, lambda: const_i32(0))).result,
@@ -194,6 +203,12 @@ def row_view(ptr: ir.Value, dims: list[IndexedDim], shape: tuple[int, ...], mask
                 kept = arith.AndIOp(kept, f).result
             return view, offsets, kept
     return None
+
+
+def _divisor(n: ir.Value, firsts: list[ir.Value]) -> int:
+    """A power of two dividing the view's rows, max(n - sum(firsts), 0)."""
+    axis = AxisAnalysis()
+    return min(axis.info(v).div for v in [n, *firsts])
 
 
 def _times_tile(dim: IndexedDim) -> ir.Value:
