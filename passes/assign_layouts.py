@@ -24,7 +24,7 @@ from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, 
 from tiledsl.passes.stage_lds import padded_row
 
 FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
-ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp", "tile.umulhi", "tile.philox_byte")
+ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp", "tile.umulhi", "tile.philox_byte", "tile.round_bf16")
 
 
 def dot_config(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tuple[MatrixOp, int, int]:

@@ -294,6 +294,28 @@ def rule_umulhi(lw: _Lowering, op: ir.Operation) -> None:
     lw.vmap[op.result] = arith.MulUIExtendedOp(lw.v(op.operands[0]), lw.v(op.operands[1])).high
 
 
+def rule_round_bf16(lw: _Lowering, op: ir.Operation) -> None:
+    """f32 -> bf16 to nearest, ties away from zero: add half a bf16 ulp to the bits and keep the
+    high half (v_add_u32 per value, one v_perm_b32 per pair), for `cast(x, bf16, approx=true)`.
+    Exact rounding for finite values and infinities; a NaN whose payload carries into the exponent
+    or sign becomes an infinity or a zero (docs/language.md)."""
+    x = lw.v(op.operands[0])
+    shape = ir.VectorType(x.type).shape if isinstance(x.type, ir.VectorType) else None
+
+    def typed(elt: ir.Type) -> ir.Type:
+        return elt if shape is None else ir.VectorType.get(shape, elt)
+
+    def const(v: int) -> ir.Value:
+        t = typed(i32())
+        attr = ir.IntegerAttr.get(i32(), v)
+        return arith.ConstantOp(t, attr if shape is None else ir.DenseElementsAttr.get_splat(t, attr)).result
+
+    bits = arith.BitcastOp(typed(i32()), x).result
+    high = arith.ShRUIOp(arith.AddIOp(bits, const(0x8000)).result, const(16)).result
+    half = arith.TruncIOp(typed(ir.IntegerType.get_signless(16)), high).result
+    lw.vmap[op.result] = arith.BitcastOp(typed(ir.BF16Type.get()), half).result
+
+
 def rule_abs_i(lw: _Lowering, op: ir.Operation) -> None:
     x = lw.v(op.operands[0])
     zero = arith.ConstantOp(x.type, ir.DenseElementsAttr.get_splat(x.type, ir.IntegerAttr.get(i32(), 0))) \
@@ -727,6 +749,7 @@ RULES = {
     "tile.wave_fence": rule_wave_fence,
     "math.exp2": rule_exp2, "math.log2": rule_log2, "math.sqrt": rule_sqrt, "math.absf": rule_absf,
     "math.absi": rule_abs_i, "tile.rcp": rule_rcp, "tile.umulhi": rule_umulhi, "tile.philox_byte": rule_philox_byte,
+    "tile.round_bf16": rule_round_bf16,
     "scf.for": rule_for, "scf.if": rule_if, "scf.yield": rule_yield, "func.return": rule_return,
 }
 for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi", "muli", "floordivsi",

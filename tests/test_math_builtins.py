@@ -116,3 +116,49 @@ def test_row_sums_add_in_packed_pairs(arch: str) -> None:
         assert packed > 0, counts
     else:
         assert packed == 0, counts
+
+
+def _bf16_ties_away(x: np.ndarray) -> np.ndarray:
+    """The bits of cast(x, bf16, approx=true): half a bf16 ulp added to the f32 bits, high half kept."""
+    return ((x.view(np.uint32).astype(np.uint64) + 0x8000) >> 16).astype(np.uint16)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_cast_approx_rounds_bf16_ties_away(arch: str) -> None:
+    """cast(x, bf16, approx=true): ties away from zero, bit for bit, where the arch has no bf16
+    convert (fewer vector instructions than nearest even there); nearest even and the same code
+    where it has one (gfx950). A tie is the only finite value that differs, infinities stay, and
+    a NaN behaves as docs/language.md states."""
+    import ml_dtypes
+
+    path = SOURCE.parent / "round_bf16.tile"
+    kernels = {flag: compile_source(path.read_text(), str(path), arch, {"APPROX": flag}) for flag in ("true", "false")}
+    rng = np.random.default_rng(11)
+    ties = np.array([0x3F808000, 0xBF808000, 0x3F818000, 0x00008000, 0x7F7F8000, 0x7F7F7FFF],
+                    np.uint32).view(np.float32)
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF807FFF, 0x7FFFFFFF, 0x7FFF8000],
+                    np.uint32).view(np.float32)
+    x = np.concatenate([ties, nans, np.array([np.inf, -np.inf, 0.0, -0.0, 1e-40, -3e38], np.float32),
+                        rng.standard_normal(997).astype(np.float32) * np.float32(1e3),
+                        rng.integers(0, 2**32, 1000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    with np.errstate(invalid="ignore"):  # the NaNs
+        nearest_even = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+    approx_bits = nearest_even if get_arch(arch).bf16_convert else _bf16_ties_away(x)
+    for flag, want in (("true", approx_bits), ("false", nearest_even)):
+        y = np.zeros(len(x), ml_dtypes.bfloat16)
+        t = np.zeros(1, ml_dtypes.bfloat16)
+        launch(kernels[flag], x, y, ties[0], t, device=EmulatorDevice(arch))
+        got = y.view(np.uint16)
+        exact = flag == "true" and not get_arch(arch).bf16_convert  # NaNs too; nearest even: any NaN
+        keep = ~np.isnan(x) | exact
+        np.testing.assert_array_equal(got[keep], want[keep])
+        assert exact or np.isnan(y[np.isnan(x)].astype(np.float32)).all()
+        assert t.view(np.uint16)[0] == want[0]  # the scalar path
+    assert _bf16_ties_away(ties[:1])[0] == 0x3F81 and nearest_even[0] == 0x3F80  # the tie itself
+    approx_nan = _bf16_ties_away(nans).view(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.isnan(approx_nan[:2]).all() and np.isinf(approx_nan[2:4]).all() and (approx_nan[4:] == 0).all()
+    valu = [count_instructions(kernels[f].asm).classes["valu"] for f in ("true", "false")]
+    if get_arch(arch).bf16_convert:
+        assert kernels["true"].asm == kernels["false"].asm
+    else:
+        assert valu[0] < valu[1], valu

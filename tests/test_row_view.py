@@ -157,8 +157,8 @@ def test_a_bound_inside_a_dword_keeps_its_last_elements(arch: str, dtype: str) -
 
     if dtype.startswith("f8") and get_arch(arch).fp8_flavour is None:
         pytest.skip(f"{arch} has no 8-bit floats")
-    np_dtype = {"f16": np.float16, "bf16": ml_dtypes.bfloat16,
-                "f8e4m3": ml_dtypes.float8_e4m3fnuz if get_arch(arch).fp8_flavour == "fnuz" else ml_dtypes.float8_e4m3fn}
+    f8 = ml_dtypes.float8_e4m3fnuz if get_arch(arch).fp8_flavour == "fnuz" else ml_dtypes.float8_e4m3fn
+    np_dtype = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f8e4m3": f8}
     for even in (False, True):
         kernel = compile_source(TAIL.read_text(), str(TAIL), arch, {"DT": dtype, "UNIT": "4" if even else "1"})
         assert bool(_bounded(kernel)) == even

@@ -100,6 +100,10 @@ class Arch:
     # v_permlane32_swap (CDNA4 ISA): swaps a VGPR's upper 32 lanes with another's lower 32, so a
     # reduction across the halves of a wave64 takes one swap and one op (lower-to-gpu).
     permlane32_swap: bool = False
+    # v_cvt_pk_bf16_f32 (CDNA4 ISA): two f32 values to bf16, rounded to nearest even, in one
+    # instruction. Elsewhere LLVM expands the rounding (about 4.5 VALU per value), which a cast
+    # with approx=true replaces by ties-away rounding on the bits (1.5; tile.round_bf16).
+    bf16_convert: bool = False
 
     @property
     def m0_sgpr(self) -> int:
@@ -233,6 +237,7 @@ ARCHS: dict[str, Arch] = {
     "gfx950": Arch(
         name="gfx950", family="CDNA4", elf_mach=0x4F, lds_bytes=160 * 1024, fp8_flavour="ocp", peak_tflops_f16=2500.0,
         product="MI355X", compute_units=256, lds_transpose_read=True, permlane32_swap=True,
+        bf16_convert=True,
         timing=Timing(clock_ghz=2.4, hbm_tb_s=8.0, lds_bytes_per_clk=256, vmem_line_bytes=128, **_CDNA_TIMING), **_CDNA,
         matrix_ops=_cdna_ops(16, 32, {
             "f16": ("v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_f16"),

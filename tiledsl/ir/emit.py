@@ -590,11 +590,17 @@ class _Emitter:
         return tile_op("philox_byte", vals, [vals[2].type]).result
 
     def call_cast(self, e: A.Call) -> ir.Value:
+        a = self.args(e, ["x", "dtype", "approx"])
         x = self.expr(e.args[0])
         src = _dtype(e.args[0].type)
         dst = _dtype(e.type)
         t = e.type
         rt = self.ttype(t.shape, dst) if isinstance(t, A.TileType) else self.elt(dst)
+        approx = isinstance(a["approx"], A.Const) and a["approx"].value is True
+        if approx and (src, dst) == ("f32", "bf16") and not self.arch.bf16_convert:
+            # Ties away from zero on the bits (passes/lower_to_gpu.rule_round_bf16); an arch with
+            # a bf16 convert instruction rounds to nearest even at no more cost.
+            return tile_op("round_bf16", [x], [rt]).result
         return _cast(x, src, dst, rt)  # type: ignore[arg-type]
 
     def call_where(self, e: A.Call) -> ir.Value:

@@ -183,7 +183,7 @@ BUILTINS: dict[str, str] = {
     "philox": "philox(key0, key1, c0, c1, c2, c3, word)",
     "philox_byte": "philox_byte(key0, key1, j, i, c2, c3)",
     "abs": "abs(x)",
-    "cast": "cast(x, dtype)",
+    "cast": "cast(x, dtype, approx=false)",
     "where": "where(cond, a, b)",
     "cdiv": "cdiv(a, b)",
     "store": "store(access, value, mask=None)",

@@ -68,7 +68,7 @@ _PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {
     **{f: (("a", True), ("b", True)) for f in ("maximum", "minimum", "cdiv")},
     **{f: (("x", True),) for f in ("exp2", "log2", "rcp", "sqrt", "abs", "exp", "log", "rsqrt")},
     "tanh": (("x", True), ("approx", False)),
-    "cast": (("x", True), ("dtype", True)),
+    "cast": (("x", True), ("dtype", True), ("approx", False)),
     "fma": (("a", True), ("b", True), ("c", True)),
     "umulhi": (("a", True), ("b", True)),
     "philox": tuple((n, True) for n in ("key0", "key1", "c0", "c1", "c2", "c3", "word")),
@@ -684,6 +684,7 @@ class Typer:
     def _call_cast(self, e: Call, a: dict, env: Env) -> ScalarType | TileType:
         t = self.value(a["x"], env)
         dtype = self._dtype_arg(a["dtype"], "cast")
+        self.compile_time_bool(a["approx"], "cast: approx")
         self.f8_arch(dtype, f"cast to {dtype}", a["dtype"].loc)  # (an f8 source failed where it was made)
         return _make(_shape(t), dtype)
 
