@@ -1,0 +1,105 @@
+// PASS: version-masks gfx942
+// tests/kernels/sunk_dot.tile after fold-scalars. The select under `cols < lim` is versioned; the
+// dot it takes stays above the branch, and `later`, which nothing uses until after it, moves to just
+// below it (the branch ends LLVM's scheduling region: below it, its matrix instructions interleave
+// with the work that follows).
+// CHECK: scf.for
+// CHECK: %[[TAKEN:.*]] = "tile.dot"
+// CHECK-NOT: "tile.dot"
+// CHECK: %[[S:.*]] = scf.if %{{.*}} -> (tensor<64x32xf32>) {
+// CHECK-NEXT: scf.yield %[[TAKEN]]
+// CHECK: } else {
+// CHECK-NOT: "tile.dot"
+// CHECK: arith.select
+// CHECK-NEXT: scf.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[LATER:.*]] = "tile.dot"
+// CHECK-NEXT: arith.addf %[[S]], %[[LATER]]
+#loc1 = loc("tests/kernels/sunk_dot.tile":2:1)
+module attributes {tile.arch = "gfx942"} {
+  func.func @sunk_dot(%arg0: !llvm.ptr<1> loc("tests/kernels/sunk_dot.tile":2:1), %arg1: i32 loc("tests/kernels/sunk_dot.tile":2:1), %arg2: !llvm.ptr<1> loc("tests/kernels/sunk_dot.tile":2:1), %arg3: i32 loc("tests/kernels/sunk_dot.tile":2:1), %arg4: !llvm.ptr<1> loc("tests/kernels/sunk_dot.tile":2:1), %arg5: i32 loc("tests/kernels/sunk_dot.tile":2:1), %arg6: i32 loc("tests/kernels/sunk_dot.tile":2:1), %arg7: i32 loc("tests/kernels/sunk_dot.tile":2:1)) attributes {tile.kernel, tile.large_args = array<i32>, tile.nonnegative_args = array<i32: 1, 3, 5, 7>, tile.waves = 4 : i32} {
+    %0 = "tile.arange"() {start = 0 : i32} : () -> tensor<64xi32> loc(#loc2)
+    %1 = "tile.arange"() {start = 0 : i32} : () -> tensor<32xi32> loc(#loc3)
+    %2 = "tile.expand_dims"(%0) {axis = 1 : i32} : (tensor<64xi32>) -> tensor<64x1xi32> loc(#loc4)
+    %3 = "tile.broadcast"(%2) : (tensor<64x1xi32>) -> tensor<64x32xi32> loc(#loc5)
+    %4 = "tile.splat"(%arg1) : (i32) -> tensor<64x32xi32> loc(#loc5)
+    %5 = arith.muli %3, %4 : tensor<64x32xi32> loc(#loc5)
+    %6 = "tile.expand_dims"(%1) {axis = 0 : i32} : (tensor<32xi32>) -> tensor<1x32xi32> loc(#loc6)
+    %7 = "tile.broadcast"(%6) : (tensor<1x32xi32>) -> tensor<64x32xi32> loc(#loc5)
+    %8 = arith.addi %5, %7 : tensor<64x32xi32> loc(#loc5)
+    %true = arith.constant true loc(#loc7)
+    %9 = "tile.splat"(%true) : (i1) -> tensor<64x32xi1> loc(#loc7)
+    %cst = arith.constant 0.000000e+00 : f16 loc(#loc7)
+    %10 = "tile.load"(%arg0, %8, %9, %cst) : (!llvm.ptr<1>, tensor<64x32xi32>, tensor<64x32xi1>, f16) -> tensor<64x32xf16> loc(#loc7)
+    %cst_0 = arith.constant 0.000000e+00 : f32 loc(#loc8)
+    %11 = "tile.splat"(%cst_0) : (f32) -> tensor<64x32xf32> loc(#loc8)
+    %c0_i32 = arith.constant 0 : i32 loc(#loc9)
+    %c32_i32 = arith.constant 32 : i32 loc(#loc10)
+    %12 = scf.for %arg8 = %c0_i32 to %arg7 step %c32_i32 iter_args(%arg9 = %11) -> (tensor<64x32xf32>)  : i32 {
+      %21 = "tile.splat"(%arg8) : (i32) -> tensor<32xi32> loc(#loc12)
+      %22 = arith.addi %21, %1 : tensor<32xi32> loc(#loc12)
+      %23 = "tile.expand_dims"(%1) {axis = 1 : i32} : (tensor<32xi32>) -> tensor<32x1xi32> loc(#loc13)
+      %24 = "tile.broadcast"(%23) : (tensor<32x1xi32>) -> tensor<32x32xi32> loc(#loc14)
+      %25 = "tile.splat"(%arg3) : (i32) -> tensor<32x32xi32> loc(#loc14)
+      %26 = arith.muli %24, %25 : tensor<32x32xi32> loc(#loc14)
+      %27 = "tile.expand_dims"(%22) {axis = 0 : i32} : (tensor<32xi32>) -> tensor<1x32xi32> loc(#loc15)
+      %28 = "tile.broadcast"(%27) : (tensor<1x32xi32>) -> tensor<32x32xi32> loc(#loc14)
+      %29 = arith.addi %26, %28 : tensor<32x32xi32> loc(#loc14)
+      %true_2 = arith.constant true loc(#loc16)
+      %30 = "tile.splat"(%true_2) : (i1) -> tensor<32x32xi1> loc(#loc16)
+      %cst_3 = arith.constant 0.000000e+00 : f16 loc(#loc16)
+      %31 = "tile.load"(%arg2, %29, %30, %cst_3) : (!llvm.ptr<1>, tensor<32x32xi32>, tensor<32x32xi1>, f16) -> tensor<32x32xf16> loc(#loc16)
+      %cst_4 = arith.constant 0.000000e+00 : f32 loc(#loc17)
+      %32 = "tile.splat"(%cst_4) : (f32) -> tensor<64x32xf32> loc(#loc17)
+      %33 = "tile.dot"(%10, %31, %32) {trans_b = false} : (tensor<64x32xf16>, tensor<32x32xf16>, tensor<64x32xf32>) -> tensor<64x32xf32> loc(#loc17)
+      %34 = "tile.splat"(%arg6) : (i32) -> tensor<32xi32> loc(#loc18)
+      %35 = arith.cmpi slt, %22, %34 : tensor<32xi32> loc(#loc18)
+      %36 = "tile.expand_dims"(%35) {axis = 0 : i32} : (tensor<32xi1>) -> tensor<1x32xi1> loc(#loc19)
+      %37 = "tile.broadcast"(%36) : (tensor<1x32xi1>) -> tensor<64x32xi1> loc(#loc20)
+      %38 = "tile.dot"(%10, %31, %arg9) {trans_b = false} : (tensor<64x32xf16>, tensor<32x32xf16>, tensor<64x32xf32>) -> tensor<64x32xf32> loc(#loc21)
+      %cst_5 = arith.constant 0.000000e+00 : f32 loc(#loc22)
+      %39 = "tile.splat"(%cst_5) : (f32) -> tensor<64x32xf32> loc(#loc20)
+      %40 = arith.select %37, %38, %39 : tensor<64x32xi1>, tensor<64x32xf32> loc(#loc20)
+      %41 = arith.addf %40, %33 : tensor<64x32xf32> loc(#loc23)
+      scf.yield %41 : tensor<64x32xf32> loc(#loc11)
+    } loc(#loc11)
+    %13 = "tile.expand_dims"(%0) {axis = 1 : i32} : (tensor<64xi32>) -> tensor<64x1xi32> loc(#loc24)
+    %14 = "tile.broadcast"(%13) : (tensor<64x1xi32>) -> tensor<64x32xi32> loc(#loc25)
+    %15 = "tile.splat"(%arg5) : (i32) -> tensor<64x32xi32> loc(#loc25)
+    %16 = arith.muli %14, %15 : tensor<64x32xi32> loc(#loc25)
+    %17 = "tile.expand_dims"(%1) {axis = 0 : i32} : (tensor<32xi32>) -> tensor<1x32xi32> loc(#loc26)
+    %18 = "tile.broadcast"(%17) : (tensor<1x32xi32>) -> tensor<64x32xi32> loc(#loc25)
+    %19 = arith.addi %16, %18 : tensor<64x32xi32> loc(#loc25)
+    %true_1 = arith.constant true loc(#loc27)
+    %20 = "tile.splat"(%true_1) : (i1) -> tensor<64x32xi1> loc(#loc27)
+    "tile.store"(%arg4, %19, %12, %20) : (!llvm.ptr<1>, tensor<64x32xi32>, tensor<64x32xf32>, tensor<64x32xi1>) -> () loc(#loc27)
+    return loc(#loc1)
+  } loc(#loc1)
+} loc(#loc)
+#loc = loc(unknown)
+#loc2 = loc("tests/kernels/sunk_dot.tile":3:16)
+#loc3 = loc("tests/kernels/sunk_dot.tile":4:14)
+#loc4 = loc("tests/kernels/sunk_dot.tile":5:21)
+#loc5 = loc("tests/kernels/sunk_dot.tile":5:19)
+#loc6 = loc("tests/kernels/sunk_dot.tile":5:36)
+#loc7 = loc("tests/kernels/sunk_dot.tile":5:14)
+#loc8 = loc("tests/kernels/sunk_dot.tile":6:15)
+#loc9 = loc("tests/kernels/sunk_dot.tile":7:21)
+#loc10 = loc("tests/kernels/sunk_dot.tile":7:27)
+#loc11 = loc("tests/kernels/sunk_dot.tile":7:5)
+#loc12 = loc("tests/kernels/sunk_dot.tile":8:20)
+#loc13 = loc("tests/kernels/sunk_dot.tile":9:25)
+#loc14 = loc("tests/kernels/sunk_dot.tile":9:23)
+#loc15 = loc("tests/kernels/sunk_dot.tile":9:38)
+#loc16 = loc("tests/kernels/sunk_dot.tile":9:18)
+#loc17 = loc("tests/kernels/sunk_dot.tile":10:21)
+#loc18 = loc("tests/kernels/sunk_dot.tile":11:24)
+#loc19 = loc("tests/kernels/sunk_dot.tile":11:23)
+#loc20 = loc("tests/kernels/sunk_dot.tile":11:17)
+#loc21 = loc("tests/kernels/sunk_dot.tile":11:46)
+#loc22 = loc("tests/kernels/sunk_dot.tile":11:64)
+#loc23 = loc("tests/kernels/sunk_dot.tile":12:15)
+#loc24 = loc("tests/kernels/sunk_dot.tile":14:13)
+#loc25 = loc("tests/kernels/sunk_dot.tile":14:11)
+#loc26 = loc("tests/kernels/sunk_dot.tile":14:28)
+#loc27 = loc("tests/kernels/sunk_dot.tile":14:5)
