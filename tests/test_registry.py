@@ -85,9 +85,9 @@ def test_registry_export_and_list_commands(tmp_path, capsys):
     assert specs["arch"] == "gfx942" and specs["facts"]["compute_units"] == 304
     assert specs["families"]["fmha_fwd"]["tiles"]["128"] == {"block_m": 128, "block_n": 64, "waves": 4, "stages": 2,
                                                              "occupancy": 2, "reuse": True, "mask_rows": True,
-                                                             "mask_keys": False, "schedule": "iterative-ilp",
+                                                             "mask_keys": True, "schedule": "",
                                                              "interleave": True,
-                                                             "lazy_rescale": False, "lane_exchange": False,
+                                                             "lazy_rescale": True, "lane_exchange": False,
                                                              "overlap": False}
     assert main(["registry", "export", "--arch", "gfx9000"]) == 2
     assert "arch: expected one of" in capsys.readouterr().err
