@@ -294,6 +294,14 @@ def rule_umulhi(lw: _Lowering, op: ir.Operation) -> None:
     lw.vmap[op.result] = arith.MulUIExtendedOp(lw.v(op.operands[0]), lw.v(op.operands[1])).high
 
 
+def _i32_like(x: ir.Value, v: int) -> ir.Value:
+    """The i32 constant v in x's type: a scalar, or a splat over x's per-lane vector."""
+    attr = ir.IntegerAttr.get(i32(), v)
+    if isinstance(x.type, ir.VectorType):
+        return arith.ConstantOp(x.type, ir.DenseElementsAttr.get_splat(x.type, attr)).result
+    return arith.ConstantOp(i32(), attr).result
+
+
 def rule_round_bf16(lw: _Lowering, op: ir.Operation) -> None:
     """f32 -> bf16 to nearest, ties away from zero: add half a bf16 ulp to the bits and keep the
     high half (v_add_u32 per value, one v_perm_b32 per pair), for `cast(x, bf16, approx=true)`.
@@ -305,22 +313,15 @@ def rule_round_bf16(lw: _Lowering, op: ir.Operation) -> None:
     def typed(elt: ir.Type) -> ir.Type:
         return elt if shape is None else ir.VectorType.get(shape, elt)
 
-    def const(v: int) -> ir.Value:
-        t = typed(i32())
-        attr = ir.IntegerAttr.get(i32(), v)
-        return arith.ConstantOp(t, attr if shape is None else ir.DenseElementsAttr.get_splat(t, attr)).result
-
     bits = arith.BitcastOp(typed(i32()), x).result
-    high = arith.ShRUIOp(arith.AddIOp(bits, const(0x8000)).result, const(16)).result
+    high = arith.ShRUIOp(arith.AddIOp(bits, _i32_like(bits, 0x8000)).result, _i32_like(bits, 16)).result
     half = arith.TruncIOp(typed(ir.IntegerType.get_signless(16)), high).result
     lw.vmap[op.result] = arith.BitcastOp(typed(ir.BF16Type.get()), half).result
 
 
 def rule_abs_i(lw: _Lowering, op: ir.Operation) -> None:
     x = lw.v(op.operands[0])
-    zero = arith.ConstantOp(x.type, ir.DenseElementsAttr.get_splat(x.type, ir.IntegerAttr.get(i32(), 0))) \
-        if isinstance(x.type, ir.VectorType) else arith.ConstantOp(i32(), 0)
-    lw.vmap[op.result] = arith.MaxSIOp(x, arith.SubIOp(zero.result, x).result).result
+    lw.vmap[op.result] = arith.MaxSIOp(x, arith.SubIOp(_i32_like(x, 0), x).result).result
 
 
 def rule_program_id(lw: _Lowering, op: ir.Operation) -> None:

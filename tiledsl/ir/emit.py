@@ -443,7 +443,7 @@ class _Emitter:
         t = e.type
         assert isinstance(t, A.TileType)
         acc = self.to_type(self.expr(a["acc"]), t) if a["acc"] is not None else self._fill(e, 0.0)
-        trans = bool(a["trans_b"].value) if isinstance(a["trans_b"], A.Const) else False
+        trans = _flag(a["trans_b"])
         return tile_op("dot", [self.scalar(a["a"]), self.scalar(a["b"]), acc], [tensor_type(t.shape, "f32")],  # type: ignore[arg-type]
                        {"trans_b": ir.BoolAttr.get(trans)}).result
 
@@ -520,7 +520,7 @@ class _Emitter:
         1e-6 overall)."""
         t = e.type
         a = self.args(e, ["x", "approx"])
-        approx = isinstance(a["approx"], A.Const) and a["approx"].value is True
+        approx = _flag(a["approx"])
         one = self.to_type(self.constant(1.0, "f32"), t)
         if approx:
             exponent = self._approx_tanh_exponent(a["x"], t)  # type: ignore[arg-type]
@@ -596,8 +596,7 @@ class _Emitter:
         dst = _dtype(e.type)
         t = e.type
         rt = self.ttype(t.shape, dst) if isinstance(t, A.TileType) else self.elt(dst)
-        approx = isinstance(a["approx"], A.Const) and a["approx"].value is True
-        if approx and (src, dst) == ("f32", "bf16") and not self.arch.bf16_convert:
+        if _flag(a["approx"]) and (src, dst) == ("f32", "bf16") and not self.arch.bf16_convert:
             # Ties away from zero on the bits (passes/lower_to_gpu.rule_round_bf16); an arch with
             # a bf16 convert instruction rounds to nearest even at no more cost.
             return tile_op("round_bf16", [x], [rt]).result
@@ -661,6 +660,12 @@ def _retype(t: ir.Type, dtype: str) -> ir.Type:
     if isinstance(t, ir.RankedTensorType):
         return tensor_type(ir.RankedTensorType(t).shape, dtype)
     return element_type(dtype)
+
+
+def _flag(node: A.Expr | None) -> bool:
+    """A keyword switch (dot's trans_b, approx): absent is false, else the compile-time bool the
+    checker made it (Typer.compile_time_bool)."""
+    return isinstance(node, A.Const) and node.value is True
 
 
 def _dtype(t: A.Type | None) -> str:
