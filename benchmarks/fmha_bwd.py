@@ -1,6 +1,6 @@
 """FMHA backward: our dq_dk_dv beside Triton's backward for the same arch and shape, as a table.
 
-Per arch, head dim 64/128, f16, causal or not. Columns per kernel: cold compile seconds,
+Per arch, head dim 64/128, f16 and bf16, causal or not. Columns per kernel: cold compile seconds,
 instructions, MFMA/WMMA count, instructions per MFMA/WMMA, VGPRs (CDNA: the unified count) and
 AGPRs, LDS, spills, occupancy (waves per SIMD), and -- both kernels run on the emulator on the same
 problem (1 x 256 x 1 x hdim) -- the executed wave-instructions per 1k (query, key) pairs. That
@@ -10,8 +10,8 @@ against our 5), which a static instructions-per-MFMA figure rewards. Triton is c
 shows its config with the fewest executed instructions per pair (no spills), and the timing model
 times the best MODEL_CANDIDATES of them at the model shape and keeps the fastest, as Triton's
 autotuner would. Its results are checked against the reference before they are counted. The
-modeled figures charge both sides their whole work: our plan's three stages, Triton's preprocess
-(Delta) and main kernel.
+modeled figures charge every side its whole work: our plan's three stages, Triton's and aiter's
+preprocess (Delta) and main kernel.
 
 aiter's Triton backward (benchmarks/aiter_fa.py, optional: `pip install
 amd-aiter==0.1.7.post2.dev18 --no-deps`) is a third row: the one-kernel dK/dV/dQ path its
@@ -19,7 +19,7 @@ amd-aiter==0.1.7.post2.dev18 --no-deps`) is a third row: the one-kernel dK/dV/dQ
 only; the other archs' rows say so), fed with O and LSE from aiter's own forward on the emulator,
 checked like Triton's; its dynamic figure counts the main kernel (its preprocess, like our
 dot_do_o, is not counted).
-Usage: python benchmarks/fmha_bwd.py [--arch A ...] [--hdim 64 128] [--no-emulate]
+Usage: python benchmarks/fmha_bwd.py [--arch A ...] [--hdim 64 128] [--dtype f16 bf16] [--no-emulate]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.fmha_bwd import bwd_config, plan_from_sizes
 from tiledsl.isa_stats import isa_stats
+from tiledsl.launcher import numpy_dtype
 from tiledsl.ops import fmha_bwd, fmha_fwd
 from tiledsl.reference import fmha_bwd_reference, fmha_mask_params
 
@@ -51,20 +52,32 @@ SEQ = 256
 # problem (without spills): the model keeps the fastest, as Triton's autotuner would on a GPU.
 MODEL_CANDIDATES = 3
 LOG2E = 1.4426950408889634
+# Max |gradient - reference| over the reference's largest magnitude (at least 1): the test suite's
+# bounds (tests/_fmha_util.assert_grads_close).
+TOLERANCE = {"f16": 4e-3, "bf16": 2e-2}
 
 
-def problem(hdim: int, seed: int = 0):
+def problem(dtype: str, hdim: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal((1, SEQ, 1, hdim)).astype(np.float16) for _ in range(4)]  # q, k, v, do
+    return [rng.standard_normal((1, SEQ, 1, hdim)).astype(numpy_dtype(dtype)) for _ in range(4)]  # q, k, v, do
+
+
+def differs(got, ref, dtype: str) -> str | None:
+    """None when the gradients (dq, dk, dv) match the reference, else what differs."""
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref, strict=True):
+        err = np.abs(np.asarray(g, np.float64) - r).max()
+        if err > TOLERANCE[dtype] * max(np.abs(r).max(), 1.0):
+            return f"{name} differs from the reference by {err:.3g}"
+    return None
 
 
 def pairs(causal: bool) -> int:
     return SEQ * (SEQ + 1) // 2 if causal else SEQ * SEQ
 
 
-def ours(arch: str, hdim: int, causal: bool, emulate: bool) -> dict:
+def ours(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict:
     t0 = time.perf_counter()
-    plan = plan_from_sizes(arch, dtype="f16", hdim_q=hdim, hdim_v=hdim, hq=1, hk=1, seqlens_q=(SEQ,),
+    plan = plan_from_sizes(arch, dtype=dtype, hdim_q=hdim, hdim_v=hdim, hq=1, hk=1, seqlens_q=(SEQ,),
                            seqlens_k=(SEQ,), varlen=False, mask=fmha_mask_params(causal))
     seconds = time.perf_counter() - t0  # all stages; the table shows dq_dk_dv
     k = plan.stages[1].kernel
@@ -75,17 +88,19 @@ def ours(arch: str, hdim: int, causal: bool, emulate: bool) -> dict:
            "agpr": st.agprs, "lds": st.lds_bytes, "spills": st.vgpr_spills + st.sgpr_spills,
            "occ": st.occupancy, "dyn": None, "tiles": tiles}
     if emulate:
-        q, kk, v, do = problem(hdim)
+        q, kk, v, do = problem(dtype, hdim)
         dev = EmulatorDevice(arch)
         out, lse = fmha_fwd(q, kk, v, causal=causal, return_lse=True, device=dev)
         dev.launches.clear()
-        fmha_bwd(do, q, kk, v, out, lse, causal=causal, device=dev)
+        got = fmha_bwd(do, q, kk, v, out, lse, causal=causal, device=dev)[:3]
+        if (bad := differs(got, fmha_bwd_reference(do, q, kk, v, causal=causal), dtype)) is not None:
+            row["note"] = bad
         stage = next(s for s in dev.launches if s["kernel"] == "fmha_bwd_dq_dk_dv")
         row["dyn"] = stage["wave_instructions"] * 1000 / pairs(causal)
     return row
 
 
-def theirs(arch: str, hdim: int, causal: bool, emulate: bool) -> dict | None:
+def theirs(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict | None:
     try:
         from triton_fa_bwd import CONFIGS, compile_triton_bwd
     except ImportError:
@@ -95,7 +110,7 @@ def theirs(arch: str, hdim: int, causal: bool, emulate: bool) -> dict | None:
     ranked: list[dict] = []
     for config in CONFIGS:
         try:
-            row = _triton_row(a, hdim, causal, config, compile_triton_bwd, emulate)
+            row = _triton_row(a, dtype, hdim, causal, config, compile_triton_bwd, emulate)
         except Exception as exc:  # a config the peer cannot compile or run is a data point
             row = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:60]}"}
         if "error" in row:
@@ -114,48 +129,46 @@ def theirs(arch: str, hdim: int, causal: bool, emulate: bool) -> dict | None:
     return best
 
 
-def _triton_row(a, hdim: int, causal: bool, config, compile_fn, emulate: bool) -> dict:
-    asm, md, seconds, hsaco = compile_fn(a.name, a.wave_size, "f16", hdim, causal, config)
+def _triton_row(a, dtype: str, hdim: int, causal: bool, config, compile_fn, emulate: bool) -> dict:
+    asm, md, seconds, hsaco = compile_fn(a.name, a.wave_size, dtype, hdim, causal, config)
     warps = config[4]
     row = {**triton_stats(asm, md, seconds, "attn_bwd", a, warps), "dyn": None,
            "tiles": "/".join(map(str, config[:4])) + f" w{warps} s{config[5]}"}
     if emulate:
         try:
-            row["dyn"] = _run_triton(a, hdim, causal, config, md, hsaco)
+            row["dyn"] = _run_triton(a, dtype, hdim, causal, config, md, hsaco)
         except UnsupportedInstruction as exc:  # static figures stay; say why the dynamic one is missing
             row["note"] = "not run: " + re.sub(r".*unsupported instruction '([^']+)'.*", r"the emulator lacks \1",
                                                str(exc).splitlines()[0])
     return row
 
 
-def _run_triton(a, hdim: int, causal: bool, config, md: dict, hsaco: bytes) -> float:
+def _run_triton(a, dtype: str, hdim: int, causal: bool, config, md: dict, hsaco: bytes) -> float:
     """Run Triton's preprocess and its code object on the emulator, check dq/dk/dv, return the
     main kernel's dynamic figures."""
-    q, k, v, do = problem(hdim)
+    q, k, v, do = problem(dtype, hdim)
     dev = EmulatorDevice(a)
     ref_out, ref_lse = _forward(q, k, v, causal)
     bufs = {name: dev.to_device(arr, name) for name, arr in (
         ("Q", q), ("K", k), ("V", v), ("DO", do), ("DQ", np.zeros_like(q)), ("DK", np.zeros_like(k)),
         ("DV", np.zeros_like(v)), ("LSE", (ref_lse[0, 0] * LOG2E).astype(np.float32)),
-        ("O", ref_out.astype(np.float16)), ("Delta", np.zeros(SEQ, np.float32)), ("scratch", np.zeros(16, np.uint8)))}
-    _launch_triton(dev, a, hdim, config, md, hsaco, bufs, SEQ, 1)
+        ("O", ref_out.astype(q.dtype)), ("Delta", np.zeros(SEQ, np.float32)), ("scratch", np.zeros(16, np.uint8)))}
+    _launch_triton(dev, a, dtype, hdim, config, md, hsaco, bufs, SEQ, 1)
     count = dev.last_stats["wave_instructions"]  # the main kernel's, launched last
-    got = [dev.from_device(bufs[n], np.float16, q.shape) for n in ("DQ", "DK", "DV")]
-    ref = fmha_bwd_reference(do, q, k, v, causal=causal)
-    for name, g, r in zip(("dq", "dk", "dv"), got, ref, strict=True):
-        err = np.abs(g.astype(np.float64) - r).max()
-        if err > 4e-3 * max(np.abs(r).max(), 1.0):
-            raise RuntimeError(f"Triton's {name} differs from the reference by {err:.3g}")
+    got = [dev.from_device(bufs[n], q.dtype, q.shape) for n in ("DQ", "DK", "DV")]
+    if (bad := differs(got, fmha_bwd_reference(do, q, k, v, causal=causal), dtype)) is not None:
+        raise RuntimeError(f"Triton's {bad}")
     return count * 1000 / pairs(causal)
 
 
-def _launch_triton(dev, a, hdim: int, cfg, md: dict, hsaco: bytes, buf: dict, seq: int, heads: int) -> None:
+def _launch_triton(dev, a, dtype: str, hdim: int, cfg, md: dict, hsaco: bytes, buf: dict, seq: int,
+                   heads: int) -> None:
     """Triton's preprocess (Delta from O and dO), then its main kernel, over `heads` contiguous
     [seq, hdim] heads in the buffers named as the kernels' arguments (and a 16-byte "scratch")."""
     from triton_fa_bwd import PRE_BLOCK, compile_triton_preprocess
 
     scratch = buf["scratch"].addr
-    _asm, pre_md, _s, pre = compile_triton_preprocess(a.name, a.wave_size, "f16", hdim)
+    _asm, pre_md, _s, pre = compile_triton_preprocess(a.name, a.wave_size, dtype, hdim)
     dev.launch(dev.kernel(pre, "attn_bwd_preprocess"), (seq // PRE_BLOCK, heads, 1), (4 * a.wave_size, 1, 1),
                struct.pack("<QQQi4xQQ", buf["O"].addr, buf["DO"].addr, buf["Delta"].addr, seq, scratch, scratch),
                dynamic_lds=int(pre_md["shared"]))
@@ -172,26 +185,20 @@ def _forward(q, k, v, causal):
     return fmha_fwd_reference(q, k, v, causal=causal, return_lse=True)
 
 
-def aiter(arch: str, hdim: int, causal: bool, emulate: bool) -> dict:
+def aiter(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict:
     import aiter_fa
 
-    q, k, v, do = problem(hdim)
-
-    def check(*got: np.ndarray) -> str | None:
-        ref = fmha_bwd_reference(do, q, k, v, causal=causal)
-        for name, g, r in zip(("dq", "dk", "dv"), got, ref, strict=True):
-            err = np.abs(g.astype(np.float64) - r).max()
-            if err > 4e-3 * max(np.abs(r).max(), 1.0):
-                return f"{name} differs from the reference by {err:.3g}"
-        return None
-
-    return aiter_fa.bwd_row(get_arch(arch), q, k, v, do, causal, emulate, pairs(causal), check)
+    q, k, v, do = problem(dtype, hdim)
+    return aiter_fa.bwd_row(get_arch(arch), q, k, v, do, causal, emulate, pairs(causal),
+                            lambda *got: differs(got, fmha_bwd_reference(do, q, k, v, causal=causal), dtype))
 
 
-def modeled(arch: str, hdim: int, causal: bool, best: dict | None) -> dict[str, float | str]:
+def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -> dict[str, float | str]:
     """Modeled TFLOP/s (5 products per visible pair) at the benchmarks' model shape: ours is the
     whole plan (dot_do_o, dq_dk_dv, convert_dq), Triton its preprocess (Delta, our dot_do_o) and
-    main kernel, with the fastest of its candidate configs (theirs())."""
+    main kernel, with the fastest of its candidate configs (theirs()), aiter its preprocess and
+    one-kernel backward (gfx942 and gfx950). Every kernel reads the same standard normal inputs."""
+    import aiter_fa
     from triton_fa_bwd import compile_triton_bwd
 
     from tiledsl.device_array import DeviceArray
@@ -200,19 +207,30 @@ def modeled(arch: str, hdim: int, causal: bool, best: dict | None) -> dict[str, 
     a = get_arch(arch)
     flops = useful_flops("fmha_bwd", MODEL_B, MODEL_H, MODEL_S, MODEL_S, hdim, causal)
 
+    shape = (MODEL_B, MODEL_S, MODEL_H, hdim)
+    rng = np.random.default_rng(0)
+    q, k, v, o, do = (rng.standard_normal(shape, dtype=np.float32).astype(numpy_dtype(dtype)) for _ in range(5))
+    lse = np.full((MODEL_B, MODEL_H, MODEL_S), np.log(MODEL_S), np.float32)  # a plausible row scale
+
     def ours(dev) -> None:
-        shape = (MODEL_B, MODEL_S, MODEL_H, hdim)
-        q, k, v, out, do = (DeviceArray.empty(dev, shape, np.float16, n) for n in ("q", "k", "v", "out", "do"))
-        lse = DeviceArray.empty(dev, (MODEL_B, MODEL_H, MODEL_S), np.float32, "lse")
-        fmha_bwd(do, q, k, v, out, lse, causal=causal, device=dev)
+        fmha_bwd(*(DeviceArray.from_numpy(dev, x) for x in (do, q, k, v, o, lse)), causal=causal, device=dev)
 
     def triton(dev, cfg) -> None:
-        _asm, md, _s, hsaco = compile_triton_bwd(arch, a.wave_size, "f16", hdim, causal, cfg)
-        heads, n = MODEL_B * MODEL_H, MODEL_B * MODEL_H * MODEL_S * hdim
-        buf = {name: dev.alloc(n * 2, name) for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
-        buf.update({name: dev.alloc(heads * MODEL_S * 4, name) for name in ("LSE", "Delta")})
+        _asm, md, _s, hsaco = compile_triton_bwd(arch, a.wave_size, dtype, hdim, causal, cfg)
+        heads = MODEL_B * MODEL_H
+        # Triton's tutorial takes [B, H, S, D] tensors and a base-2 LSE.
+        bhsd = {name: np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for name, x in
+                (("Q", q), ("K", k), ("V", v), ("O", o), ("DO", do))}
+        buf = {name: dev.to_device(x, name) for name, x in bhsd.items()}
+        buf.update({name: dev.to_device(np.zeros_like(q), name) for name in ("DQ", "DK", "DV")})
+        buf["LSE"] = dev.to_device(lse * LOG2E, "LSE")
+        buf["Delta"] = dev.alloc(heads * MODEL_S * 4, "Delta")
         buf["scratch"] = dev.alloc(16, "scratch")
-        _launch_triton(dev, a, hdim, cfg, md, hsaco, buf, MODEL_S, heads)
+        _launch_triton(dev, a, dtype, hdim, cfg, md, hsaco, buf, MODEL_S, heads)
+
+    def aiter(dev) -> None:
+        launches, tensors = aiter_fa.compile_bwd(arch, a.wave_size, q, k, v, o, lse, do, causal)
+        aiter_fa.run(dev, launches, tensors)
 
     out: dict[str, float | str] = {"tiledsl": model_tflops(a, flops, ours)}
     if best is not None and "config" in best:
@@ -224,6 +242,8 @@ def modeled(arch: str, hdim: int, causal: bool, best: dict | None) -> dict[str, 
             out["triton config"] = "/".join(map(str, cfg[:4])) + f" w{cfg[4]} s{cfg[5]}"
         else:
             out["triton"] = next(iter(timed.values()))
+    if aiter_fa.missing() is None and arch in ("gfx942", "gfx950"):
+        out["aiter"] = model_tflops(a, flops, aiter)
     return out
 
 
@@ -235,34 +255,41 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", nargs="+", default=list(ARCH_NAMES))
     ap.add_argument("--hdim", nargs="+", type=int, default=[64, 128])
+    ap.add_argument("--dtype", nargs="+", choices=["f16", "bf16"], default=["f16", "bf16"])
     ap.add_argument("--no-emulate", action="store_true", help="static figures only")
     ap.add_argument("--no-model", action="store_true", help="no timing-model table (modeled TFLOP/s)")
     args = ap.parse_args()
+    emulate = not args.no_emulate
     models = []
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TRITON_CACHE_DIR"] = tmp  # cold compiles for Triton too
         os.environ["TILEDSL_CACHE_DIR"] = str(Path(tmp) / "tiledsl")
-        print(f"{'':21} {HEADER} {'dyn/1kpr':>9}  tiles")
+        print(f"{'':26} {HEADER} {'dyn/1kpr':>9}  tiles")
         for arch in args.arch:
             for hdim in args.hdim:
-                for causal in (False, True):
-                    label = f"{arch:8} d{hdim:<3} {'causal' if causal else 'full':6}"
-                    print(f"{label}  {fmt('tiledsl', ours(arch, hdim, causal, not args.no_emulate))}")
-                    best = theirs(arch, hdim, causal, not args.no_emulate)
-                    print(f"{'':21} {fmt('triton', best)}", flush=True)
-                    print(f"{'':21} {fmt('aiter', aiter(arch, hdim, causal, not args.no_emulate))}", flush=True)
-                    if not args.no_model:
-                        models.append((label, modeled(arch, hdim, causal, best)))
+                for dtype in args.dtype:
+                    for causal in (False, True):
+                        label = f"{arch:8} d{hdim:<3} {dtype:4} {'causal' if causal else 'full':6}"
+                        print(f"{label}  {fmt('tiledsl', ours(arch, dtype, hdim, causal, emulate))}")
+                        best = theirs(arch, dtype, hdim, causal, emulate)
+                        print(f"{'':26} {fmt('triton', best)}", flush=True)
+                        print(f"{'':26} {fmt('aiter', aiter(arch, dtype, hdim, causal, emulate))}", flush=True)
+                        if not args.no_model:
+                            models.append((label, modeled(arch, dtype, hdim, causal, best)))
     if models:
         print(f"\nmodeled TFLOP/s at B {MODEL_B}, S {MODEL_S}, H {MODEL_H} (emulator timing model, docs/profile.md: a "
-              "ranking tool); ours: the whole plan; ratio = ours / Triton (> 1: ours faster)")
-        print(f"{'':21} {'tiledsl':>9} {'triton':>9} {'ratio':>6}")
+              "ranking tool); ours: the whole plan; ratio = ours / peer (> 1: ours faster)")
+        names = ("triton", "aiter")
+        print(f"{'':26} {'tiledsl':>9}" + "".join(f" {n:>9} {'ratio':>6}" for n in names))
         for label, m in models:
-            a, b = m.get("tiledsl"), m.get("triton")
-            cells = [f"{x:9.1f}" if isinstance(x, float) else f"{'-':>9}" for x in (a, b)]
-            ratio = f"{a / b:6.2f}" if isinstance(a, float) and isinstance(b, float) else f"{'-':>6}"
+            a = m.get("tiledsl")
+            line = f"{label} {a:9.1f}" if isinstance(a, float) else f"{label} {'-':>9}"
+            for n in names:
+                b = m.get(n)
+                line += f" {b:9.1f}" if isinstance(b, float) else f" {'-':>9}"
+                line += f" {a / b:6.2f}" if isinstance(a, float) and isinstance(b, float) else f" {'-':>6}"
             notes = "; ".join(f"{n}: {v}" for n, v in m.items() if isinstance(v, str))
-            print(f"{label} {cells[0]} {cells[1]} {ratio}" + (f"  ({notes})" if notes else ""))
+            print(line + (f"  ({notes})" if notes else ""))
     return 0
 
 
