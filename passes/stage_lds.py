@@ -19,7 +19,10 @@ arena instead: it is stored once, before the loop, and read where it is used. Re
 placed by lifetime (from the store to the last read, a read in a loop reaching that loop's end):
 two that are never live together share bytes (a kernel with two walks one after another), since
 each store is behind a barrier that every read of the region before it precedes. Rows are padded to
-spread consecutive rows over the LDS banks. On archs that transpose in LDS reads (gfx950), a 16-bit
+spread consecutive rows over the LDS banks, and where the banks allow, to a multiple of the reads'
+vector width (_row_major_pitch: a 16-byte read of a lane on an 8-byte aligned row becomes two 8-byte
+reads, with their offsets added in VALU past ds_read2's reach), unless that costs a workgroup per
+compute unit (_align_rows). On archs that transpose in LDS reads (gfx950), a 16-bit
 B operand [K, N] is stored row-major and marked `transpose_read` for lower-to-gpu. A tile that does
 not fit the arch's LDS is a user error at the DSL location of the operation.
 """
@@ -34,6 +37,7 @@ from mlir.dialects import arith, scf
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.backends.rocm.lds_banks import lds_cycles
+from tiledsl.errors import CompileError, SourceError
 from tiledsl.ir.dialect import i32_attr, int_attr, tile_op
 from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.options import CompileOptions
@@ -57,10 +61,11 @@ def padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
 
 def stage_lds(module: ir.Module, ctx: PassContext) -> int:
     arch, options, source = ctx.arch, ctx.options, ctx.source
+    align = _align_rows(module, options, arch)
     resident = 0  # bytes of the resident regions, which come first; the arena follows them
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
-        resident = max(resident, _place_residents(fn, threads, options, arch, source))
+        resident = max(resident, _place_residents(fn, threads, options, arch, align, source))
     module.operation.attributes["tile.lds_arena"] = i32_attr(resident)
     need = resident
     for fn in kernel_funcs(module):
@@ -73,9 +78,8 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                 src = op.operands[0]
                 shape = tile_shape(src.type)
                 sl, dl = L.layout_of(src.type), L.layout_of(op.result.type)
-                if L.register_map(sl, shape, dl, shape, threads) is None \
-                        and lane_exchange(sl, dl, shape, threads, arch, options) is None:
-                    attrs, sizes[op] = _staging(op, resident, threads, options, arch, source)
+                if _needs_staging(op, threads, options, arch):
+                    attrs, sizes[op] = _staging(op, resident, threads, options, arch, source, align)
                     if options.wave_private_stagings and _wave_private(sl, dl, shape, threads):
                         private.add(op)
                     else:  # a wave-private staging's bytes are not read by other layouts' lanes
@@ -106,9 +110,52 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
         for op in sizes:
             if op.name == "tile.convert_layout":
                 _stage_convert(op, resident + at[op], op in war, op in shared, op in private, threads, options,
-                               arch, source)
+                               arch, source, align)
     module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
     return need
+
+
+def _needs_staging(op: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch) -> bool:
+    """Whether a tile.convert_layout moves values between lanes through LDS (neither a renaming
+    of registers nor a lane exchange)."""
+    src = op.operands[0]
+    shape = tile_shape(src.type)
+    sl, dl = L.layout_of(src.type), L.layout_of(op.result.type)
+    return L.register_map(sl, shape, dl, shape, threads) is None \
+        and lane_exchange(sl, dl, shape, threads, arch, options) is None
+
+
+def _align_rows(module: ir.Module, options: CompileOptions, arch: Arch) -> bool:
+    """Whether stagings may pad their rows to the reads' vector width (_row_major_pitch): unless
+    the wider rows would leave fewer waves per SIMD room in a compute unit's LDS (up to the arch's
+    most, or the kernel's occupancy target), the LDS estimated each way as every resident region
+    and the largest other staging."""
+    def lds(fn: ir.Operation, threads: L.Threads, align: bool) -> int:
+        resident = arena = 0
+        for op in _program_order(fn)[0]:
+            if op.name != "tile.convert_layout" or not _needs_staging(op, threads, options, arch):
+                continue
+            try:
+                size = -(-_staging(op, 0, threads, options, arch, None, align)[1] // 16) * 16
+            except (SourceError, CompileError):  # too large this way: the staging itself says so
+                size = arch.lds_bytes + 1
+            if "tile.resident" in op.attributes:
+                resident += size
+            else:
+                arena = max(arena, size)
+        return resident + arena
+
+    def waves(need: int, threads: L.Threads, most: int) -> int:
+        if need > arch.lds_bytes:
+            return -1
+        return min(most, arch.lds_bytes // max(need, 1) * threads.waves // arch.simds_per_cu)
+
+    for fn in kernel_funcs(module):
+        threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
+        most = int_attr(fn, "tile.occupancy") if "tile.occupancy" in fn.attributes else arch.max_waves_per_simd
+        if waves(lds(fn, threads, True), threads, most) < waves(lds(fn, threads, False), threads, most):
+            return False
+    return True
 
 
 def _lds_if_resident(sizes: dict[ir.Operation, int], resident: int) -> int:
@@ -284,8 +331,9 @@ def _first_iteration_barrier(loop: ir.Operation) -> None:
 
 
 def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
-             source: str | None) -> tuple[dict[str, ir.Attribute], int]:
-    """The local_store/local_load attributes of staging op's tile at byte `at`, and its size."""
+             source: str | None, align: bool) -> tuple[dict[str, ir.Attribute], int]:
+    """The local_store/local_load attributes of staging op's tile at byte `at`, and its size;
+    align: rows may be padded to the reads' vector width (_row_major_pitch)."""
     src = op.operands[0]
     shape = tile_shape(src.type)
     eb = DTYPE_BYTES[tile_dtype(src.type)]
@@ -300,9 +348,8 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     transposed = transposed and not read_transposed
     stored = (shape[1], shape[0]) if transposed else shape
     row = padded_row(stored, eb, options.lds_padding)
-    if not transposed and len(shape) == 2 and options.lds_padding and L.transpose_reads(
-            arch, options.transpose_reads, eb):
-        row = _row_major_pitch(op, threads, options, arch)
+    if not transposed and len(shape) == 2 and options.lds_padding:
+        row = _row_major_pitch(op, threads, options, arch, align)
     rows = stored[0] if len(shape) == 2 else 1
     size = rows * row * eb
     _check(op, at + size, arch, source)
@@ -314,16 +361,20 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     return attrs, size
 
 
-def _row_major_pitch(op: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch) -> int:
-    """The row length (elements) of a 2-D tile staged row-major on an arch with transpose reads.
-    Stagings of one source in one block share a row length (one may read what another stored,
-    _shared_stagings): one already made gives it; else, when any of them reads transposed, the
-    padding (8-byte steps, up to a quarter of the row) whose stores and reads take the fewest LDS
-    cycles with bank conflicts (the timing model's rule, `lds_banks`), the usual one among equals,
-    then the smallest. A transpose read's lanes cover a few rows, 8 bytes each: at hdim 128
-    (256-byte rows) gfx950's 64 banks want those rows 16 banks apart, where the usual 8-byte
-    padding puts them 2 apart (4-way conflicts; the backward's hdim 128 plan modeled 19-33 %
-    faster without them)."""
+def _row_major_pitch(op: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch,
+                     align: bool) -> int:
+    """The row length (elements) of a 2-D tile staged row-major. Stagings of one source in one
+    block share a row length (one may read what another stored, _shared_stagings): one already made
+    gives it; else the padding (8-byte steps, up to a quarter of the row) whose stores and reads take
+    the fewest LDS cycles with bank conflicts (the timing model's rule, `lds_banks`); among equals,
+    with `align`, one whose rows keep every access's vectors aligned; then the usual one, then the
+    smallest. A transpose read's lanes cover a few rows, 8 bytes each: at hdim 128 (256-byte rows)
+    gfx950's 64 banks want those rows 16 banks apart, where the usual 8-byte padding puts them 2
+    apart (4-way conflicts; the backward's hdim 128 plan modeled 19-33 % faster without them). A
+    lane's 16-byte read (gfx950's and gfx11's dot operands) from an 8-byte aligned row is two 8-byte
+    reads (ds_read2_b64), whose offsets reach 2 KiB, so LLVM adds the rest in VALU: at 16 bytes of
+    padding instead of 8, gfx950's hdim 64 forward issues 10 fewer instructions per key block (12
+    fewer address adds) and models 957.5 -> 1016.6 TFLOP/s (B 2, H 16, S 2048)."""
     src = op.operands[0]
     shape = tile_shape(src.type)
     eb = DTYPE_BYTES[tile_dtype(src.type)]
@@ -338,7 +389,7 @@ def _row_major_pitch(op: ir.Operation, threads: L.Threads, options: CompileOptio
             return ir.IntegerAttr(user.attributes["row_stride"]).value
         if user.name == "tile.convert_layout":
             members.append(user)
-    reads, transpose_read = [], False
+    reads = []
     for m in members:
         dst_lin = L.linear(L.layout_of(m.result.type), shape, threads)
         if _runs(dst_lin, 0) <= _runs(dst_lin, 1):  # read along rows: vectors of consecutive registers
@@ -346,20 +397,18 @@ def _row_major_pitch(op: ir.Operation, threads: L.Threads, options: CompileOptio
             reads.append((dst_lin, run * eb, dst_lin.num_regs // run))
         elif _transpose_readable(dst_lin, shape, eb, arch, options):
             reads.append((L.transpose_read_source(dst_lin), 8, dst_lin.num_regs // L.TRANSPOSE_READ_VALUES))
-            transpose_read = True
-    if not transpose_read:
-        return usual
     src_lin = L.linear(L.layout_of(src.type), shape, threads)
     run = _run_length(src_lin, eb)
     accesses = reads + [(src_lin, run * eb, src_lin.num_regs // run)]
     banks = arch.timing.lds_bytes_per_clk // 4
 
-    def cost(pad: int) -> tuple[int, bool, int]:
-        cycles = 0
+    def cost(pad: int) -> tuple[int, int, bool, int]:
+        cycles = split = 0
         for lin, nbytes, count in accesses:
             coord = L.lane_coords(lin, arch.wave_size)
             cycles += count * lds_cycles((coord[:, 0] * (cols + pad) + coord[:, 1]) * eb, nbytes, banks)
-        return cycles, cols + pad != usual, pad
+            split += count if align and (cols + pad) * eb % nbytes else 0
+        return cycles, split, cols + pad != usual, pad
     return cols + min(range(0, cols // 4 + 1, 8 // eb), key=cost)
 
 
@@ -422,7 +471,7 @@ def _live_end(op: ir.Operation, first: dict[ir.Operation, int], last: dict[ir.Op
     return end
 
 
-def _place_residents(fn: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch,
+def _place_residents(fn: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch, align: bool,
                      source: str | None) -> int:
     """Stage fn's resident conversions, placing each region first-fit among the regions still
     live at its store; returns the bytes they reach."""
@@ -433,23 +482,23 @@ def _place_residents(fn: ir.Operation, threads: L.Threads, options: CompileOptio
     top = 0
     for op in residents:
         start, end = first[op], _live_end(op, first, last)
-        size = -(-_staging(op, 0, threads, options, arch, source)[1] // 16) * 16  # 16-byte aligned regions
+        size = -(-_staging(op, 0, threads, options, arch, source, align)[1] // 16) * 16  # 16-byte aligned regions
         live = sorted((r for r in live if r[0] >= start), key=lambda r: r[1])
         at = 0
         for _, offset, taken in live:
             if at + size <= offset:
                 break
             at = max(at, offset + taken)
-        _stage_resident(op, at, threads, options, arch, source)
+        _stage_resident(op, at, threads, options, arch, align, source)
         live.append((end, at, size))
         top = max(top, at + size)
     return top
 
 
 def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
-                    source: str | None) -> None:
+                    align: bool, source: str | None) -> None:
     """Store the tile once where the conversion stands; each user reads it back."""
-    attrs, size = _staging(op, at, threads, options, arch, source)
+    attrs, size = _staging(op, at, threads, options, arch, source, align)
     with ir.InsertionPoint(op), op.location:
         tile_op("barrier", [], [])
         tile_op("local_store", [op.operands[0]], [], attrs)
@@ -462,10 +511,10 @@ def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: Comp
 
 
 def _stage_convert(op: ir.Operation, at: int, war_barrier: bool, reads_only: bool, private: bool,
-                   threads: L.Threads, options: CompileOptions, arch: Arch, source: str | None) -> None:
+                   threads: L.Threads, options: CompileOptions, arch: Arch, source: str | None, align: bool) -> None:
     """The store (unless an earlier staging stored these bytes: `reads_only`), its barriers (a
     wave-private staging: a wave fence after the store), and the load."""
-    attrs, _size = _staging(op, at, threads, options, arch, source)
+    attrs, _size = _staging(op, at, threads, options, arch, source, align)
     with ir.InsertionPoint(op), op.location:
         if not reads_only:
             if war_barrier:

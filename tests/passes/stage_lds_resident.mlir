@@ -1,13 +1,13 @@
 // PASS: stage-lds gfx1100
 // A resident tile is stored once before the loop in its own region at offset 0 and read back
 // inside the loop right before its user; the per-iteration staging arena starts after it.
-// CHECK: module attributes {tile.arch = "gfx1100", tile.lds_arena = 4608 : i32, tile.lds_bytes = 6912 : i32}
+// CHECK: module attributes {tile.arch = "gfx1100", tile.lds_arena = 5120 : i32, tile.lds_bytes = 7680 : i32}
 // CHECK: "tile.barrier"
-// CHECK-NEXT: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 36 : i32} : (tensor<64x32xf16, "blocked(8)">)
+// CHECK-NEXT: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 40 : i32} : (tensor<64x32xf16, "blocked(8)">)
 // CHECK-NEXT: "tile.barrier"
 // CHECK-NEXT: scf.for
-// CHECK: "tile.local_store"(%{{.*}}) {offset = 2304 : i32, row_stride = 36 : i32}
-// CHECK: "tile.local_load"() {offset = 0 : i32, row_stride = 36 : i32} : () -> tensor<64x32xf16, "opa(wmma_gfx11
+// CHECK: "tile.local_store"(%{{.*}}) {offset = 2560 : i32, row_stride = 40 : i32}
+// CHECK: "tile.local_load"() {offset = 0 : i32, row_stride = 40 : i32} : () -> tensor<64x32xf16, "opa(wmma_gfx11
 // CHECK-NEXT: "tile.dot"
 #loc1 = loc("tests/passes/resident.tile":1:1)
 module attributes {tile.arch = "gfx1100"} {

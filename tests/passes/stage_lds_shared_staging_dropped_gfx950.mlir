@@ -4,8 +4,8 @@
 // cannot leave those bytes alone: the sharing is dropped and the second staging stores its own
 // copy.
 // CHECK: "tile.local_store"([[Q:%[0-9]+]]) {offset = 0 : i32, row_stride = 72 : i32} : (tensor<32x64xf16
-// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 68 : i32} : (tensor<64x64xf16
-// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 68 : i32} : (tensor<64x64xf16
+// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 72 : i32} : (tensor<64x64xf16
+// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 72 : i32} : (tensor<64x64xf16
 // CHECK: "tile.local_store"([[Q]]) {offset = 0 : i32, row_stride = 72 : i32, transpose_read} : (tensor<32x64xf16
 // CHECK-NEXT: "tile.barrier"
 // CHECK-NEXT: "tile.local_load"() {offset = 0 : i32, row_stride = 72 : i32, transpose_read}

@@ -3,8 +3,9 @@
 // S^T = K Q^T (given as [N, K]) and of S^T Q (as [K, N]: a transpose read on gfx950). Both
 // stagings store Q row-major, so the second one reads what the first stored: no store and no
 // barrier of its own. Both take one row length, the padding cheapest for their reads and the
-// store together (72; K, read only along rows, keeps the usual 68).
-// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 68 : i32} : (tensor<64x64xf16
+// store together (72). K, read only along rows, takes 72 too: its lanes read 16 bytes each, which
+// the usual 68 (136-byte rows) would leave 8-byte aligned.
+// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 72 : i32} : (tensor<64x64xf16
 // CHECK: "tile.local_store"([[Q:%[0-9]+]]) {offset = 0 : i32, row_stride = 72 : i32} : (tensor<32x64xf16, "blocked(8)">)
 // CHECK-NEXT: "tile.barrier"
 // CHECK-NEXT: "tile.local_load"() {offset = 0 : i32, row_stride = 72 : i32} : () -> tensor<32x64xf16, "opbt(

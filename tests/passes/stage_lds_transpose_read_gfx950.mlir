@@ -4,8 +4,10 @@
 // and its load is marked `transpose_read` (lower-to-gpu reads it with ds_read_b64_tr_b16). Its
 // rows take the padding whose stores and reads meet the fewest bank conflicts: none here (the
 // 16-byte stores of two 128-byte rows fill the 64 banks; padded to 68 they would conflict 2 ways,
-// and the reads cost the same). gfx942 stores it transposed (stage_lds_convert.mlir).
-// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 36 : i32}
+// and the reads cost the same). gfx942 stores it transposed (stage_lds_convert.mlir). The A
+// operand's rows take 40 elements, not the usual 36: its lanes read 16 bytes each, which 72-byte
+// rows would leave 8-byte aligned (two reads each), and 80-byte rows meet no more bank conflicts.
+// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 40 : i32}
 // CHECK: "tile.local_load"(){{.*}} -> tensor<64x32xf16, "opa(mfma,32,32,16,8,f16,2,2)">
 // CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 64 : i32, transpose_read} : (tensor<32x64xf16, "blocked(8)">)
 // CHECK-NEXT: "tile.barrier"

@@ -6,7 +6,7 @@
 // stored and read by one wave, in order.
 // CHECK: scf.for
 // CHECK-NOT: "tile.barrier"
-// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 36 : i32} : (tensor<64x32xf16, "acct(wmma_gfx11,16,16,16,16,f16,4,1)">
+// CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 40 : i32} : (tensor<64x32xf16, "acct(wmma_gfx11,16,16,16,16,f16,4,1)">
 // CHECK-NEXT: "tile.wave_fence"
 // CHECK-NEXT: "tile.local_load"(){{.*}} -> tensor<64x32xf16, "opa(wmma_gfx11,16,16,16,16,f16,4,1)">
 // CHECK-NOT: "tile.barrier"
