@@ -34,7 +34,12 @@ they do, with today's compiler:
 * The scale of plain logits joins exp2's argument as one fma per element (`SCALE_IN_EXP2`, on
   archs with packed f32 math: CDNA), where a multiply and a subtract were: gfx942 d128 560 ->
   590 TFLOP/s, causal 359 -> 363, d64 475 -> 502, causal 299 -> 311; gfx950 d128 1017 -> 1088,
-  causal 578 -> 619, d64 744 -> 765, causal 477 -> 502 (the rows above unchanged).
+  causal 578 -> 619, d64 744 -> 765, causal 477 -> 502 (the rows above unchanged). On RDNA a
+  row chooses (`FmhaConfig.fused_scale`): gfx1100's rows take it (session 42, f16 B 2, H 16,
+  S 2048: d64 89.5 -> 92.3, causal 82.9 -> 85.1, d128 92.7 -> 92.9, causal 87.6 -> 88.8;
+  bf16 89.1 -> 90.7, 83.4 -> 83.1, 91.9 -> 92.6, 87.5 -> 87.4), gfx1201's, whose multiplies and
+  subtracts LLVM pairs in dual-issue instructions, do not (d64 148.0 -> 137.5, causal 124.0 ->
+  120.2, d128 146.1 -> 145.5, causal 139.7 -> 137.8).
 * RDNA (wave32, 256 VGPRs, 16x16 WMMA): 16 query rows per wave, 4 or 8 waves per workgroup and
   several workgroups per CU, which hide load latency without a prefetch: STAGES 1 (STAGES 2
   costs registers, and spills at 128x128); key blocks of 32 at hdim 64/128 (fewer registers
@@ -99,6 +104,12 @@ class FmhaConfig:
     # The next key block's scores computed before this block's softmax (fmha_fwd.tile's OVERLAP),
     # so the matrix unit has work beside the exponentials, where the model finds it faster.
     overlap: bool = False
+    # The scale of plain logits joins exp2's argument as one fma per element (fmha_fwd.tile's
+    # SCALE_IN_EXP2) instead of a multiply and a subtract; None: where the arch has packed f32
+    # math (CDNA: one v_pk_fma_f32 per two logits). RDNA can pair the multiply and the subtract in
+    # dual-issue instructions, which an fma cannot join: gfx1201 keeps them, gfx1100's rows, whose
+    # pairs LLVM mostly leaves single, take the fma where the model finds it faster.
+    fused_scale: bool | None = None
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -129,9 +140,9 @@ class FmhaConfig:
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
        mask_rows: bool = False, schedule: str = "", interleave: bool = False,
        lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False,
-       overlap: bool = False) -> FmhaConfig:
+       overlap: bool = False, fused_scale: bool | None = None) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
-                      lazy_rescale, lane_exchange, overlap)
+                      lazy_rescale, lane_exchange, overlap, fused_scale)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -299,8 +310,10 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                        mask_keys=True, overlap=True),
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1),
-                64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True),
-                128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True),
+                64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
+                       fused_scale=True),
+                128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
+                        fused_scale=True),
                 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
                                             mask_keys=True),
@@ -358,8 +371,9 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # RDNA: gfx1100 hdim 128 takes CONFIGS' row without the lazy rescale; gfx1201 hdim 64 masks its
     # query rows; gfx1201 hdim 128 runs CONFIGS' row (session 34); gfx1100 hdim 64 CONFIGS' row with
     # its keys clamped (masked keys: 71.7 -> 69.0, session 36).
-    "gfx1100": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, lane_exchange=True),
-                128: _c(64, 32, 4, 2, reuse=True, mask_keys=True), 256: _c(64, 16, 4, 1)},
+    "gfx1100": {32: _c(128, 64, 8, 1),
+                64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, lane_exchange=True, fused_scale=True),
+                128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
 }
 
@@ -551,7 +565,8 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         "BIG_PAGES": flag(kv_cache == "paged" and page_size >= cfg.block_n),
         "BIAS": BIAS_KINDS[bias], "BIAS_DT": bias_dtype if bias == "tensor" else "f32",
         "DROPOUT": flag(dropout),
-        "SCALE_IN_EXP2": flag(get_arch(arch).packed_f32 and softcap == 0 and bias == "none" and dtype != "f8e4m3"),
+        "SCALE_IN_EXP2": flag((get_arch(arch).packed_f32 if cfg.fused_scale is None else cfg.fused_scale)
+                              and softcap == 0 and bias == "none" and dtype != "f8e4m3"),
         "PAD_D": flag(dq != hdim_q or dv != hdim_v),
     }
 
