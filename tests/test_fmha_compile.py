@@ -202,8 +202,10 @@ def test_gfx11_operands_stay_in_registers_unless_that_costs_waves(hdim: int, cau
     mask = fmha_mask_params(causal)
     chosen = compile_fmha_fwd("gfx1100", dtype="f16", hdim_q=hdim, hdim_v=hdim, mask=mask)
     defines = fmha_defines("gfx1100", hdim_q=hdim, mask=mask)
+    # The row's compiler options too, as compile_fmha_fwd passes them (lane_exchange keeps P out of
+    # LDS, which changes the stagings' row padding: stage-lds' _align_rows).
     options = CompileOptions.make("gfx1100", defines, stride_units=tuple((t, 8) for t in ("k", "o", "q", "v")),
-                                  resident_operands=True)
+                                  resident_operands=True, **fmha_config("gfx1100", hdim, masked=causal).scheduling())
     resident = compile_source(KERNEL.read_text(), str(KERNEL), "gfx1100", defines, options, cache=None).manifest
 
     m = chosen.manifest
