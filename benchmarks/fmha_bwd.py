@@ -211,6 +211,9 @@ def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -
     rng = np.random.default_rng(0)
     q, k, v, o, do = (rng.standard_normal(shape, dtype=np.float32).astype(numpy_dtype(dtype)) for _ in range(5))
     lse = np.full((MODEL_B, MODEL_H, MODEL_S), np.log(MODEL_S), np.float32)  # a plausible row scale
+    # Triton's tutorial takes [B, H, S, D] tensors (made once for its candidate configs) and a base-2 LSE.
+    bhsd = {name: np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for name, x in
+            (("Q", q), ("K", k), ("V", v), ("O", o), ("DO", do))}
 
     def ours(dev) -> None:
         fmha_bwd(*(DeviceArray.from_numpy(dev, x) for x in (do, q, k, v, o, lse)), causal=causal, device=dev)
@@ -218,9 +221,6 @@ def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -
     def triton(dev, cfg) -> None:
         _asm, md, _s, hsaco = compile_triton_bwd(arch, a.wave_size, dtype, hdim, causal, cfg)
         heads = MODEL_B * MODEL_H
-        # Triton's tutorial takes [B, H, S, D] tensors and a base-2 LSE.
-        bhsd = {name: np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for name, x in
-                (("Q", q), ("K", k), ("V", v), ("O", o), ("DO", do))}
         buf = {name: dev.to_device(x, name) for name, x in bhsd.items()}
         buf.update({name: dev.to_device(np.zeros_like(q), name) for name in ("DQ", "DK", "DV")})
         buf["LSE"] = dev.to_device(lse * LOG2E, "LSE")

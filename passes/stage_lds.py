@@ -65,7 +65,7 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
     resident = 0  # bytes of the resident regions, which come first; the arena follows them
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
-        resident = max(resident, _place_residents(fn, threads, options, arch, align, source))
+        resident = max(resident, _place_residents(fn, threads, options, arch, source, align))
     module.operation.attributes["tile.lds_arena"] = i32_attr(resident)
     need = resident
     for fn in kernel_funcs(module):
@@ -145,10 +145,8 @@ def _align_rows(module: ir.Module, options: CompileOptions, arch: Arch) -> bool:
                 arena = max(arena, size)
         return resident + arena
 
-    def waves(need: int, threads: L.Threads, most: int) -> int:
-        if need > arch.lds_bytes:
-            return -1
-        return min(most, arch.lds_bytes // max(need, 1) * threads.waves // arch.simds_per_cu)
+    def waves(need: int, threads: L.Threads, most: int) -> int:  # -1: does not fit at all
+        return -1 if need > arch.lds_bytes else min(most, arch.occupancy(1, need, threads.waves))
 
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
@@ -471,8 +469,8 @@ def _live_end(op: ir.Operation, first: dict[ir.Operation, int], last: dict[ir.Op
     return end
 
 
-def _place_residents(fn: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch, align: bool,
-                     source: str | None) -> int:
+def _place_residents(fn: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch,
+                     source: str | None, align: bool) -> int:
     """Stage fn's resident conversions, placing each region first-fit among the regions still
     live at its store; returns the bytes they reach."""
     first, last = _program_order(fn)
@@ -489,14 +487,14 @@ def _place_residents(fn: ir.Operation, threads: L.Threads, options: CompileOptio
             if at + size <= offset:
                 break
             at = max(at, offset + taken)
-        _stage_resident(op, at, threads, options, arch, align, source)
+        _stage_resident(op, at, threads, options, arch, source, align)
         live.append((end, at, size))
         top = max(top, at + size)
     return top
 
 
 def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
-                    align: bool, source: str | None) -> None:
+                    source: str | None, align: bool) -> None:
     """Store the tile once where the conversion stands; each user reads it back."""
     attrs, size = _staging(op, at, threads, options, arch, source, align)
     with ir.InsertionPoint(op), op.location:
