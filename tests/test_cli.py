@@ -224,6 +224,41 @@ def test_compile_all_archs_goes_past_a_failing_one(tmp_path, capsys):
         assert err in capsys.readouterr().err
 
 
+def test_compile_all_archs_goes_past_an_internal_error(tmp_path, monkeypatch, capsys):
+    """A compiler bug on one arch is reported (its traceback saved under the cache directory) and
+    the other archs still compile; the exit status is the internal error's."""
+    import tiledsl.driver as driver
+
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    real = driver.compile_source
+
+    def broken_on_gfx1100(source, filename, arch, *args, **kwargs):
+        if arch == "gfx1100":
+            raise RuntimeError("a planted compiler bug")
+        return real(source, filename, arch, *args, **kwargs)
+
+    monkeypatch.setattr(driver, "compile_source", broken_on_gfx1100)
+    status = main(["compile", str(ROOT / "examples" / "gemm.tile"), "--arch", "gfx942,gfx1100,gfx1201",
+                   "-o", str(tmp_path / "out"), "--no-cache"])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.hsaco")) == ["gemm.gfx1201.hsaco", "gemm.gfx942.hsaco"]
+    assert "gfx1100: internal compiler error: RuntimeError: a planted compiler bug" in err
+    assert "2 of 3 archs compiled; failed: gfx1100 (internal compiler error)" in err
+    reports = list((tmp_path / "cache" / "reports").glob("tiledsl-ice-*.txt"))
+    assert len(reports) == 1 and "a planted compiler bug" in reports[0].read_text()
+
+
+def test_compile_all_archs_shows_an_arch_independent_error_once(tmp_path, capsys):
+    tile = tmp_path / "bad.tile"
+    tile.write_text("kernel k(x: tensor[f32](N)) grid(1) {\n let i = arange(0, 64)\n}\n")
+    assert main(["compile", str(tile), "--arch", "all", "-o", str(tmp_path / "out"), "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("bad.tile:2:23: error: expected ';'") == 2, err  # the error, and the summary once
+    assert "gfx950: the same error as gfx90a" in err
+    assert "0 of 5 archs compiled; failed: gfx90a, gfx942, gfx950, gfx1100, gfx1201 (" in err
+
+
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_compile_schedule_reaches_llvm(arch, tmp_path, monkeypatch, capsys):
     """--schedule becomes the kernel's amdgpu-sched-strategy attribute in the LLVM IR; the default

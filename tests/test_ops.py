@@ -38,6 +38,8 @@ BAD = [
     (lambda q, k, v: dict(v=np.zeros((1, 23, 1, 64), np.float16)), "v: expected the batch, sequence and head"),
     (lambda q, k, v: dict(window=(-2, 0)), "window: window sizes must be >= -1"),
     (lambda q, k, v: dict(window=(1.5, 0)), "window: expected a pair of ints"),
+    (lambda q, k, v: dict(window=(True, 0)), r"window: expected a pair of ints \(left, right\), got \(True, 0\)"),
+    (lambda q, k, v: dict(window=(0, 2**33)), r"window: expected sizes below 2\*\*31 \(-1 for unlimited\)"),
     (lambda q, k, v: dict(causal="diagonal"), "causal: expected a bool, .top_left. or .bottom_right., got .diagonal."),
     (lambda q, k, v: dict(softcap=-1.0), "softcap: expected a finite number >= 0"),
     (lambda q, k, v: dict(scale=float("nan")), "scale: expected a finite number"),

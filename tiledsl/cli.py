@@ -171,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2) and --help/--version (0)
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USER
+    args.argv = list(argv if argv is not None else sys.argv[1:])  # for internal-error reports
     try:
         if args.command == "compile":
             return cmd_compile(args)
@@ -205,6 +206,13 @@ def _reports_dir() -> Path:
 
 
 def _internal_error(argv: Sequence[str] | None) -> int:
+    print(_report_internal_error(argv), file=sys.stderr)
+    return EXIT_ICE
+
+
+def _report_internal_error(argv: Sequence[str] | None) -> str:
+    """Save the exception being handled, with its traceback, under the cache directory's reports
+    and return the message that says so."""
     text = (f"tiledsl {__version__} internal compiler error\nargv: {list(argv or sys.argv[1:])}\n"
             f"python {platform.python_version()} on {platform.platform()}\n\n" + traceback.format_exc())
     try:
@@ -218,9 +226,8 @@ def _internal_error(argv: Sequence[str] | None) -> int:
         where = "the traceback could not be saved:\n" + text
     exc = sys.exc_info()[1]
     notes = "".join(f"{note}\n" for note in getattr(exc, "__notes__", []))  # e.g. the failing stage
-    print(f"internal compiler error: {type(exc).__name__}: {exc}\n{notes}{where}\n"
-          "please report it with that file", file=sys.stderr)
-    return EXIT_ICE
+    return (f"internal compiler error: {type(exc).__name__}: {exc}\n{notes}{where}\n"
+            "please report it with that file")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,6 +261,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
             print(f"{kernel.name} {kernel.arch}: {files[0]}{note}")
 
     failed: dict[str, str] = {}
+    first_arch_with: dict[str, str] = {}  # an error's text -> the first arch that gave it
+    internal = False
     for arch in archs:  # one arch failing (e.g. spilling on gfx1100) does not stop the others
         defines = _parse_defines(args.defines, arch)
         options = CompileOptions.make(arch, defines, dump_ir_dir=args.dump_ir, allow_spills=args.allow_spills,
@@ -266,12 +275,24 @@ def cmd_compile(args: argparse.Namespace) -> int:
         except TileError as exc:
             if len(archs) == 1:
                 raise
-            print(str(exc) if isinstance(exc, SourceError) else f"error: {exc}", file=sys.stderr)
+            text = str(exc) if isinstance(exc, SourceError) else f"error: {exc}"
+            # An error that does not depend on the arch (a syntax error) is shown once.
+            earlier = first_arch_with.setdefault(text, arch)
+            print(text if earlier == arch else f"{arch}: the same error as {earlier}", file=sys.stderr)
             failed[arch] = str(exc).splitlines()[0]
+        except Exception:  # a compiler bug on one arch: reported, and the other archs still compile
+            if len(archs) == 1:
+                raise
+            print(f"{arch}: {_report_internal_error(args.argv)}", file=sys.stderr)
+            failed[arch] = "internal compiler error"
+            internal = True
     if failed:
+        by_reason: dict[str, list[str]] = {}
+        for arch, why in failed.items():
+            by_reason.setdefault(why, []).append(arch)
         print(f"{len(archs) - len(failed)} of {len(archs)} archs compiled; failed: "
-              + "; ".join(f"{a} ({why})" for a, why in failed.items()), file=sys.stderr)
-        return EXIT_USER
+              + "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items()), file=sys.stderr)
+        return EXIT_ICE if internal else EXIT_USER
     return EXIT_OK
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tiledsl.backends.rocm.arch import ARCHS, Arch, get_arch
-from tiledsl.cache import Cache, CacheEntry, cache_key
+from tiledsl.cache import Cache, CacheEntry, cache_key, default_cache_dir, reports_dir
 from tiledsl.errors import CompileError, SourceError, TileError
 from tiledsl.options import CompileOptions
 
@@ -299,10 +299,14 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
     """Compile one kernel for one arch. `filename` names the source in errors and selects where
     the run starts (".tile" or an intermediate extension). `cache=None` disables caching; pass
     `Cache.from_env()` at the edge to use the default location. A run that dumps IR
-    (options.dump_ir_dir) always compiles, but still stores its result."""
+    (options.dump_ir_dir) always compiles, but still stores its result. The input of a stage that
+    fails is saved under options.failure_dir, else the cache's `reports` directory (the default
+    cache directory's without a cache)."""
     arch_row = get_arch(arch)
     clean = _validate_defines(defines or {})
     opts = _options_for(arch_row.name, clean, options)
+    if not opts.failure_dir:  # a failed stage's input goes where the CLI puts its reports too
+        opts = dataclasses.replace(opts, failure_dir=str(reports_dir(cache.root if cache else default_cache_dir())))
     kind = input_kind(filename)
     if kind != "tile" and clean:
         raise TileError(f"-D defines apply to .tile sources only; '{filename}' is already lowered")

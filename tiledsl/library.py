@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import importlib.util
 import os
@@ -175,11 +174,9 @@ def library_kernel(source_path: Path, arch: str, defines: Mapping[str, Any], opt
         raise TileError(f"{source_path.stem} for {arch} is in no kernel package, and this tiledsl cannot compile "
                         f"it: the compiler is not installed ({', '.join(missing)} missing: a runtime-only "
                         f"install). {_how_to_build(arch, key)}")
-    from tiledsl.cache import Cache, reports_dir
+    from tiledsl.cache import Cache
     from tiledsl.driver import compile_source
 
-    if s.cache_dir and not options.failure_dir:
-        options = dataclasses.replace(options, failure_dir=str(reports_dir(s.cache_dir)))
     kernel = compile_source(source, str(source_path), arch, clean, options,
                             cache=Cache(s.cache_dir) if s.cache_dir else None)
     kernel.key = key

@@ -150,10 +150,13 @@ def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg
         raise ValueError(f"softcap: expected a finite number >= 0 within f32 range (0 = off), got {softcap!r}")
     if not (isinstance(causal, bool | np.bool_) or causal in ("top_left", "bottom_right")):
         raise ValueError(f"causal: expected a bool, 'top_left' or 'bottom_right', got {causal!r}")
-    if not (isinstance(window, tuple | list) and len(window) == 2 and all(isinstance(w, int) for w in window)):
+    if not (isinstance(window, tuple | list) and len(window) == 2
+            and all(isinstance(w, int | np.integer) and not isinstance(w, bool | np.bool_) for w in window)):
         raise ValueError(f"window: expected a pair of ints (left, right), got {window!r}")
+    if max(window) >= 2**31:
+        raise ValueError(f"window: expected sizes below 2**31 (-1 for unlimited), got {tuple(window)!r}")
     try:
-        mask = fmha_mask_params(causal, tuple(window))  # type: ignore[arg-type]
+        mask = fmha_mask_params(causal, (int(window[0]), int(window[1])))
     except ValueError as exc:
         raise ValueError(f"{'causal' if 'causal' in str(exc) else 'window'}: {exc}") from None
     sink32 = None

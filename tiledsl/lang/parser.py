@@ -8,6 +8,7 @@ exceptions become `SourceError`s whose message names the expected tokens in word
 from __future__ import annotations
 
 import math
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -42,6 +43,8 @@ def parse(source: str, filename: str) -> ast.Kernel:
     except UnexpectedInput as e:
         raise _syntax_error(e, source, filename) from None
     _check_depth(tree, source, filename)
+    if sys.getrecursionlimit() < RECURSION_LIMIT:
+        sys.setrecursionlimit(RECURSION_LIMIT)
     kernels = _ToAst(filename, source).transform(tree)
     if not kernels:
         raise SourceError("no kernel found: a .tile file defines one `kernel NAME(...) grid(...) { ... }`",
@@ -53,14 +56,17 @@ def parse(source: str, filename: str) -> ast.Kernel:
     return kernels[0]
 
 
-# The deepest parse tree accepted. Every later stage walks the AST recursively; real kernels nest
-# about 20 levels (fmha_bwd_dq_dk_dv.tile: 23), and 100 stays inside Python's recursion limit
-# through every stage.
-MAX_DEPTH = 100
+# The deepest parse tree accepted: a 990-term sum, 990 unary minuses or 490 nested ifs. Real
+# kernels nest about 20 levels (fmha_bwd_dq_dk_dv.tile: 23), but generated code chains long sums.
+MAX_DEPTH = 1000
+# Every later stage walks the AST and the IR recursively, up to about 8 Python frames per level (a
+# 1,000-term sum compiled with a limit of 8,000 frames and not 5,500). parse() raises Python's limit
+# to this and never lowers it again: another thread may be compiling a deep program meanwhile.
+RECURSION_LIMIT = 10 * MAX_DEPTH + 2000
 
 
 def _check_depth(tree: Tree, source: str, filename: str) -> None:
-    """Refuse a program nested deeper than MAX_DEPTH (a 1,000-term sum, 400 unary minuses, 200
+    """Refuse a program nested deeper than MAX_DEPTH (a 2,000-term sum, 1,000 unary minuses, 600
     nested ifs) with a located error, walking the tree without recursion."""
     stack = [(tree, 1)]
     while stack:
