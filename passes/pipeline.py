@@ -15,7 +15,7 @@ from mlir import ir
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import CompileError, TileError
-from tiledsl.ir.dialect import int_attr, new_context
+from tiledsl.ir.dialect import int_attr, kind_error, new_context
 from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
 from tiledsl.passes.assign_layouts import assign_layouts
@@ -89,6 +89,9 @@ def verify_tile_module(module: ir.Module, arch: Arch) -> None:
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         for block in walk_blocks(fn):
             for op in ops_in(block):
+                wrong = kind_error(op)
+                if wrong is not None:
+                    raise op_error(op, f"internal: {op.name} {wrong}")
                 for value in op.results:
                     if is_tile(value) and ir.RankedTensorType(value.type).encoding is not None:
                         try:

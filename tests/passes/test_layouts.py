@@ -139,6 +139,26 @@ def test_tile_ops_have_typed_operands() -> None:
         ir.Module.parse(text)
 
 
+@pytest.mark.parametrize("old, new, message", [
+    ("%m = \"tile.splat\"(%true) : (i1) -> tensor<64xi1>", "%m = \"tile.splat\"(%z) : (f32) -> tensor<64xf32>",
+     "tile.load operand 'mask' must be i1 \\(a tile or a scalar\\), got tensor<64xf32"),
+    ("%r = \"tile.arange\"() {start = 0 : i32} : () -> tensor<64xi32>",
+     "%r0 = \"tile.arange\"() {start = 0 : i32} : () -> tensor<64xi32>\n"
+     "    %r = arith.sitofp %r0 : tensor<64xi32> to tensor<64xf32>",
+     "tile.load operand 'offsets' must be i32 \\(a tile or a scalar\\), got tensor<64xf32"),
+])
+def test_index_and_mask_operands_are_checked_after_each_pass(old: str, new: str, message: str) -> None:
+    """The kinds IRDL leaves unchecked ("tile or scalar" of i32 / i1) fail at the pass too."""
+    zero = "%z = arith.constant 0.0 : f32\n"
+    bad = MODULE.replace(zero, "").replace(old, zero + "    " + new)
+    bad = bad.replace("tensor<64xi32>, tensor<64xi1>, f32)", "tensor<64xi32>, tensor<64xf32>, f32)") \
+        if "mask" in message else bad.replace("(!llvm.ptr<1>, tensor<64xi32>,", "(!llvm.ptr<1>, tensor<64xf32>,")
+    bad = bad.replace("tensor<64xf32>, tensor<64xi1>) -> ()", "tensor<64xf32>, tensor<64xf32>) -> ()") \
+        if "mask" in message else bad
+    with pytest.raises(TileError, match=f"internal: {message}"):
+        run_pass("assign-layouts", bad, GFX942)
+
+
 GFX950 = get_arch("gfx950")
 
 

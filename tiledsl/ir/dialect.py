@@ -15,10 +15,10 @@ from tiledsl.fp8 import F8_DTYPES, FORMATS, MLIR_NAMES, fp8_format
 # Each op: its operands as (name, constraint) and its results' constraints, checked by MLIR's
 # verifier (IRDL), so a pass that builds a malformed op fails where it built it. Constraints:
 # "tile" a ranked tensor, "scalar" an integer or float scalar, "i32"/"i1" those scalars,
-# "ptr" an LLVM pointer, "index" a tile or an i32 scalar (addresses of a scalar access), "mask" a
-# tile or an i1 scalar, "value" a tile or a scalar (these three unchecked, see _CONSTRAINTS).
-# Shapes and layouts are checked by the passes' own verifier (passes/pipeline.verify_tile_module),
-# since IRDL cannot express them.
+# "ptr" an LLVM pointer, "index" i32 (a tile of them, or a scalar: the address of a scalar access),
+# "mask" i1 (a tile or a scalar), "value" a tile or a scalar. IRDL checks all but the last three,
+# which `kind_error` checks (see _constraint); shapes and layouts are checked by the passes' own
+# verifier (passes/pipeline.verify_tile_module), since IRDL cannot express them.
 TILE_OPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "program_id": ((), ("i32",)),                   # {axis}
     "num_programs": ((), ("i32",)),                 # {axis}
@@ -62,8 +62,28 @@ def _constraint(c: str, v: str) -> list[str]:
         return [f"%{v}_{t} = irdl.is {t}" for t in _SCALARS] + \
             [f"%{v} = irdl.any_of({', '.join(f'%{v}_{t}' for t in _SCALARS)})"]
     # "index", "mask", "value": IRDL 22 aborts on an `irdl.base "!..."` inside `irdl.any_of`, so
-    # "tile or scalar" stays unchecked here (the passes' verifier and the lowering rules check it).
+    # "tile or scalar" stays unchecked here: kind_error checks it after every pass.
     return [f"%{v} = irdl.any"]
+
+
+def kind_error(op: ir.Operation) -> str | None:
+    """What is wrong with a tile op's "index", "mask" and "value" operands and results (the
+    constraints IRDL leaves unchecked), or None."""
+    spec = TILE_OPS.get(op.name.removeprefix("tile.")) if op.name.startswith("tile.") else None
+    if spec is None:
+        return None
+    operands, results = spec
+    named = [(f"operand '{n}'", c, v) for (n, c), v in zip(operands, op.operands, strict=False)]
+    named += [(f"result {i}", c, v) for i, (c, v) in enumerate(zip(results, op.results, strict=False))]
+    for what, c, value in named:
+        t = value.type
+        elt = ir.RankedTensorType(t).element_type if isinstance(t, ir.RankedTensorType) else t
+        want = {"index": "i32", "mask": "i1"}.get(c)
+        if want is not None and str(elt) != want:
+            return f"{what} must be {want} (a tile or a scalar), got {t}"
+        if c == "value" and not isinstance(t, ir.RankedTensorType) and str(t) not in _SCALARS:
+            return f"{what} must be a tile or a scalar, got {t}"
+    return None
 
 
 def _dialect_source() -> str:
