@@ -24,7 +24,6 @@ from tiledsl.fmha_fp8 import Fp8Call, check_fp8, check_fp8_dtype, is_fp8
 from tiledsl.kernels.fmha_configs import (
     VECTOR_ELEMS,
     fmha_defines,
-    fmha_dim_units,
     pack_gqa,
     split_acc_stride_units,
     variant_config,
@@ -630,8 +629,7 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous, disjoint_rows=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned))
                                   + (split_acc_stride_units(hdim_v) if split and contiguous else ()),
-                                  dim_units=fmha_dim_units(hdim_q, hdim_v), buffer_masks=not large,
-                                  **cfg.scheduling(),
+                                  buffer_masks=not large, **cfg.scheduling(),
                                   allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1)
     return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 

@@ -568,6 +568,8 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         "SCALE_IN_EXP2": flag((get_arch(arch).packed_f32 if cfg.fused_scale is None else cfg.fused_scale)
                               and softcap == 0 and bias == "none" and dtype != "f8e4m3"),
         "PAD_D": flag(dq != hdim_q or dv != hdim_v),
+        # The kernel's requires(D_QK % D_QK_UNIT == 0, ...): the head-dim masks test whole vectors.
+        **{f"{sym}_UNIT": str(unit) for sym, unit in fmha_dim_units(hdim_q, hdim_v)},
     }
 
 
