@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mlir import ir
+from mlir.dialects import scf
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import CompileError, TileError
@@ -49,6 +50,7 @@ def make_gpu_mlir(tile_mlir: str, arch: Arch, options: CompileOptions, source: s
     with new_context(), ir.Location.unknown():
         module = ir.Module.parse(tile_mlir)
         check_arch(module, arch)
+        add_else_blocks(module)
         for i, (name, fn) in enumerate(PASSES):
             _run(name, lambda m=module, f=fn: f(m, context), module.operation)
             _run(name, lambda m=module: verify_tile_module(m, arch), module.operation)
@@ -65,11 +67,23 @@ def run_pass(name: str, mlir_text: str, arch: Arch, options: CompileOptions | No
     with new_context(), ir.Location.unknown():
         module = ir.Module.parse(mlir_text)
         check_arch(module, arch)
+        add_else_blocks(module)
         if name == "lower-to-gpu":
             return lower_to_gpu(module, context).operation.get_asm()
         dict(PASSES)[name](module, context)
         verify_tile_module(module, arch)
         return module.operation.get_asm()
+
+
+def add_else_blocks(module: ir.Module) -> None:
+    """Give every `scf.if` without results an empty else block, the form emit writes and the passes
+    expect: MLIR's canonicalizer drops empty ones, and a .tile.mlir input may come from it."""
+    for fn in kernel_funcs(module):
+        for block in list(walk_blocks(fn)):
+            for op in ops_in(block):
+                if op.name == "scf.if" and not op.regions[1].blocks:
+                    with ir.InsertionPoint(op.regions[1].blocks.append()), op.location:
+                        scf.YieldOp([])
 
 
 def check_arch(module: ir.Module, arch: Arch) -> None:
