@@ -274,17 +274,19 @@ def dbias_zeroed(shape: BwdShape) -> bool:
 
 def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dims: tuple[str, ...] = (),
              allow_spills: bool = False, interleave: bool = False, tensors: dict[str, str] | None = None):
-    """Compile stage `name`; `dims`: the head-dim symbols it declares (their dim_units apply);
-    `tensors`: its tensor arguments by the call's names (`shape.aligned` says which are aligned)."""
+    """Compile stage `name`; `dims`: the head-dim symbols it declares (with padded head dims, their
+    units are its SYM_UNIT defines, which the kernel requires to divide them); `tensors`: its tensor
+    arguments by the call's names (`shape.aligned` says which are aligned)."""
     from tiledsl.library import KernelNotPrebuilt, library_kernel
     from tiledsl.options import CompileOptions
     from tiledsl.package import PackageError
 
-    dim_units = tuple((sym, unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v) if sym in dims)
+    defines = {**defines, **{f"{sym}_UNIT": str(unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v)
+                             if sym in dims}}
     units = tuple(sorted((arg, VECTOR_ELEMS) for arg, call in (tensors or {}).items() if call in shape.aligned))
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
                                   disjoint_rows=shape.contiguous, stride_units=units,
-                                  dim_units=dim_units, buffer_masks=not shape.large, interleave=interleave)
+                                  buffer_masks=not shape.large, interleave=interleave)
     try:
         return library_kernel(KERNELS / f"{name}.tile", arch, defines, options)
     except (KernelNotPrebuilt, PackageError):  # not a compile failure: say it as it is

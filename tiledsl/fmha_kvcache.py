@@ -54,7 +54,9 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
     defines = {"DT": a.dtype, "HDIM": str(padded_hdim(a.hdim_q)), "HDIM_V": str(padded_hdim(a.hdim_v)),
                "TARGET": target, "PAGED": flag[a.kv_cache == "paged"], "ROTARY": shape.rotary,
                "POSITIONS": shape.q_positions if target == "query" else "rows",
-               "VARLEN": flag[target == "query" and a.varlen]}
+               "VARLEN": flag[target == "query" and a.varlen],
+               # The kernel's requires(D_QK % D_QK_UNIT == 0, ...): its head-dim masks test whole vectors.
+               **{f"{s}_UNIT": str(u) for s, u in head_dim_units(a.hdim_q, a.hdim_v)}}
     # The kernel's tensors that the call's aligned ones are bound to (build_kvcache_plan): their row
     # starts are 16-byte aligned, so rows move in vectors (CompileOptions.stride_units). q_rot, our
     # packed copy of q, is aligned whenever "q" is (its rows are D apart, and D % 8 == 0 then).
@@ -63,7 +65,7 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
              "query": {"x": "q", "x_rot": "q"}}[target]
     units = tuple((arg, VECTOR_ELEMS) for arg, name in sorted(bound.items()) if name in aligned)
     options = CompileOptions.make(a.arch, defines, unit_last_stride=a.contiguous, disjoint_rows=a.contiguous,
-                                  stride_units=units, dim_units=head_dim_units(a.hdim_q, a.hdim_v),
+                                  stride_units=units,
                                   buffer_masks=not a.large)
     return library_kernel(KERNELS / "fmha_kv_append.tile", a.arch, defines, options)
 

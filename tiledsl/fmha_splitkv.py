@@ -245,12 +245,12 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
     defines = {"DT": shape.out_dtype or shape.dtype, "HDIM_V": str(hd_v), "BLOCK_M": str(block_m),
                "BLOCK_G": str(block_g),
                "VARLEN": flag[shape.varlen], "HAS_LSE": flag[shape.lse], "HAS_SINK": flag[shape.sink],
-               "PAD_D": flag[hd_v != shape.hdim_v]}
-    units = tuple((s, u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V")
+               "PAD_D": flag[hd_v != shape.hdim_v],
+               **{f"{s}_UNIT": str(u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V"}}
     # The partial outputs (our workspace) and the output (when the call's strides allow) in vectors.
     stride_units = (split_acc_stride_units(shape.hdim_v) if shape.contiguous else ()) + \
         ((("o", VECTOR_ELEMS),) if "o" in shape.aligned else ())
-    options = CompileOptions.make(shape.arch, defines, unit_last_stride=shape.contiguous, dim_units=units,
+    options = CompileOptions.make(shape.arch, defines, unit_last_stride=shape.contiguous,
                                   disjoint_rows=shape.contiguous, stride_units=stride_units,
                                   buffer_masks=not shape.large)
     combine = library_kernel(KERNELS / "fmha_fwd_combine.tile", shape.arch, defines, options)

@@ -51,7 +51,7 @@ they do, with today's compiler:
   modeled 73.6 -> 80.5 TFLOP/s, causal 60.3 -> 64.4 (session 29).
 * The mask is a compare and select per element, computed from per-row and per-column vectors
   inside the masked branch, and padded head dims load whole vectors under one mask test each
-  (dim_units), so masked and padded variants mostly run the unmasked tiles.
+  (the head-dim units the kernel requires), so masked and padded variants mostly run the unmasked tiles.
 * hdim 256: BLOCK_N 32 (16 on gfx1100 when masked) keeps K and V tiles within 64 KiB of LDS
   and the registers unspilled; gfx950 has the LDS (160 KiB) for 128x64.
 """
@@ -508,7 +508,8 @@ def split_acc_stride_units(hdim_v: int) -> tuple[tuple[str, int], ...]:
 
 
 def head_dim_units(hdim_q: int, hdim_v: int) -> tuple[tuple[str, int], ...]:
-    """CompileOptions.dim_units of a kernel's head-dim masks (d < D_QK, d < D_V): each head dim's
+    """The units of a kernel's head dims for its masks (d < D_QK, d < D_V), as its defines
+    D_QK_UNIT / D_V_UNIT that its requires(D_QK % D_QK_UNIT == 0, ...) declares: each head dim's
     `vector_unit`, so the masks are uniform over its vector accesses (the launcher checks)."""
     return (("D_QK", vector_unit(hdim_q)), ("D_V", vector_unit(hdim_v)))
 
