@@ -58,18 +58,23 @@ def test_errors_survive_pickling() -> None:
     assert str(back) == str(comp) and back.stage == "llvm"
 
 
-DEEP = {
-    "sum": "let v = load(x[i])" + " + 1.0" * 2000 + ";\n store(x[i], v);",
-    "minus": "let v = " + "-" * 1000 + "load(x[i]);\n store(x[i], v);",
-    "ifs": "if N > 0 { " * 600 + "store(x[i], load(x[i]));" + " }" * 600,
-}
+def _deep_kernel(shape: str, n: int) -> str:
+    """A kernel nesting n levels of one shape: an n-term sum, n unary minuses or n nested ifs."""
+    body = {"sum": "let v = load(x[i])" + " + 1.0" * n + ";\n store(x[i], v, mask=i < N);",
+            "minus": "let v = " + "-" * n + "load(x[i]);\n store(x[i], v, mask=i < N);",
+            "ifs": "if N > 0 { " * n + "store(x[i], load(x[i]), mask=i < N);" + " }" * n}[shape]
+    return "kernel k(x: tensor[f32](N)) grid(1) {\n let i = arange(0, 64);\n " + body + "\n}\n"
 
 
-@pytest.mark.parametrize("shape", DEEP)
+# Per shape: a nesting past the parser's limit, and one just under it.
+DEPTHS = {"sum": (2000, 980), "minus": (1000, 980), "ifs": (600, 490)}
+
+
+@pytest.mark.parametrize("shape", DEPTHS)
 def test_deep_nesting_is_a_located_error(shape: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Fuzzing found RecursionErrors (an internal error, whose report then recursed too)."""
     src = tmp_path / "deep.tile"
-    src.write_text("kernel k(x: tensor[f32](N)) grid(1) {\n let i = arange(0, 64);\n " + DEEP[shape] + "\n}\n")
+    src.write_text(_deep_kernel(shape, DEPTHS[shape][0]))
     status = main(["compile", str(src), "--arch", "gfx942", "-o", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert status == 2, err
@@ -77,20 +82,12 @@ def test_deep_nesting_is_a_located_error(shape: str, tmp_path: Path, capsys: pyt
     assert "internal compiler error" not in err and "Traceback" not in err
 
 
-NEARLY_AS_DEEP = {
-    "sum": "let v = load(x[i])" + " + 1.0" * 980 + ";\n store(x[i], v, mask=i < N);",
-    "minus": "let v = " + "-" * 980 + "load(x[i]);\n store(x[i], v, mask=i < N);",
-    "ifs": "if N > 0 { " * 490 + "store(x[i], load(x[i]), mask=i < N);" + " }" * 490,
-}
-
-
-@pytest.mark.parametrize("shape", NEARLY_AS_DEEP)
+@pytest.mark.parametrize("shape", DEPTHS)
 def test_just_under_the_nesting_limit_compiles(shape: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every stage walks the program recursively: nesting just under the parser's limit must
     compile (a 99-term sum was refused when the limit was 100 levels)."""
     src = tmp_path / "deep.tile"
-    src.write_text("kernel k(x: tensor[f32](N)) grid(1) {\n let i = arange(0, 64);\n " + NEARLY_AS_DEEP[shape]
-                   + "\n}\n")
+    src.write_text(_deep_kernel(shape, DEPTHS[shape][1]))
     assert main(["compile", str(src), "--arch", "gfx1100", "-o", str(tmp_path / "out"), "--no-cache"]) == 0, \
         capsys.readouterr().err
 
