@@ -27,6 +27,7 @@ from typing import Any
 from tiledsl.backends.rocm.arch import ARCHS, Arch, get_arch
 from tiledsl.cache import Cache, CacheEntry, cache_key, default_cache_dir, reports_dir
 from tiledsl.errors import CompileError, SourceError, TileError
+from tiledsl.lang import make_recursion_room
 from tiledsl.options import CompileOptions
 
 # ---------------------------------------------------------------------------------------------
@@ -237,6 +238,7 @@ def _strip_prefix(exc: CompileError) -> str:
 
 def run_stages(ctx: StageContext, value: Any, start: int, kind: str, stop: int | None = None) -> Any:
     """Run STAGES[start:stop] on `value` (an artifact of kind `kind`); returns the last artifact."""
+    make_recursion_room()  # a deep program, from a .tile or an intermediate file
     dump = Path(ctx.options.dump_ir_dir) if ctx.options.dump_ir_dir else None
     initial, initial_dumped = value, False
     for index in range(start, len(STAGES) if stop is None else stop):

@@ -8,7 +8,6 @@ exceptions become `SourceError`s whose message names the expected tokens in word
 from __future__ import annotations
 
 import math
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from tiledsl.errors import SourceError, SourceLocation
-from tiledsl.lang import ast
+from tiledsl.lang import MAX_DEPTH, ast, make_recursion_room
 
 _GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 # The basic (not contextual) lexer makes every keyword reserved everywhere: with the contextual one,
@@ -43,8 +42,7 @@ def parse(source: str, filename: str) -> ast.Kernel:
     except UnexpectedInput as e:
         raise _syntax_error(e, source, filename) from None
     _check_depth(tree, source, filename)
-    if sys.getrecursionlimit() < RECURSION_LIMIT:
-        sys.setrecursionlimit(RECURSION_LIMIT)
+    make_recursion_room()
     kernels = _ToAst(filename, source).transform(tree)
     if not kernels:
         raise SourceError("no kernel found: a .tile file defines one `kernel NAME(...) grid(...) { ... }`",
@@ -54,15 +52,6 @@ def parse(source: str, filename: str) -> ast.Kernel:
                           f"'{kernels[0].name}'", kernels[1].loc, source,
                           hint="put each kernel in its own .tile file")
     return kernels[0]
-
-
-# The deepest parse tree accepted: a 990-term sum, 990 unary minuses or 490 nested ifs. Real
-# kernels nest about 20 levels (fmha_bwd_dq_dk_dv.tile: 23), but generated code chains long sums.
-MAX_DEPTH = 1000
-# Every later stage walks the AST and the IR recursively, up to about 8 Python frames per level (a
-# 1,000-term sum compiled with a limit of 8,000 frames and not 5,500). parse() raises Python's limit
-# to this and never lowers it again: another thread may be compiling a deep program meanwhile.
-RECURSION_LIMIT = 10 * MAX_DEPTH + 2000
 
 
 def _check_depth(tree: Tree, source: str, filename: str) -> None:
