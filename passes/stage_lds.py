@@ -61,7 +61,11 @@ def padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
 
 def stage_lds(module: ir.Module, ctx: PassContext) -> int:
     arch, options, source = ctx.arch, ctx.options, ctx.source
-    align = _align_rows(module, options, arch)
+    # The conversions that move values through LDS, decided once (a lane-exchange check each).
+    staged = {op for fn in kernel_funcs(module) for op in _program_order(fn)[0]
+              if op.name == "tile.convert_layout"
+              and _needs_staging(op, L.Threads(arch.wave_size, int_attr(fn, "tile.waves")), options, arch)}
+    align = _align_rows(module, staged, options, arch)
     resident = 0  # bytes of the resident regions, which come first; the arena follows them
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
@@ -78,7 +82,7 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                 src = op.operands[0]
                 shape = tile_shape(src.type)
                 sl, dl = L.layout_of(src.type), L.layout_of(op.result.type)
-                if _needs_staging(op, threads, options, arch):
+                if op in staged:
                     attrs, sizes[op] = _staging(op, resident, threads, options, arch, source, align)
                     if options.wave_private_stagings and _wave_private(sl, dl, shape, threads):
                         private.add(op)
@@ -125,7 +129,7 @@ def _needs_staging(op: ir.Operation, threads: L.Threads, options: CompileOptions
         and lane_exchange(sl, dl, shape, threads, arch, options) is None
 
 
-def _align_rows(module: ir.Module, options: CompileOptions, arch: Arch) -> bool:
+def _align_rows(module: ir.Module, staged: set[ir.Operation], options: CompileOptions, arch: Arch) -> bool:
     """Whether stagings may pad their rows to the reads' vector width (_row_major_pitch): unless
     the wider rows would leave fewer waves per SIMD room in a compute unit's LDS (up to the arch's
     most, or the kernel's occupancy target), the LDS estimated each way as every resident region
@@ -133,7 +137,7 @@ def _align_rows(module: ir.Module, options: CompileOptions, arch: Arch) -> bool:
     def lds(fn: ir.Operation, threads: L.Threads, align: bool) -> int:
         resident = arena = 0
         for op in _program_order(fn)[0]:
-            if op.name != "tile.convert_layout" or not _needs_staging(op, threads, options, arch):
+            if op not in staged:
                 continue
             try:
                 size = -(-_staging(op, 0, threads, options, arch, None, align)[1] // 16) * 16
