@@ -224,6 +224,28 @@ def test_compile_all_archs_goes_past_a_failing_one(tmp_path, capsys):
         assert err in capsys.readouterr().err
 
 
+def test_prebuild_goes_past_a_failing_variant(tmp_path, monkeypatch, capsys):
+    """`tiledsl prebuild fmha_fwd` builds every variant it can, names each that failed, and exits
+    1 for an internal error (2 for a user error), as prebuild --receipt does."""
+    from tiledsl.registry import Variant
+
+    real = Variant.build
+
+    def broken_on_gfx1100(self):
+        if self.arch == "gfx1100":
+            raise RuntimeError("a planted compiler bug")
+        return real(self)
+
+    monkeypatch.setattr(Variant, "build", broken_on_gfx1100)
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path))  # restored afterwards (prebuild sets it)
+    status = main(["prebuild", "fmha_fwd", "--arch", "gfx1100,gfx942", "--dtype", "f16", "--hdim", "64",
+                   "--mask", "none", "--cache-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert status == 1, captured.err
+    assert "gfx1100" in captured.err and "FAILED: internal error: RuntimeError: a planted compiler bug" in captured.err
+    assert "1 variants in" in captured.out and "1 failed" in captured.out
+
+
 def test_compile_all_archs_goes_past_an_internal_error(tmp_path, monkeypatch, capsys):
     """A compiler bug on one arch is reported (its traceback saved under the cache directory) and
     the other archs still compile; the exit status is the internal error's."""

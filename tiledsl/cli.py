@@ -313,7 +313,7 @@ def _receipt_names() -> list[str]:
 
 
 def cmd_prebuild(args: argparse.Namespace) -> int:
-    from tiledsl.prebuild import FmhaVariant, fmha_variants, prebuild_fmha_fwd
+    from tiledsl.prebuild import BuildResult, FmhaVariant, fmha_variants, prebuild_fmha_fwd
 
     chosen = [what for what, given in (("a kernel family", args.kernel), ("--receipt", args.receipt),
                                        ("--variant", args.variant)) if given]
@@ -329,15 +329,22 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
     root = _use_cache_dir(args.cache_dir)
     done = {True: 0, False: 0}
 
-    def report(v: FmhaVariant, cached: bool, seconds: float) -> None:
-        done[cached] += 1
+    def report(v: FmhaVariant, r: BuildResult) -> None:
+        if r.error:
+            print(f"{v.describe()}: FAILED: {r.error}", file=sys.stderr, flush=True)
+            return
+        done[r.compiled == 0] += 1
         if not args.quiet:
-            print(f"{v.describe()}: {'already cached' if cached else f'compiled in {seconds:.1f} s'}", flush=True)
+            print(f"{v.describe()}: {'already cached' if r.compiled == 0 else f'compiled in {r.seconds:.1f} s'}",
+                  flush=True)
 
-    prebuild_fmha_fwd(variants, on_result=report)
-    print(f"{len(variants)} variants in {root} ({done[False]} compiled, {done[True]} already there); "
-          f"tiledsl.ops loads them from there when TILEDSL_CACHE_DIR points at it")
-    return EXIT_OK
+    failed = [r for r in prebuild_fmha_fwd(variants, on_result=report) if r.error]
+    print(f"{len(variants) - len(failed)} variants in {root} ({done[False]} compiled, {done[True]} already there"
+          f"{f'; {len(failed)} failed' if failed else ''}); tiledsl.ops loads them from there when "
+          "TILEDSL_CACHE_DIR points at it")
+    if any(r.error.startswith("internal error") for r in failed):
+        return EXIT_ICE
+    return EXIT_USER if failed else EXIT_OK
 
 
 def _use_cache_dir(cache_dir: str | None) -> Path:

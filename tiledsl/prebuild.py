@@ -85,15 +85,17 @@ def fmha_variants(archs: Sequence[str], dtypes: Sequence[str], hdims: Sequence[s
 
 
 def prebuild_fmha_fwd(variants: Sequence[FmhaVariant],
-                      on_result: Callable[[FmhaVariant, bool, float], None] | None = None) -> None:
+                      on_result: Callable[[FmhaVariant, BuildResult], None] | None = None) -> list[BuildResult]:
     """Compile each variant into the compile cache (`$TILEDSL_CACHE_DIR`, set by the caller; a
     variant already there is loaded, not compiled) through the registry's builder, which also
-    builds the shape-driven alternatives (GQA packing)."""
+    builds the shape-driven alternatives (GQA packing). A variant that fails is a result with its
+    error (build_variant), and the others still build."""
+    results = []
     for v in variants:
-        start = time.perf_counter()
-        kernels = v.registry_variant().build()
+        results.append(build_variant(v.registry_variant()))
         if on_result is not None:
-            on_result(v, all(k.from_cache for k in kernels), time.perf_counter() - start)
+            on_result(v, results[-1])
+    return results
 
 
 # -- receipts (tiledsl.registry) ------------------------------------------------------------------
