@@ -81,6 +81,21 @@ def test_fully_masked_rows_have_zero_finite_gradients():
     assert not dq[:, :3].any()
 
 
+def test_group_mode_sequence_without_keys():
+    """A sequence with no keys gets zero dq and is skipped, not a numpy reshape error (GQA: the
+    per-head gradients fold over an empty key axis). The other sequences match their own call."""
+    rng = np.random.default_rng(5)
+    cq, ck = np.array([0, 3, 3, 7]), np.array([0, 0, 4, 6])
+    do, q = (rng.standard_normal((7, 4, 8)) for _ in range(2))
+    k, v = (rng.standard_normal((6, 2, 8)) for _ in range(2))
+    dq, dk, dv = fmha_bwd_reference(do, q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, causal=True)
+    assert not dq[:3].any()
+    alone = fmha_bwd_reference(do[None, 3:7], q[None, 3:7], k[None, 4:6], v[None, 4:6], causal=True)
+    np.testing.assert_allclose(dq[3:7], alone[0][0])
+    np.testing.assert_allclose(dk[4:6], alone[1][0])
+    np.testing.assert_allclose(dv[4:6], alone[2][0])
+
+
 def numeric_grad(f, x, eps=1e-6):
     """d f / d x by central differences (f a function of x alone)."""
     g = np.zeros_like(x)

@@ -385,7 +385,7 @@ def fmha_bwd_reference(
         dk_h = scale * np.einsum("hij,hid->hjd", ds, qs)  # per query head [Hq, lk, D]
         dv_h = np.einsum("hij,hid->hjd", prob * z, dos)
         dk[bb, k0:k0 + lk] = dk_h.reshape(hk, group, lk, d).sum(axis=1).transpose(1, 0, 2)
-        dv[bb, k0:k0 + lk] = dv_h.reshape(hk, group, lk, -1).sum(axis=1).transpose(1, 0, 2)
+        dv[bb, k0:k0 + lk] = dv_h.reshape(hk, group, lk, dv_h.shape[-1]).sum(axis=1).transpose(1, 0, 2)
         if sink64 is not None:
             dsink -= (np.exp(sink64[:, None] - lse_safe) * dd).sum(axis=1)
     grads = tuple(_from_bshd(g, layout, p.varlen) for g in (dq, dk, dv))
