@@ -198,10 +198,11 @@ def test_prebuilt_variants_load_without_compiling(tmp_path, monkeypatch, capsys)
         fmha_fwd(q, k, v, device=EmulatorDevice("gfx942"))
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
+@pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_api_any_strides(arch: str) -> None:
     """Strided head dims (q[..., ::2]), a Fortran-ordered k and a -inf sink (a head without a sink)
-    run the general-stride variants and match the reference (README: any strides)."""
+    run the general-stride variants and match the reference (README: any strides). Under the mask
+    gfx1201's variant spilled 3 registers and was refused: general-stride variants accept spills."""
     rng = np.random.default_rng(7)
     wide = rng.standard_normal((1, 21, 2, 128)).astype(np.float16)
     q = wide[..., ::2]

@@ -625,12 +625,15 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
         defines["PASSES"] = str(passes)
     # Bias variants accept spills rather than fail: the tile rows keep the tested feature mixes free
     # of VGPR spills up to hdim 128 (tests/test_fmha_bias.py), not every combination of strides.
-    # Dropout variants do at hdim 256 (fmha_configs.DROPPED).
+    # Dropout variants do at hdim 256 (fmha_configs.DROPPED). So do the general-stride variants (a
+    # head dim whose stride is not 1: every element addressed on its own, which the rows are not
+    # tuned for; gfx1201 under a mask spilled 3 registers at hdim 64).
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous, disjoint_rows=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned))
                                   + (split_acc_stride_units(hdim_v) if split and contiguous else ()),
                                   buffer_masks=not large, **cfg.scheduling(),
-                                  allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1)
+                                  allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1
+                                  or not contiguous)
     return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 
 
