@@ -559,8 +559,12 @@ def _check_spills(manifest: dict[str, Any], ctx: StageContext, opts: CompileOpti
     if bound is not None and ctx.source is not None:
         from tiledsl.errors import SourceError
 
-        raise SourceError(text, bound.kernel.loc, ctx.source, hint="--allow-spills accepts it anyway")
-    raise TileError(text + " (--allow-spills accepts it anyway)")
+        raise SourceError(text, bound.kernel.loc, ctx.source, hint=ALLOW_SPILLS)
+    raise TileError(f"{text} ({ALLOW_SPILLS})")
+
+
+# How to accept spills, for the CLI and for Python callers alike.
+ALLOW_SPILLS = "tiledsl compile --allow-spills, or CompileOptions(allow_spills=True), accepts it anyway"
 
 
 def _entry_matches(entry: CacheEntry, arch: str, defines: dict[str, str]) -> bool:
