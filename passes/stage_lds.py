@@ -61,11 +61,9 @@ def padded_row(shape: tuple[int, ...], elem_bytes: int, pad: bool) -> int:
 
 def stage_lds(module: ir.Module, ctx: PassContext) -> int:
     arch, options, source = ctx.arch, ctx.options, ctx.source
-    # The conversions that move values through LDS, decided once (a lane-exchange check each).
-    staged = {op for fn in kernel_funcs(module) for op in _program_order(fn)[0]
-              if op.name == "tile.convert_layout"
-              and _needs_staging(op, L.Threads(arch.wave_size, int_attr(fn, "tile.waves")), options, arch)}
-    align = _align_rows(module, staged, options, arch)
+    stagings = _stagings(module, options, arch)
+    staged = {op for ops in stagings.values() for op in ops}
+    align = _align_rows(stagings, options, arch)
     resident = 0  # bytes of the resident regions, which come first; the arena follows them
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
@@ -129,16 +127,25 @@ def _needs_staging(op: ir.Operation, threads: L.Threads, options: CompileOptions
         and lane_exchange(sl, dl, shape, threads, arch, options) is None
 
 
-def _align_rows(module: ir.Module, staged: set[ir.Operation], options: CompileOptions, arch: Arch) -> bool:
+def _stagings(module: ir.Module, options: CompileOptions, arch: Arch) -> dict[ir.Operation, list[ir.Operation]]:
+    """Per kernel function, in program order, the conversions that move values through LDS:
+    decided once, since each asks for a lane exchange first."""
+    out = {}
+    for fn in kernel_funcs(module):
+        threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
+        out[fn] = [op for op in _program_order(fn)[0]
+                   if op.name == "tile.convert_layout" and _needs_staging(op, threads, options, arch)]
+    return out
+
+
+def _align_rows(stagings: dict[ir.Operation, list[ir.Operation]], options: CompileOptions, arch: Arch) -> bool:
     """Whether stagings may pad their rows to the reads' vector width (_row_major_pitch): unless
     the wider rows would leave fewer waves per SIMD room in a compute unit's LDS (up to the arch's
     most, or the kernel's occupancy target), the LDS estimated each way as every resident region
     and the largest other staging."""
-    def lds(fn: ir.Operation, threads: L.Threads, align: bool) -> int:
+    def lds(ops: list[ir.Operation], threads: L.Threads, align: bool) -> int:
         resident = arena = 0
-        for op in _program_order(fn)[0]:
-            if op not in staged:
-                continue
+        for op in ops:
             try:
                 size = -(-_staging(op, 0, threads, options, arch, None, align)[1] // 16) * 16
             except (SourceError, CompileError):  # too large this way: the staging itself says so
@@ -152,10 +159,10 @@ def _align_rows(module: ir.Module, staged: set[ir.Operation], options: CompileOp
     def waves(need: int, threads: L.Threads, most: int) -> int:  # -1: does not fit at all
         return -1 if need > arch.lds_bytes else min(most, arch.occupancy(1, need, threads.waves))
 
-    for fn in kernel_funcs(module):
+    for fn, ops in stagings.items():
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
         most = int_attr(fn, "tile.occupancy") if "tile.occupancy" in fn.attributes else arch.max_waves_per_simd
-        if waves(lds(fn, threads, True), threads, most) < waves(lds(fn, threads, False), threads, most):
+        if waves(lds(ops, threads, True), threads, most) < waves(lds(ops, threads, False), threads, most):
             return False
     return True
 

@@ -20,7 +20,7 @@ import numpy as np
 from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.errors import TileError
 from tiledsl.fmha_dropout import dropout_scalars
-from tiledsl.kernels.fmha_configs import BIAS_KINDS, VECTOR_ELEMS, fmha_dim_units, padded_hdim
+from tiledsl.kernels.fmha_configs import BIAS_KINDS, VECTOR_ELEMS, fmha_dim_units, padded_hdim, unit_defines
 from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
 from tiledsl.pairing import CAUSAL_KINDS, pairs_pay
@@ -281,8 +281,7 @@ def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dim
     from tiledsl.options import CompileOptions
     from tiledsl.package import PackageError
 
-    defines = {**defines, **{f"{sym}_UNIT": str(unit) for sym, unit in fmha_dim_units(shape.hdim_q, shape.hdim_v)
-                             if sym in dims}}
+    defines = {**defines, **unit_defines(fmha_dim_units(shape.hdim_q, shape.hdim_v), dims)}
     units = tuple(sorted((arg, VECTOR_ELEMS) for arg, call in (tensors or {}).items() if call in shape.aligned))
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
                                   disjoint_rows=shape.contiguous, stride_units=units,

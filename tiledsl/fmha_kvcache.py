@@ -23,7 +23,7 @@ import numpy as np
 
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
-from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, head_dim_units, pack_gqa, padded_hdim
+from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, head_dim_units, pack_gqa, padded_hdim, unit_defines
 from tiledsl.launcher import BUFFER_REACH
 from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
@@ -55,8 +55,7 @@ def _append_kernel(shape: KvCacheShape, target: str) -> Any:
                "TARGET": target, "PAGED": flag[a.kv_cache == "paged"], "ROTARY": shape.rotary,
                "POSITIONS": shape.q_positions if target == "query" else "rows",
                "VARLEN": flag[target == "query" and a.varlen],
-               # The kernel's requires(D_QK % D_QK_UNIT == 0, ...): its head-dim masks test whole vectors.
-               **{f"{s}_UNIT": str(u) for s, u in head_dim_units(a.hdim_q, a.hdim_v)}}
+               **unit_defines(head_dim_units(a.hdim_q, a.hdim_v))}
     # The kernel's tensors that the call's aligned ones are bound to (build_kvcache_plan): their row
     # starts are 16-byte aligned, so rows move in vectors (CompileOptions.stride_units). q_rot, our
     # packed copy of q, is aligned whenever "q" is (its rows are D apart, and D % 8 == 0 then).

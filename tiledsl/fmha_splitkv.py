@@ -23,6 +23,7 @@ from tiledsl.kernels.fmha_configs import (
     pack_gqa,
     padded_hdim,
     split_acc_stride_units,
+    unit_defines,
     wide_config,
 )
 from tiledsl.launcher import BUFFER_REACH
@@ -246,7 +247,7 @@ def attention_stages(shape: SplitShape) -> list[Stage]:
                "BLOCK_G": str(block_g),
                "VARLEN": flag[shape.varlen], "HAS_LSE": flag[shape.lse], "HAS_SINK": flag[shape.sink],
                "PAD_D": flag[hd_v != shape.hdim_v],
-               **{f"{s}_UNIT": str(u) for s, u in fmha_dim_units(shape.hdim_q, shape.hdim_v) if s == "D_V"}}
+               **unit_defines(fmha_dim_units(shape.hdim_q, shape.hdim_v), ("D_V",))}
     # The partial outputs (our workspace) and the output (when the call's strides allow) in vectors.
     stride_units = (split_acc_stride_units(shape.hdim_v) if shape.contiguous else ()) + \
         ((("o", VECTOR_ELEMS),) if "o" in shape.aligned else ())

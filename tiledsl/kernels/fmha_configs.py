@@ -523,6 +523,12 @@ def fmha_dim_units(hdim_q: int, hdim_v: int | None = None) -> tuple[tuple[str, i
     return head_dim_units(hdim_q, hdim_v)
 
 
+def unit_defines(units: tuple[tuple[str, int], ...], symbols: tuple[str, ...] = ("D_QK", "D_V")) -> dict[str, str]:
+    """The defines D_QK_UNIT / D_V_UNIT (of `symbols`) that a kernel's requires(D_QK % D_QK_UNIT
+    == 0, ...) declares, from head_dim_units or fmha_dim_units: its head-dim masks test whole vectors."""
+    return {f"{sym}_UNIT": str(unit) for sym, unit in units if sym in symbols}
+
+
 def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: int | None = None,
                  mask: MaskParams | None = None, varlen: bool = False, lse: bool = False,
                  sink: bool = False, softcap: float = 0.0, split: bool = False, kv_cache: str = "none",
@@ -569,8 +575,7 @@ def fmha_defines(arch: str, *, dtype: str = "f16", hdim_q: int = 128, hdim_v: in
         "SCALE_IN_EXP2": flag((get_arch(arch).packed_f32 if cfg.fused_scale is None else cfg.fused_scale)
                               and softcap == 0 and bias == "none" and dtype != "f8e4m3"),
         "PAD_D": flag(dq != hdim_q or dv != hdim_v),
-        # The kernel's requires(D_QK % D_QK_UNIT == 0, ...): the head-dim masks test whole vectors.
-        **{f"{sym}_UNIT": str(unit) for sym, unit in fmha_dim_units(hdim_q, hdim_v)},
+        **unit_defines(fmha_dim_units(hdim_q, hdim_v)),
     }
 
 
