@@ -185,6 +185,10 @@ def test_bad_input_is_a_value_error_before_any_launch():
     bad("two sequences append into the same cache entry", cache_batch_idx=np.array([1, 1], np.int32), k=k, v=k,
         **contiguous)
     bad("k_cache: expected dtype float16", kc=ckc.astype(np.float32), vc=cvc, block_table=None)
+    row = ckc[:, :1]  # every row of the cache at one address: an append would be lost
+    shared = np.lib.stride_tricks.as_strided(row, ckc.shape, (row.strides[0], 0, *row.strides[2:]), writeable=True)
+    bad(r"k_cache: the new rows are written into the cache in place, but its elements overlap in memory",
+        k=k, v=k, kc=shared, vc=cvc, block_table=None)
     assert dev.launches == []
 
 

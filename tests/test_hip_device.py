@@ -230,6 +230,46 @@ def test_freed_device_array_is_refused():
         arr.free()
 
 
+def _check_stream_and_buffer_misuse(dev, other) -> None:
+    """Streams and buffers used after their end, or on another device, are refused before anything
+    reaches the runtime: HIP aborts the process on a destroyed stream's handle, and a freed buffer's
+    address may belong to a newer buffer already."""
+    stream = dev.create_stream()
+    with pytest.raises(DeviceError, match="stream belongs to device object"):
+        other.synchronize(stream)
+    with pytest.raises(DeviceError, match="stream belongs to device object"):
+        other.destroy_stream(stream)
+    with pytest.raises(DeviceError, match="expected a Stream"):
+        dev.synchronize("stream")
+    dev.destroy_stream(stream)
+    for misuse in (dev.destroy_stream, dev.synchronize):
+        with pytest.raises(DeviceError, match="the stream was destroyed"):
+            misuse(stream)
+    with pytest.raises(DeviceError, match="default stream"):
+        dev.destroy_stream(None)
+
+    old = dev.alloc(64, "old")
+    dev.free(old)
+    young = dev.to_device(np.arange(16, dtype=np.float32), "young")
+    for what, use in (("copy_in", lambda: dev.copy_in(old, np.zeros(16, np.float32))),
+                      ("copy_out", lambda: dev.copy_out(old)), ("fill", lambda: dev.fill(old, 7)),
+                      ("free", lambda: dev.free(old))):
+        with pytest.raises(DeviceError, match=f"{what}: 'old' at 0x[0-9a-f]+ was freed"):
+            use()
+    with pytest.raises(DeviceError, match="value 256 is not a byte"):
+        dev.fill(young, 256)
+    np.testing.assert_array_equal(dev.from_device(young, np.float32, 16), np.arange(16))
+    dev.free(young)
+
+
+def test_emulator_refuses_stream_and_buffer_misuse():
+    _check_stream_and_buffer_misuse(EmulatorDevice("gfx942"), EmulatorDevice("gfx942"))
+
+
+def test_hip_device_refuses_stream_and_buffer_misuse(hip_backend):
+    _check_stream_and_buffer_misuse(hip_backend.device("gfx942"), hip_backend.device("gfx950"))
+
+
 def test_default_device_refuses_a_gpu_of_another_arch(hip_backend, monkeypatch):
     hip_backend.needs_stub()
     monkeypatch.setattr(device_mod, "gpu_visible", lambda: True)

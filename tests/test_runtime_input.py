@@ -57,11 +57,11 @@ def test_outputs_that_cannot_take_the_result_are_refused(arch: str) -> None:
 
 
 def test_interleaved_views_that_do_not_overlap_are_accepted() -> None:
-    from tiledsl.launcher import _overlaps
+    from tiledsl.launcher import elements_overlap
 
-    assert not _overlaps((2, 2), (3, 2))  # offsets 0, 2, 3, 5: interleaved but distinct
-    assert _overlaps((2, 3), (2, 1))  # offsets 0, 1, 2, 2, 3, 4
-    assert not _overlaps((4, 1, 8), (8, 0, 1))  # a size-1 dim's stride is never used
+    assert not elements_overlap((2, 2), (3, 2))  # offsets 0, 2, 3, 5: interleaved but distinct
+    assert elements_overlap((2, 3), (2, 1))  # offsets 0, 1, 2, 2, 3, 4
+    assert not elements_overlap((4, 1, 8), (8, 0, 1))  # a size-1 dim's stride is never used
 
 
 def test_scalars_and_empty_arrays() -> None:

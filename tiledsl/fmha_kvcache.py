@@ -24,7 +24,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, head_dim_units, pack_gqa, padded_hdim, unit_defines
-from tiledsl.launcher import BUFFER_REACH
+from tiledsl.launcher import BUFFER_REACH, elements_overlap
 from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import CausalArg
@@ -232,10 +232,14 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         for name, x, hd in (("k", k, d), ("v", v, dv)):  # [B, S_new] with the caches' heads and head dims
             _check_like(name, x, q.dtype, (batch, k.shape[1], hk, hd), on_device)
         s_new = k.shape[1]
-        if not on_device:
-            for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
-                if not x.flags.writeable:
-                    raise ValueError(f"{name}: the new rows are written into the cache in place, but it is read-only")
+        for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if not on_device and not x.flags.writeable:
+                raise ValueError(f"{name}: the new rows are written into the cache in place, but it is read-only")
+            strides = list(x.strides) if on_device else [s // x.itemsize for s in x.strides]
+            if x.size and elements_overlap(x.shape, strides):
+                raise ValueError(f"{name}: the new rows are written into the cache in place, but its elements "
+                                 f"overlap in memory (shape {tuple(x.shape)}, strides {tuple(strides)} elements); "
+                                 "pass a cache whose elements are distinct")
     total = seqlens + s_new  # keys per sequence after the append
 
     # Where the keys live.

@@ -66,7 +66,7 @@ def span_bytes(shape: tuple[int, ...], elem_strides: tuple[int, ...] | list[int]
     return (sum((n - 1) * s for n, s in zip(shape, elem_strides, strict=True)) + 1) * itemsize
 
 
-def _overlaps(shape: Sequence[int], strides: Sequence[int]) -> bool:
+def elements_overlap(shape: Sequence[int], strides: Sequence[int]) -> bool:
     """Whether two elements of a (non-empty) strided view share memory. Dims sorted by stride must
     each step past everything the smaller ones reach; a view that fails that test (interleaved
     dims, which numpy never makes itself) has its offsets enumerated."""
@@ -155,7 +155,7 @@ def _check_tensor(spec: dict, value: Any, symbols: dict[str, _Symbol], arch: str
     if spec.get("written") and isinstance(value, np.ndarray) and not value.flags.writeable:
         raise ValueError(f"argument '{name}': the kernel writes it, but the array is read-only (a broadcast "
                          f"view, or writeable=False); pass a writable array")
-    if spec.get("written") and _overlaps(value.shape, strides):
+    if spec.get("written") and elements_overlap(value.shape, strides):
         raise ValueError(f"argument '{name}': the kernel writes it, but its elements overlap in memory (shape "
                          f"{tuple(value.shape)}, strides {tuple(strides)} elements); pass an array whose elements "
                          "are distinct")

@@ -62,6 +62,7 @@ class Stream:
     device: Device
     handle: Any = None
     pending: list = field(default_factory=list)
+    destroyed: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,23 @@ def check_buffer(device: Device, buf: Any, what: str) -> None:
     if buf.device is not device:
         raise DeviceError(f"{what}: '{buf.name}' is a buffer of {device_label(buf.device)}, not of "
                           f"{device_label(device)}")
+    if buf.freed:  # its address may already belong to a newer buffer, which the access would clobber
+        raise DeviceError(f"{what}: '{buf.name}' at 0x{buf.addr:x} was freed "
+                          f"({'double free' if what == 'free' else 'use after free'})")
+
+
+def check_stream(device: Device, stream: Any, what: str) -> None:
+    """`stream` is None (the default stream) or a live Stream of `device`: HIP would crash on a
+    destroyed stream's handle, and order work on another device's stream against the wrong queue."""
+    if stream is None:
+        return
+    if not isinstance(stream, Stream):
+        raise DeviceError(f"{what}: expected a Stream (from create_stream) or None, got {type(stream).__name__}")
+    if stream.device is not device:
+        raise DeviceError(f"{what}: the stream belongs to {device_label(stream.device)}, not to "
+                          f"{device_label(device)}")
+    if stream.destroyed:
+        raise DeviceError(f"{what}: the stream was destroyed")
 
 
 def copy_in_bytes(device: Device, buf: Any, data: Any, offset: int) -> bytes:
@@ -142,6 +160,18 @@ def copy_out_size(device: Device, buf: Any, size: int | None, offset: int) -> in
     size = buf.size - offset if size is None else size
     if offset < 0 or size < 0 or offset + size > buf.size:
         raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+    return size
+
+
+def fill_size(device: Device, buf: Any, value: Any, offset: int, size: int | None) -> int:
+    """The byte count `fill` sets at `offset` of `buf` (`None`: to its end), checked: a live buffer
+    of `device`, the bytes inside it, and a byte value."""
+    check_buffer(device, buf, "fill")
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or not 0 <= value <= 255:
+        raise DeviceError(f"fill of '{buf.name}': value {value!r} is not a byte (an int 0-255)")
+    size = buf.size - offset if size is None else size
+    if offset < 0 or size < 0 or offset + size > buf.size:
+        raise DeviceError(f"fill of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
     return size
 
 
@@ -189,7 +219,7 @@ class Device(ABC):
 
     def fill(self, buf: Buffer, value: int = 0, offset: int = 0, size: int | None = None) -> None:
         """Set `size` bytes of `buf` from `offset` (default: all of it) to `value` (0-255)."""
-        size = buf.size - offset if size is None else size
+        size = fill_size(self, buf, value, offset, size)
         self.copy_in(buf, bytes([value]) * size, offset)
 
     def to_device(self, array: np.ndarray, name: str = "buffer") -> Buffer:
@@ -262,7 +292,11 @@ class Device(ABC):
         return Stream(self)
 
     def destroy_stream(self, stream: Stream) -> None:
+        check_stream(self, stream, "destroy_stream")
+        if stream is None:
+            raise DeviceError("destroy_stream: the default stream (None) cannot be destroyed")
         self.synchronize(stream)
+        stream.destroyed = True
 
     @abstractmethod
     def synchronize(self, stream: Stream | None = None) -> None: ...

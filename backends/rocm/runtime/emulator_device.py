@@ -30,6 +30,7 @@ from tiledsl.backends.rocm.runtime.device import (
     TensorArg,
     check_buffer,
     check_size,
+    check_stream,
     complete_kernargs,
     copy_in_bytes,
     copy_out_size,
@@ -114,8 +115,6 @@ class EmulatorDevice(Device):
 
     def free(self, buf: Buffer) -> None:
         check_buffer(self, buf, "free")
-        if buf.freed:
-            raise DeviceError(f"double free of '{buf.name}' at 0x{buf.addr:x}")
         self.heap.free(buf.addr)
         buf.freed = True
 
@@ -155,6 +154,7 @@ class EmulatorDevice(Device):
     # -- launch ---------------------------------------------------------------------------
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
                stream: Stream | None = None, tensors: Sequence[TensorArg] | None = None) -> None:
+        check_stream(self, stream, f"launch of '{kernel.name}'")
         timing = self._model(kernel, grid, block, kernargs, dynamic_lds, tensors) if self.timing else None
         if timing is not None and not self.timing.execute:
             self.unexecuted = (f"the device models time only (TimingOptions(execute=False)): launch of "
@@ -185,7 +185,7 @@ class EmulatorDevice(Device):
             heap.free(packet)
 
     def synchronize(self, stream: Stream | None = None) -> None:
-        return None
+        check_stream(self, stream, "synchronize")
 
 
 def tag_pointers(meta: dict, args: bytes, heap: Heap,

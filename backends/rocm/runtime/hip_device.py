@@ -29,9 +29,11 @@ from tiledsl.backends.rocm.runtime.device import (
     Stream,
     check_buffer,
     check_size,
+    check_stream,
     complete_kernargs,
     copy_in_bytes,
     copy_out_size,
+    fill_size,
     launch_dims,
 )
 
@@ -146,8 +148,6 @@ class HipDevice(Device):
 
     def free(self, buf: Buffer) -> None:
         check_buffer(self, buf, "free")
-        if buf.freed:
-            raise DeviceError(f"double free of '{buf.name}'")
         self._current()
         call(f"hipFree('{buf.name}')", self.hip.hipFree, buf.handle)
         buf.freed = True
@@ -171,9 +171,7 @@ class HipDevice(Device):
         return host.tobytes()
 
     def fill(self, buf: Buffer, value: int = 0, offset: int = 0, size: int | None = None) -> None:
-        size = buf.size - offset if size is None else size
-        if offset < 0 or size < 0 or offset + size > buf.size:
-            raise DeviceError(f"fill of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
+        size = fill_size(self, buf, value, offset, size)
         self._current()
         call(f"hipMemset('{buf.name}')", self.hip.hipMemset, ctypes.c_void_p(buf.addr + offset), int(value), size)
 
@@ -200,6 +198,7 @@ class HipDevice(Device):
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
                stream: Stream | None = None, tensors: Any = None) -> None:
         # `tensors` (the pointer arguments' extents) is for checking devices; a GPU has no use for it.
+        check_stream(self, stream, f"launch of '{kernel.name}'")
         g, b = launch_dims(grid, block)
         args = complete_kernargs(kernel.meta, kernargs, g, b, dynamic_lds)
         arg_buf = ctypes.create_string_buffer(args, max(len(args), 1))
@@ -219,10 +218,15 @@ class HipDevice(Device):
         return Stream(self, handle=call("hipStreamCreate", self.hip.hipStreamCreate))
 
     def destroy_stream(self, stream: Stream) -> None:
+        check_stream(self, stream, "destroy_stream")
+        if stream is None:
+            raise DeviceError("destroy_stream: the default stream (None) cannot be destroyed")
         self._current()
         call("hipStreamDestroy", self.hip.hipStreamDestroy, stream.handle)
+        stream.destroyed = True
 
     def synchronize(self, stream: Stream | None = None) -> None:
+        check_stream(self, stream, "synchronize")
         self._current()
         if stream is None:
             call("hipDeviceSynchronize", self.hip.hipDeviceSynchronize)
