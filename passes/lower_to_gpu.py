@@ -772,6 +772,9 @@ def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:
     arena = int(ir.IntegerAttr(attrs["tile.lds_arena"]).value) if "tile.lds_arena" in attrs else 0
     out = ir.Module.create()
     out.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+    # The arch travels with every later artifact (the kernels' target_cpu, then "target-cpu"), so a
+    # .gpu.mlir, .rocdl.mlir or .ll compiled for another arch is refused (driver.check_input_arch).
+    out.operation.attributes["tile.arch"] = ir.StringAttr.get(arch.name)
     with ir.InsertionPoint(out.body):
         gm = gpu.GPUModuleOp("kernels")
         gm.bodyRegion.blocks.append()

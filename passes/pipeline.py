@@ -125,6 +125,8 @@ def _run(name: str, thunk: Callable, op: ir.Operation):
 
 def _dump(options: CompileOptions, prefix: str, index: int, name: str, op: ir.Operation) -> None:
     if options.dump_ir_dir:
+        from tiledsl.driver import make_dir, write_atomic
+
         d = Path(options.dump_ir_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"{prefix}.pass{index:02d}-{name}.mlir").write_text(op.get_asm(enable_debug_info=True))
+        make_dir(d, "--dump-ir")
+        write_atomic(d / f"{prefix}.pass{index:02d}-{name}.mlir", op.get_asm(enable_debug_info=True).encode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -177,6 +178,45 @@ def test_real_gemm_all_archs(tmp_path, monkeypatch, capsys):
     assert all(r["matrix_ops"] > 0 and r["spills"] == 0 and r["occupancy"] >= 1 for r in rows)
 
 
+def test_unwritable_output_exits_2(fake, tile, tmp_path, capsys):
+    """A write that fails (here a directory where the code object goes) is a usage error naming
+    the file, not an internal compiler error."""
+    out = tmp_path / "out"
+    (out / "fake_copy.gfx942.hsaco").mkdir(parents=True)
+    assert main(["compile", str(tile), "--arch", "gfx942", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {out / 'fake_copy.gfx942.hsaco'}: Is a directory" in err and "internal" not in err
+    assert [p.name for p in out.iterdir()] == ["fake_copy.gfx942.hsaco"]  # no temp file left behind
+
+
+def test_outputs_are_readable_by_others_as_the_umask_says(fake, tile, tmp_path):
+    """Code objects, manifests, dumps and cache entries get the umask's mode (mkstemp's 0600 would keep
+    a shared package or cache from its other users)."""
+    import stat
+
+    from tiledsl.cache import FILE_MODE
+
+    assert main(["compile", str(tile), "--arch", "gfx942", "-o", str(tmp_path / "out"),
+                 "--dump-ir", str(tmp_path / "dump"), "-q"]) == 0
+    files = [*(tmp_path / "out").iterdir(), *(tmp_path / "dump").iterdir(), *(tmp_path / "cache").rglob("*")]
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in files if p.is_file() and p.parent.name != "reports"}
+    assert modes == {FILE_MODE}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert FILE_MODE == 0o666 & ~umask
+
+
+def test_a_closed_stdout_ends_quietly(tmp_path):
+    """`tiledsl list | head -1`: the reader leaves early, and the CLI stops without an internal error."""
+    env = {**os.environ, "TILEDSL_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "tiledsl", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # before the interpreter has started: its first write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and err == ""
+    assert not (tmp_path / "reports").exists()
+
+
 def test_compiler_bug_exits_1_naming_the_stage(fake, tmp_path, capsys):
     src = tmp_path / "crash.tile"
     src.write_text(fakes.FAKE_SOURCE + "CRASH_EMIT\n")
@@ -295,6 +335,28 @@ def test_compile_schedule_reaches_llvm(arch, tmp_path, monkeypatch, capsys):
         assert (want in ll) if want else "amdgpu-sched-strategy" not in ll
     assert main(["compile", gemm, "--arch", arch, "-o", str(tmp_path / "out"), "--schedule", "fastest"]) == 2
     assert "invalid choice: 'fastest'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_intermediate_of_another_arch_is_refused(arch, tmp_path, monkeypatch, capsys):
+    """Each intermediate says which arch it was made for (.gpu.mlir's tile.arch, the kernels'
+    target_cpu, the LLVM IR's "target-cpu"): it compiles again for that arch, to the same code
+    object, and compiling it for another arch (another wave size, other matrix instructions) is a
+    usage error naming both archs rather than a code object LLVM would not question."""
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    other = "gfx1100" if arch != "gfx1100" else "gfx942"
+    dump, out = tmp_path / "dump", tmp_path / "out"
+    assert main(["compile", str(ROOT / "examples" / "softmax.tile"), "--arch", arch, "-o", str(out),
+                 "--dump-ir", str(dump), "-q"]) == 0
+    want = (out / f"softmax.{arch}.hsaco").read_bytes()
+    for kind in ("gpu.mlir", "rocdl.mlir", "ll"):
+        (intermediate,) = dump.glob(f"*.{kind}")
+        assert main(["compile", str(intermediate), "--arch", arch, "-o", str(tmp_path / kind), "-q"]) == 0
+        assert (tmp_path / kind / f"softmax.{arch}.hsaco").read_bytes() == want
+        capsys.readouterr()
+        assert main(["compile", str(intermediate), "--arch", other, "-o", str(tmp_path / "wrong"), "-q"]) == 2
+        assert f"the input was compiled for {arch} (its .{kind} says so), but it is being compiled for {other}" \
+            in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)

@@ -151,7 +151,9 @@ def test_prebuild_variant_errors(tmp_path, capsys):
                        "did you mean gfx942/fmha_fwd-f16-batch-d64-none-lse-softcap"),
                       (["prebuild", "--receipt", "flash", "--variant", FWD, "--arch", ARCH], "not --receipt and"),
                       (["prebuild", "--receipt", "flash"], "--arch is required"),
-                      (["prebuild", "--variant", FWD, "-o", str(tmp_path)], "holds other files and no index.json")):
+                      (["prebuild", "--variant", FWD, "-o", str(tmp_path)], "holds other files and no index.json"),
+                      (["prebuild", "--variant", "gfx942/fmha_fwd-f16-batch-d64-none", "--arch", "gfx950"],
+                       "--arch gfx950 keeps none of the 1 --variant keys (their archs: gfx942)")):
         assert main(argv) == 2, argv
         assert err in capsys.readouterr().err, argv
 

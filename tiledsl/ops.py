@@ -671,7 +671,12 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
     broadcast at most along the batch and the heads) appends dbias, the gradient of the bias in
     its shape and dtype, summed over the dims it was broadcast along (deterministic either way).
     dropout_p, seed, offset: those of the forward (docs/dropout.md); the keep bits are drawn again.
-    numpy arrays in give numpy arrays out; DeviceArrays give DeviceArrays on the same device."""
+    numpy arrays in give numpy arrays out; DeviceArrays give DeviceArrays on the same device. Without
+    `device`, a call given a workspace runs on the workspace's device."""
+    from tiledsl.backends.rocm.runtime.device import Device
+
+    if device is None and isinstance(getattr(workspace, "device", None), Device):
+        device = workspace.device  # else each call would make a new emulator, which the workspace is not on
     plan, c, prep, bc = _bwd_call(do, q, k, v, out, lse, scale=scale, causal=causal, window=window, softcap=softcap,
                                   sink=sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, layout=layout,

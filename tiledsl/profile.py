@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -100,8 +101,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         raise TileError("--hdim must be positive")
     if args.sample_cus < 1:
         raise TileError("--sample-cus must be positive")
-    if args.plot:
-        _output_dir(args.plot, "--plot")  # before the run, which takes minutes
+    if args.plot:  # before the run, which takes minutes
+        from tiledsl.profile_plot import pyplot
+
+        _output_dir(args.plot, "--plot")
+        pyplot()  # matplotlib is there
     try:
         r = run_profile(args.op, arch, dtype=args.dtype, batch=args.batch, hq=hq, hk=hk, sq=sq, sk=sk,
                         hdim=args.hdim, causal=args.causal, sample_cus=args.sample_cus, execute=args.execute,
@@ -127,5 +131,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         outdir = Path(args.plot)
         plot_roofline(arch, r["launches"], outdir / "roofline.png")
         plot_timeline(r["launches"][0], outdir / "timeline.png")
-        print(f"wrote {outdir / 'roofline.png'} and {outdir / 'timeline.png'}")
+        where = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
+        print(f"wrote {outdir / 'roofline.png'} and {outdir / 'timeline.png'}", file=where)
     return 0

@@ -18,7 +18,7 @@ PIPE_COLOURS = {"matrix": "#c0392b", "valu": "#2980b9", "trans": "#8e44ad", "lds
                 "vmem store": "#d35400", "smem": "#7f8c8d"}
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
 
@@ -32,7 +32,7 @@ def _pyplot() -> Any:
 def plot_roofline(arch: Arch, launches: Sequence[Any], path: str | Path) -> None:
     """The arch's matrix and memory roofs, and each launch at (FLOPs per compulsory DRAM byte,
     modeled TFLOP/s)."""
-    plt = _pyplot()
+    plt = pyplot()
     t = arch.timing
     peak = arch.peak_tflops_f16 / t.dies
     bandwidth = t.hbm_tb_s / t.dies  # TB/s
@@ -52,14 +52,13 @@ def plot_roofline(arch: Arch, launches: Sequence[Any], path: str | Path) -> None
     ax.set_ylabel("TFLOP/s (modeled)")
     ax.set_title(f"{arch.name} ({arch.product}): roofline, timing model")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path, 120)
 
 
 def plot_timeline(launch: Any, path: str | Path) -> None:
     """One workgroup's waves (rows) over time, each instruction a bar coloured by its pipe (memory
     bars run from issue to data returned)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = sorted({w for w, *_ in launch.timeline})
     if not rows:
         raise TileError(f"no timeline was recorded for {launch.kernel}")
@@ -77,5 +76,14 @@ def plot_timeline(launch: Any, path: str | Path) -> None:
     ax.set_title(f"{launch.kernel} on {launch.arch}: first simulated workgroup (ALU pipes above, memory below)")
     ax.legend(loc="upper right", fontsize=7, ncols=4)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path, 110)
+
+
+def _save(fig: Any, path: str | Path, dpi: int) -> None:
+    """Write the picture; a full disk or a directory in the way is the caller's error, naming the file."""
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as exc:
+        raise TileError(f"--plot: cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        pyplot().close(fig)

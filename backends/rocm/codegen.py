@@ -52,11 +52,13 @@ def make_rocdl(gpu_mlir: str, arch: Arch) -> str:
     """Upstream conversion to the LLVM/ROCDL dialects; returns a plain module holding the kernels."""
     lowered = _run_tool("convert-gpu-to-rocdl", [mlir_tool("mlir-opt"), f"--pass-pipeline={rocdl_pipeline(arch)}",
                                                  "--mlir-print-debuginfo"], gpu_mlir)
-    return extract_gpu_module(lowered)
+    return extract_gpu_module(lowered, arch)
 
 
-def extract_gpu_module(container_mlir: str) -> str:
-    """Move the ops of the (single) gpu.module into a builtin module mlir-translate understands."""
+def extract_gpu_module(container_mlir: str, arch: Arch) -> str:
+    """Move the ops of the (single) gpu.module into a builtin module mlir-translate understands.
+    Each kernel names its arch (`target_cpu`, the LLVM IR's "target-cpu", the target machine's CPU
+    anyway) so that the artifact says what it was compiled for."""
     from mlir import ir
 
     with ir.Context() as ctx, ir.Location.unknown():
@@ -71,6 +73,8 @@ def extract_gpu_module(container_mlir: str) -> str:
         plain.operation.attributes["llvm.data_layout"] = gpu_module.attributes["llvm.data_layout"]
         for op in list(gpu_module.regions[0].blocks[0].operations):
             if op.operation.name != "gpu.module_end":
+                if op.operation.name == "llvm.func":
+                    op.operation.attributes["target_cpu"] = ir.StringAttr.get(arch.name)
                 plain.body.append(op.detach_from_parent())
         _annotate_loops(plain.operation)
         return plain.operation.get_asm(enable_debug_info=True)
