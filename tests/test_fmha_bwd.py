@@ -166,6 +166,10 @@ def test_caller_workspace_is_used_and_too_small_is_refused():
     ws = dev.alloc(plan.workspace_size, "my workspace")
     got = fmha_bwd(do, q, k, v, out, lse, device=dev, workspace=ws)
     assert_grads_close(got, fmha_bwd_reference(do, q, k, v), np.float16)
+    launches = len(dev.launches)
+    got = fmha_bwd(do, q, k, v, out, lse, arch="gfx1100", workspace=ws)  # no device: the workspace's
+    assert_grads_close(got, fmha_bwd_reference(do, q, k, v), np.float16)
+    assert len(dev.launches) == launches + 3
     small = dev.alloc(plan.workspace_size - 4, "small")
     with pytest.raises(ValueError, match="workspace: the plan needs"):
         fmha_bwd(do, q, k, v, out, lse, device=dev, workspace=small)
