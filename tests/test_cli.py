@@ -146,6 +146,11 @@ def test_inspect_errors_exit_2(tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path)]) == 2
     assert "no manifests" in capsys.readouterr().err
+    edited = tmp_path / "k.gfx942.json"
+    edited.write_text(json.dumps({"kernel": "k", "arch": "gfx999"}))
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert f"{edited}: not a manifest as `tiledsl compile` writes it: TileError: unknown arch 'gfx999'" \
+        in capsys.readouterr().err
 
 
 def test_python_dash_m():
@@ -259,7 +264,8 @@ def test_compile_all_archs_goes_past_a_failing_one(tmp_path, capsys):
     manifest = json.loads((tmp_path / "gemm.gfx942.json").read_text())
     assert manifest["constexprs"]["DT"] == "bf16" and manifest["constexprs"]["BLOCK_M"] != 1000
     for bad, err in ((["-D", "gfx11:BLOCK_M=1"], "'gfx11' is not an arch"),
-                     (["-D", "gfx942:BLOCK_M=64", "-D", "gfx942:BLOCK_M=32"], "-D gfx942:BLOCK_M given twice")):
+                     (["-D", "gfx942:BLOCK_M=64", "-D", "gfx942:BLOCK_M=32"], "-D gfx942:BLOCK_M given twice"),
+                     (["-D", "gfx1100:BLOCK_M=64", "-D", "gfx1100:BLOCK_M=32"], "-D gfx1100:BLOCK_M given twice")):
         assert main(["compile", str(gemm), "--arch", "gfx942", *bad, "-o", str(tmp_path)]) == 2
         assert err in capsys.readouterr().err
 

@@ -113,6 +113,41 @@ def test_caret_lines_follow_the_parser(separator: str, tmp_path: Path, capsys: p
         assert lines[2].index("^") == lines[1].index(" store") - 1, err  # under the (blanked) separator
 
 
+def test_a_long_line_shows_a_window_around_the_caret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A generated source with a very long line: the error shows 100 columns around the caret,
+    not the whole line twice."""
+    src = tmp_path / "long.tile"
+    padding = " i = i + 0;" * 5_000  # 55,000 columns on either side of the error
+    src.write_text(f"kernel k(x: tensor[f32](N)) grid(1) {{\n let i = arange(0, 64);{padding}"
+                   f" store(x[i], load(x[i]) + nope);{padding}\n}}\n")
+    assert main(["compile", str(src), "--arch", "gfx942", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert "unknown name 'nope'" in lines[0] and len(err) < 1000
+    caret = lines[2].index("^")
+    assert lines[1].startswith("    ...") and lines[1].endswith("...") and lines[1][caret:caret + 4] == "nope"
+
+
+def test_source_encodings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A byte that is not UTF-8 is located like any source error; a UTF-8 byte-order mark is no
+    error; a code object is not a compiler input."""
+    src = tmp_path / "latin1.tile"
+    src.write_bytes(b"kernel k(x: tensor[f32](N)) grid(1) {\n let i = arange(0, 64); # caf\xe9\n}\n")
+    assert main(["compile", str(src), "--arch", "gfx942", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{src}:2:30: error: byte 0xe9 is not UTF-8 text" in err and "hint: save the file as UTF-8" in err
+    lines = err.splitlines()
+    assert lines[2].index("^") == lines[1].index("\ufffd")
+    bom = tmp_path / "bom.tile"
+    bom.write_bytes(b"\xef\xbb\xbf" + (HERE / "syntax.tile").read_bytes())
+    assert main(["compile", str(bom), "--arch", "gfx942", "-o", str(tmp_path / "out")]) == 2
+    assert f"{bom}:2:26: error: expected ';' after statement" in capsys.readouterr().err
+    hsaco = tmp_path / "k.hsaco"
+    hsaco.write_bytes(b"\x7fELF\xff\xfe")
+    assert main(["compile", str(hsaco), "--arch", "gfx942", "-o", str(tmp_path / "out")]) == 2
+    assert f"cannot compile '{hsaco}': expected one of .tile, .tile.mlir" in capsys.readouterr().err
+
+
 def test_internal_error_report_goes_to_the_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     from tiledsl import driver

@@ -210,7 +210,9 @@ def test_plan_cli_prints_stages_and_workspace(capsys):
     for word in ("dot_do_o", "dq_dk_dv", "convert_dq", "nsplits", "offsets", "dq_acc", "zeroed"):
         assert word in text
     assert main(["plan", "fmha_bwd", "--arch", "gfx950", "--heads", "8/3"]) == 2
-    assert "heads: the query heads (8) must be a positive multiple" in capsys.readouterr().err
+    assert "--heads 8/3: the query heads must be a positive multiple of the key/value heads" in capsys.readouterr().err
+    assert main(["plan", "fmha_bwd", "--arch", "gfx950", "--hdim", "64/300"]) == 2
+    assert "--hdim: expected 1..256 per head dim, got 300" in capsys.readouterr().err
     assert main(["plan", "fmha_bwd", "--arch", "gfx942", "--hdim", "64", "--heads", "4/2", "--seqlen", "128",
                  "--bias", "tensor", "--bias-dtype", "f16", "--dbias"]) == 0
     text = capsys.readouterr().out

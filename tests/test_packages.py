@@ -105,9 +105,14 @@ def test_environment_selects_package_and_offline(package, no_packages, monkeypat
     monkeypatch.setenv("TILEDSL_KERNELS", f"/nonexistent/kernels{os.pathsep}{package}")
     with pytest.raises(TileError, match="TILEDSL_KERNELS: kernel package /nonexistent/kernels: no such directory"):
         fmha_fwd(q, k, v, causal=True, device=EmulatorDevice(ARCH))
+    a_file = package.parent / "a_file"
+    a_file.write_text("")
+    monkeypatch.setenv("TILEDSL_KERNELS", str(a_file))
+    with pytest.raises(TileError, match=f"kernel package {a_file}: is a file; a kernel package is a directory"):
+        fmha_fwd(q, k, v, causal=True, device=EmulatorDevice(ARCH))
     monkeypatch.setenv("TILEDSL_KERNELS", str(package))
     monkeypatch.setenv("TILEDSL_OFFLINE", "maybe")
-    with pytest.raises(TileError, match="TILEDSL_OFFLINE: expected 1 or 0, got 'maybe'"):
+    with pytest.raises(TileError, match="TILEDSL_OFFLINE: expected one of '1', 'true', .* got 'maybe'"):
         fmha_fwd(q, k, v, causal=True, device=EmulatorDevice(ARCH))
     monkeypatch.setenv("TILEDSL_OFFLINE", "1")
     tiledsl.unload_packages()  # plans built before now were built with other settings

@@ -43,7 +43,7 @@ def _parse_defines(values: Sequence[str], arch: str | None = None) -> dict[str, 
     `arch` None: the shared ones only, with every arch prefix checked."""
     defines: dict[str, str] = {}
     for specific in (False, True):
-        seen: dict[str, str] = {}
+        seen: dict[tuple[str, str], str] = {}  # (arch or "", name) -> value: every arch's conflicts are errors
         for item in values:
             target, colon, rest = item.partition(":") if ":" in item.partition("=")[0] else ("", "", item)
             if colon and target not in ARCH_NAMES:
@@ -53,12 +53,14 @@ def _parse_defines(values: Sequence[str], arch: str | None = None) -> dict[str, 
             if not eq or not name.isidentifier() or not value:
                 raise TileError(f"bad -D '{item}': expected NAME=VALUE or ARCH:NAME=VALUE, e.g. -D BLOCK_M=128 "
                                 "or -D gfx1100:BLOCK_M=64")
-            if bool(colon) != specific or (colon and target != arch):
+            if bool(colon) != specific:
                 continue
-            if name in seen and seen[name] != value:
+            if seen.get((target, name), value) != value:
                 raise TileError(f"-D {target + ':' if colon else ''}{name} given twice with different values "
-                                f"({seen[name]}, {value})")
-            seen[name] = defines[name] = value
+                                f"({seen[target, name]}, {value})")
+            seen[target, name] = value
+            if not colon or target == arch:
+                defines[name] = value
     return defines
 
 
@@ -521,6 +523,18 @@ def check_batch(batch: int) -> None:
         raise TileError(f"--batch: expected 1..{MAX_BATCH} (sequences are a grid dimension), got {batch}")
 
 
+def check_heads_and_hdim(hq: int, hk: int, *hdims: int) -> None:
+    """`--heads` and `--hdim` of `plan` and `profile`, named as the flags (the library's own errors
+    name its arguments, q and k, which the command line does not have)."""
+    from tiledsl.kernels.fmha_configs import HDIMS
+
+    if hk < 1 or hq % hk:
+        raise TileError(f"--heads {hq}/{hk}: the query heads must be a positive multiple of the key/value heads")
+    for d in hdims:
+        if not 1 <= d <= HDIMS[-1]:
+            raise TileError(f"--hdim: expected 1..{HDIMS[-1]} per head dim, got {d}")
+
+
 def _pair(text: str, what: str) -> tuple[int, int]:
     """"A" or "A/B" as two non-negative ints (A, A) or (A, B)."""
     parts = text.split("/")
@@ -539,6 +553,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     hdim_q, hdim_v = _pair(args.hdim, "--hdim")
     hq, hk = _pair(args.heads, "--heads")
+    check_heads_and_hdim(hq, hk, hdim_q, hdim_v)
     if args.varlen is not None:
         pairs = [_pair(x, "--varlen") for x in args.varlen.split(",")]
         if len(pairs) > MAX_BATCH:
@@ -604,7 +619,7 @@ def collect_stats(outdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
             raise TileError(f"{asm_path}: not a readable assembly listing: {exc}") from None
         try:
             row = isa_stats(asm, manifest).to_json()
-        except (ValueError, TypeError, KeyError) as exc:  # a field of the wrong type, edited by hand
+        except (ValueError, TypeError, KeyError, TileError) as exc:  # a field edited by hand (an unknown arch...)
             raise TileError(f"{path}: not a manifest as `tiledsl compile` writes it: {type(exc).__name__}: "
                             f"{exc}") from None
         row["spills"] = row["vgpr_spills"] + row["sgpr_spills"]

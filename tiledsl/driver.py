@@ -27,7 +27,7 @@ from typing import Any
 
 from tiledsl.backends.rocm.arch import ARCHS, Arch, get_arch
 from tiledsl.cache import FILE_MODE, Cache, CacheEntry, cache_key, default_cache_dir, reports_dir
-from tiledsl.errors import CompileError, SourceError, TileError
+from tiledsl.errors import CompileError, SourceError, SourceLocation, TileError
 from tiledsl.lang import make_recursion_room
 from tiledsl.options import CompileOptions
 
@@ -650,14 +650,24 @@ def write_outputs(kernel: CompiledKernel, outdir: str | os.PathLike[str]) -> lis
 
 
 def read_source(path: str | os.PathLike[str]) -> str:
+    """The text of a source or intermediate file: UTF-8, a leading byte-order mark dropped."""
+    input_kind(str(path))  # a file we cannot compile is named as such, before its bytes are read
     try:
-        return Path(path).read_text()
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise TileError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise TileError(f"{path}: is a directory, expected a .tile file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TileError(f"{path}: cannot read: {exc}") from None
+    except OSError as exc:
+        raise TileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        shown = data.decode("utf-8", errors="replace")  # the line, for the caret
+        raise SourceError(f"byte 0x{data[exc.start]:02x} is not UTF-8 text", SourceLocation(str(path), line, col),
+                          shown, hint="save the file as UTF-8") from None
 
 
 def compile_file(path: str | os.PathLike[str], archs: Sequence[str], defines: Mapping[str, str] | None = None,

@@ -43,10 +43,26 @@ class SourceError(TileError):
             lines = self.source.split("\n")
             if 1 <= self.loc.line <= len(lines):
                 line = "".join(ch if ch.isprintable() else " " for ch in lines[self.loc.line - 1].expandtabs(1))
-                text += f"\n    {line}\n    {' ' * (self.loc.col - 1)}^"
+                line, col = _window(line, self.loc.col - 1)
+                text += f"\n    {line}\n    {' ' * col}^"
         if self.hint:
             text += f"\nhint: {self.hint}"
         return text
+
+
+SHOWN_COLUMNS = 100  # of a source line around the caret: a generated line may be megabytes long
+
+
+def _window(line: str, col: int) -> tuple[str, int]:
+    """At most SHOWN_COLUMNS of `line` around column `col` (0-based), with "..." where it is cut,
+    and the caret's column in what is shown."""
+    if len(line) <= SHOWN_COLUMNS:
+        return line, col
+    start = max(0, min(col - SHOWN_COLUMNS // 2, len(line) - SHOWN_COLUMNS))
+    shown = line[start:start + SHOWN_COLUMNS]
+    head = "..." if start else ""
+    tail = "..." if start + SHOWN_COLUMNS < len(line) else ""
+    return head + shown + tail, len(head) + col - start
 
 
 class CompileError(TileError):

@@ -92,7 +92,8 @@ def settings(environ: Mapping[str, str] | None = None) -> LibrarySettings:
     env = os.environ if environ is None else environ
     offline = env.get("TILEDSL_OFFLINE", "").strip().lower()
     if offline not in _TRUE + _FALSE:
-        raise TileError(f"TILEDSL_OFFLINE: expected 1 or 0, got {env['TILEDSL_OFFLINE']!r}")
+        raise TileError(f"TILEDSL_OFFLINE: expected one of {', '.join(repr(v) for v in _TRUE + _FALSE if v)} (or "
+                        f"unset), got {env['TILEDSL_OFFLINE']!r}")
     packages = [_env_package(p) for p in env.get("TILEDSL_KERNELS", "").split(os.pathsep) if p.strip()]
     strict = offline in _TRUE if _strict_override is None else _strict_override
     return LibrarySettings(tuple(reversed(_loaded)) + tuple(packages), strict, default_cache_dir(env))

@@ -157,13 +157,19 @@ def _difference(manifest_value: Any, index_value: Any) -> str:
 def read_index(root: Path) -> dict[str, Any]:
     """index.json of `root`, checked: a PackageError saying what is wrong otherwise."""
     path = root / INDEX
+    if root.exists() and not root.is_dir():
+        raise PackageError(f"kernel package {root}: is a file; a kernel package is a directory (holding {INDEX})")
     if not root.is_dir():
         raise PackageError(f"kernel package {root}: no such directory")
+    if path.is_dir():
+        raise PackageError(f"kernel package {root}: its {INDEX} is a directory, not the package's index file")
     try:
         data = json.loads(path.read_text())
-    except OSError:
+    except FileNotFoundError:
         raise PackageError(f"kernel package {root}: no {INDEX} (write one with `tiledsl prebuild --receipt NAME "
                            f"--arch ARCH -o {root}`)") from None
+    except OSError as exc:
+        raise PackageError(f"kernel package {root}: cannot read {INDEX}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise PackageError(f"kernel package {root}: {INDEX} is not valid JSON ({exc}); rebuild the package") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -89,7 +89,12 @@ def run_profile(op: str, arch: Arch, *, dtype: str = "f16", batch: int = 4, hq: 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from tiledsl.backends.rocm.runtime.timing_model import format_timing
-    from tiledsl.cli import _output_dir, _pair, check_batch  # `tiledsl plan`'s (cli imports this module)
+    from tiledsl.cli import (  # `tiledsl plan`'s (cli imports this module)
+        _output_dir,
+        _pair,
+        check_batch,
+        check_heads_and_hdim,
+    )
 
     arch = get_arch(args.arch)
     hq, hk = _pair(args.heads, "--heads")
@@ -97,8 +102,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if min(hq, hk, sq, sk) < 1:
         raise TileError("--heads and --seqlen must be positive")
     check_batch(args.batch)
-    if args.hdim < 1:
-        raise TileError("--hdim must be positive")
+    check_heads_and_hdim(hq, hk, args.hdim)
     if args.sample_cus < 1:
         raise TileError("--sample-cus must be positive")
     if args.plot:  # before the run, which takes minutes

@@ -12,6 +12,7 @@ objects it loads are cached on it and unloaded by `close`.
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 from typing import Any
 
@@ -68,7 +69,9 @@ def call(what: str, fn: Any, *args: Any) -> Any:
     try:
         result = fn(*args)
     except RuntimeError as exc:  # hip-python could not dlopen/dlsym the HIP runtime
-        raise DeviceError(f"{what}: the HIP runtime (libamdhip64.so) cannot be loaded: {exc}") from None
+        # hip-python's message quotes bytes reprs ("failed to dlopen 'b'libamdhip64.so''"): show the text.
+        detail = re.sub(r"'?b'([^']*)''?", r"'\1'", str(exc))
+        raise DeviceError(f"{what}: the HIP runtime (libamdhip64.so) cannot be loaded: {detail}") from None
     status, values = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
     if status != hip.hipError_t.hipSuccess:
         try:
@@ -108,6 +111,10 @@ class HipDevice(Device):
     """GPU `ordinal` through HIP. ``HipDevice(n)`` returns the one object of ordinal n."""
 
     def __new__(cls, ordinal: int = 0) -> HipDevice:
+        if not isinstance(ordinal, int | np.integer) or isinstance(ordinal, bool):
+            raise DeviceError(f"HipDevice: expected a device ordinal (an int), got {type(ordinal).__name__} "
+                              f"{ordinal!r}")
+        ordinal = int(ordinal)
         with _DEVICES_LOCK:
             dev = _DEVICES.get(ordinal)
             if dev is None:
