@@ -1,7 +1,8 @@
 // PASS: lower-to-gpu gfx942
-// One gpu.func per kernel in a gpu.module; LDS is a workgroup-address-space global; the wave id is
-// made uniform with readfirstlane; a 64x64x32 dot over 2x2 waves is 4 MFMA 32x32x8 per wave.
-// CHECK: module attributes {gpu.container_module}
+// One gpu.func per kernel in a gpu.module, the module naming its arch; LDS is a
+// workgroup-address-space global; the wave id is made uniform with readfirstlane; a 64x64x32 dot
+// over 2x2 waves is 4 MFMA 32x32x8 per wave.
+// CHECK: module attributes {gpu.container_module, tile.arch = "gfx942"}
 // CHECK: gpu.module @kernels
 // CHECK: llvm.mlir.global internal @__tile_lds() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<4608 x i8>
 // CHECK: gpu.func @dot({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
