@@ -1,4 +1,5 @@
-"""Lowering rules for 8-bit floats (part of lower-to-gpu): conversions and memory access.
+"""Lowering rules for 8-bit floats (part of lower-to-gpu): conversions and memory access (which
+bools share: memory holds them as bytes too).
 
 Per-lane values of an f8 tile are `vector<R x f8E4M3FNUZ>` (or the arch's other f8 types, see
 tiledsl/fp8.py). LLVM has no 8-bit float type, so memory sees them as bytes (`to_memory` /
@@ -26,9 +27,16 @@ from tiledsl.ir.dialect import is_f8
 PACK = 4  # f8 values per 32-bit register
 
 
+def _is_bool(t: ir.Type) -> bool:
+    t = ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
+    return isinstance(t, ir.IntegerType) and t.width == 1
+
+
 def memory_type(elt: ir.Type) -> ir.Type:
-    """The type an element is loaded and stored as: i8 for 8-bit floats, itself otherwise."""
-    return ir.IntegerType.get_signless(8) if is_f8(elt) else elt
+    """The type an element is loaded and stored as: i8 for 8-bit floats and for bools (a byte
+    each in memory, as numpy and torch hold them: LLVM's `vector<N x i1>` in memory is N packed
+    bits), itself otherwise."""
+    return ir.IntegerType.get_signless(8) if is_f8(elt) or _is_bool(elt) else elt
 
 
 def _retyped(t: ir.Type, elt: ir.Type) -> ir.Type:
@@ -36,14 +44,22 @@ def _retyped(t: ir.Type, elt: ir.Type) -> ir.Type:
 
 
 def to_memory(value: ir.Value) -> ir.Value:
-    """An f8 scalar or vector as i8 bits (anything else unchanged)."""
+    """An f8 scalar or vector as i8 bits, a bool as a byte 0 or 1 (anything else unchanged)."""
+    if _is_bool(value.type):
+        return arith.ExtUIOp(_retyped(value.type, ir.IntegerType.get_signless(8)), value).result
     if not is_f8(value.type):
         return value
     return arith.BitcastOp(_retyped(value.type, ir.IntegerType.get_signless(8)), value).result
 
 
 def from_memory(value: ir.Value, elt: ir.Type) -> ir.Value:
-    """i8 bits loaded for elements of type `elt`, as `elt` (anything else unchanged)."""
+    """i8 bits loaded for elements of type `elt`, as `elt`: a bool is a nonzero byte (anything
+    else unchanged)."""
+    if _is_bool(elt):
+        zero = ir.IntegerAttr.get(ir.IntegerType.get_signless(8), 0)
+        zeros = arith.ConstantOp(value.type, ir.DenseElementsAttr.get_splat(value.type, zero)
+                                 if isinstance(value.type, ir.VectorType) else zero).result
+        return arith.CmpIOp(arith.CmpIPredicate.ne, value, zeros).result
     if not is_f8(elt):
         return value
     return arith.BitcastOp(_retyped(value.type, elt), value).result

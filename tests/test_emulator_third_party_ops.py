@@ -539,3 +539,30 @@ def test_rdna_buffer_range_check_follows_oob_select(arch, oob_select, lockstep):
     got = dev.from_device(dbuf, np.uint32, 128)
     want = np.where(np.arange(128) < 30, src[16:144], 0) if oob_select == 3 else src[16:144]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_carry_in_add_of_two_scalars_under_partial_exec(arch):
+    """`v_add_co_ci_u32_e64 v2, null, s23, 0, s0` (the high half of a uniform pointer plus a lane
+    offset) with some lanes off: each active lane gets s23 + its carry bit; the others keep v2.
+    Both sources are scalars, so the sum needs a row of lanes to add the carries to."""
+    from tiledsl.backends.rocm.emulator import valu  # noqa: F401  (registers the builders)
+    from tiledsl.backends.rocm.emulator.decoder import Decoder
+    from tiledsl.backends.rocm.emulator.executor import BUILDERS, Ctx, Wave
+    from tiledsl.backends.rocm.emulator.memory import Heap
+
+    # VOP3B opcode 288, vdst v2, sdst null (124); src0 s23, src1 inline 0 (128), src2 s0
+    words = [0b110101 << 26 | 288 << 16 | 124 << 8 | 2, 23 | 128 << 9, 0xBFB00000]
+    inst = Decoder(arch).decode_all(struct.pack("<3I", *words), 0, 0)[0]
+    assert inst.name == "v_add_co_ci_u32"
+    row = get_arch(arch)
+    ctx = Ctx(None, 0, arch, row.isa_generation, row.wave_size, null_sgpr=row.null_sgpr)  # type: ignore[arg-type]
+    w = Wave(32, 8, Heap(), np.zeros(16, np.uint8), ctx)
+    active, carries = 0x0000FFFF, 0x00FF00F0
+    w.set_exec(active)
+    w.s[23], w.s[0] = 1000, carries
+    w.v[2] = 7
+    BUILDERS[inst.name](inst, ctx)(w)
+    lanes = np.arange(32)
+    on, carry = (active >> lanes) & 1, (carries >> lanes) & 1
+    np.testing.assert_array_equal(w.v[2], np.where(on == 1, 1000 + carry, 7))

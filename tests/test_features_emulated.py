@@ -68,3 +68,21 @@ def test_program_ids_and_grid_sizes_on_every_axis(arch: str) -> None:
     want = np.stack([x.ravel(), y.ravel(), z.ravel()] + [np.full(x.size, n) for n in (gx, gy, gz)]
                     + [np.full(x.size, -1)] * 2, axis=1)
     np.testing.assert_array_equal(out, want)
+
+
+BOOLS = SOURCE.parent / "bools.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_bool_tensors_hold_a_byte_per_element(arch: str) -> None:
+    """Whole (vector) loads and stores of bools read and write a byte per element: as LLVM's
+    `vector<N x i1>` they moved N packed bits, reading [1, 0, 0, ...] for [1, 1, 0, 0, 1, ...]."""
+    k = compile_source(BOOLS.read_text(), str(BOOLS), arch, {})
+    b = np.arange(64) % 3 != 0
+    x = np.where(np.arange(64) % 4 < 2, 1.0, -1.0).astype(np.float32)
+    out = np.zeros(64, bool)
+    ints = np.full((3, 64), -7, np.int32)
+    launch(k, b, x, out, ints, device=EmulatorDevice(arch))
+    positive = x > 0
+    np.testing.assert_array_equal(ints, np.stack([b, b & positive, positive | b]).astype(np.int32))
+    np.testing.assert_array_equal(out.view(np.uint8), (~b).view(np.uint8))

@@ -354,8 +354,8 @@ def _b_carry(inst, ctx):
         if w.full:
             r = op(x, y, out=w.v[d], casting="unsafe", dtype=np.uint32)
             op(r, c(w), out=r, casting="unsafe")
-        else:
-            r = op(x, y, casting="unsafe", dtype=np.uint32)
+        else:  # lanes of their own (both sources may be scalars: a row to add the carries to)
+            r = np.array(np.broadcast_to(op(x, y, casting="unsafe", dtype=np.uint32), (W,)))
             op(r, c(w), out=r, casting="unsafe")
             np.copyto(w.v[d], r, where=w.mask)
         return nxt
