@@ -476,10 +476,15 @@ def _combine_halves(x: ir.Value, comb) -> ir.Value:
     the upper half's in the other, so comb (commutative) of the two is the answer everywhere. A
     shuffle by xor 32 took two more moves, a compare and a select (LLVM's lowering of it)."""
     i32 = ir.IntegerType.get_signless(32)
-    bits = x if x.type == i32 else llvm.bitcast(i32, x)
+    width = x.type.width  # 16-bit values (f16, bf16) travel in the low half of the dword
+    narrow = ir.IntegerType.get_signless(width)
+    bits = x if x.type == narrow else llvm.bitcast(narrow, x)
+    bits = bits if width == 32 else arith.ExtUIOp(i32, bits).result
     pair = rocdl.permlane32_swap(llvm.StructType.get_literal([i32, i32]), bits, bits, False, False)
     lo, hi = (llvm.extractvalue(i32, pair, ir.DenseI64ArrayAttr.get([j])) for j in (0, 1))
-    if x.type != i32:
+    if width != 32:
+        lo, hi = arith.TruncIOp(narrow, lo).result, arith.TruncIOp(narrow, hi).result
+    if x.type != narrow:
         lo, hi = llvm.bitcast(x.type, lo), llvm.bitcast(x.type, hi)
     out = comb(lo, hi)
     if out.owner.name in ("arith.maxnumf", "arith.minnumf"):

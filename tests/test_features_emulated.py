@@ -86,3 +86,22 @@ def test_bool_tensors_hold_a_byte_per_element(arch: str) -> None:
     positive = x > 0
     np.testing.assert_array_equal(ints, np.stack([b, b & positive, positive | b]).astype(np.int32))
     np.testing.assert_array_equal(out.view(np.uint8), (~b).view(np.uint8))
+
+
+COLUMN_REDUCE16 = SOURCE.parent / "column_reduce16.tile"
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_16_bit_column_reductions(arch: str, dtype: str) -> None:
+    """max/min of f16 and bf16 columns are exact, and their f32 sum within rounding (gfx950's
+    permlane32 swap of 16-bit values was an invalid bitcast that crashed mlir-translate)."""
+    import ml_dtypes
+
+    k = compile_source(COLUMN_REDUCE16.read_text(), str(COLUMN_REDUCE16), arch, {"DT": dtype})
+    npt = np.float16 if dtype == "f16" else ml_dtypes.bfloat16
+    x = np.random.default_rng(5).standard_normal((64, 32)).astype(npt)
+    r, s = np.zeros((2, 32), npt), np.zeros(32, np.float32)
+    launch(k, x, r, s, device=EmulatorDevice(arch))
+    np.testing.assert_array_equal(r.astype(np.float32), np.stack([x.max(0), x.min(0)]).astype(np.float32))
+    np.testing.assert_allclose(s, x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-4)
