@@ -105,3 +105,29 @@ def test_16_bit_column_reductions(arch: str, dtype: str) -> None:
     launch(k, x, r, s, device=EmulatorDevice(arch))
     np.testing.assert_array_equal(r.astype(np.float32), np.stack([x.max(0), x.min(0)]).astype(np.float32))
     np.testing.assert_allclose(s, x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-4)
+
+
+F16_DIV = SOURCE.parent / "f16_div.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_f16_division(arch: str) -> None:
+    """Quotients within one f16 rounding of the exact ones, and IEEE's special cases exactly
+    (the emulator lacked v_div_fixup_f16)."""
+    k = compile_source(F16_DIV.read_text(), str(F16_DIV), arch, {})
+    inf, nan = np.inf, np.nan
+    special_a = np.array([1, -1, 0, 0, inf, inf, 1, -2, nan, 3, 60000, 1e-4, -0.0, 5], np.float16)
+    special_b = np.array([0, 0, 0, 5, inf, 2, inf, -inf, 1, nan, 0.01, 1e4, 3, -0.0], np.float16)
+    rng = np.random.default_rng(6)
+    a = np.concatenate([special_a, (rng.standard_normal(100) * 100).astype(np.float16)])
+    b = np.concatenate([special_b, (rng.standard_normal(100) * 10).astype(np.float16)])
+    q = np.zeros_like(a)
+    launch(k, a, b, q, device=EmulatorDevice(arch))
+    with np.errstate(all="ignore"):
+        exact = a.astype(np.float64) / b.astype(np.float64)
+        want = exact.astype(np.float16)
+    n = len(special_a)
+    np.testing.assert_array_equal(q[:n], want[:n])  # NaN where NaN, signed zeros and infinities
+    assert np.array_equal(np.signbit(q[:n]), np.signbit(want[:n]))
+    ulp = np.spacing(np.abs(want[n:]).astype(np.float16)).astype(np.float64)
+    assert (np.abs(q[n:].astype(np.float64) - exact[n:]) <= ulp).all()

@@ -216,10 +216,16 @@ def _div_scale(a, b, c):
 
 
 def _div_fixup(a, b, c):
-    # a = approximate quotient, b = denominator, c = numerator: handle the special cases.
-    exact = c / b
-    special = ~np.isfinite(exact) | (b == 0) | np.isnan(a)
-    return np.where(special, exact, a)
+    """V_DIV_FIXUP (the ISA's pseudo-code): a = approximate quotient, b = denominator, c =
+    numerator. NaNs, zeros and infinities among b and c give IEEE's quotient; otherwise the
+    magnitude of a with the sign of b xor c. (LLVM's f16 division rounds a -0 quotient's
+    correction to +0 before this fixup, which puts the sign back: -0 / 3 is -0.)"""
+    with np.errstate(all="ignore"):
+        exact = c / b
+    sign = np.signbit(b) ^ np.signbit(c)
+    signed = np.where(sign, -np.abs(a), np.abs(a))
+    special = np.isnan(b) | np.isnan(c) | (b == 0) | (c == 0) | np.isinf(b) | np.isinf(c) | np.isnan(a)
+    return np.where(special, exact, signed)
 
 
 F = "f32"
@@ -419,6 +425,9 @@ OPS["v_min3_f16"] = ("f16", ("f16",) * 3, lambda a, b, c: np.fmin(np.fmin(a, b),
 OPS["v_max3_num_f16"] = OPS["v_max3_f16"]
 OPS["v_min3_num_f16"] = OPS["v_min3_f16"]
 OPS["v_med3_f16"] = ("f16", ("f16",) * 3, _fmed3)
+# LLVM's f16 division: the quotient through f32 (v_rcp_f32, a multiply, v_cvt_f16_f32), then this
+# fixup of the special cases (NaN, infinities, zeros) against numerator and denominator in f16.
+OPS["v_div_fixup_f16"] = ("f16", ("f16",) * 3, _div_fixup)
 OPS["v_med3_num_f16"] = OPS["v_med3_f16"]
 
 OPS["v_mad_co_u64_u32"] = OPS["v_mad_u64_u32"]
