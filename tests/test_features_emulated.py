@@ -131,3 +131,18 @@ def test_f16_division(arch: str) -> None:
     assert np.array_equal(np.signbit(q[:n]), np.signbit(want[:n]))
     ulp = np.spacing(np.abs(want[n:]).astype(np.float16)).astype(np.float64)
     assert (np.abs(q[n:].astype(np.float64) - exact[n:]) <= ulp).all()
+
+
+FOLDING = SOURCE.parent / "folding.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_folded_constants_equal_run_time_values(arch: str) -> None:
+    """A folded expression equals the same one computed at run time: f32 rounding at each float
+    step (double precision gave 16777218), shift counts modulo 32 (a folded 1 << 32 was 0, the
+    hardware's 1)."""
+    k = compile_source(FOLDING.read_text(), str(FOLDING), arch, {})
+    f, i = np.zeros(2, np.float32), np.zeros(5, np.int32)
+    launch(k, f, i, 16777216.0, 1.0, 3, 32, 33, device=EmulatorDevice(arch))
+    assert f.tolist() == [16777216.0, 16777216.0]
+    assert i.tolist() == [1, 3, 5 >> 1, 15 >> 1, -3]

@@ -456,3 +456,9 @@ def test_stages_reuse_marks_the_loop():
         mlir = emit_tile_mlir(bind_src(src, {"R": flag}), get_arch("gfx942"), CompileOptions(arch="gfx942"))
         assert "tile.stages = 2" in mlir and ("tile.reuse" in mlir) == flag
 
+
+
+def test_constant_cdiv_by_zero_is_an_error():
+    err = error_of("kernel k(o: tensor[i32](1)) grid(1) {\n    store(o[0], cdiv(7, 0));\n}\n")
+    assert_error(err, "t.tile:2:17", "division by zero in a constant expression (cdiv(7, 0))",
+                 "store(o[0], cdiv(7, 0));")

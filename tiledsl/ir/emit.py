@@ -307,7 +307,18 @@ class _Emitter:
                 return arith.CmpFOp(_FCMP[e.op], lhs, rhs).result
             return arith.CmpIOp(_ICMP[e.op], lhs, rhs).result
         table = _FLOAT_OPS if dt in A.FLOAT_DTYPES else _INT_OPS
+        if e.op in ("<<", ">>"):
+            rhs = self._shift_count(rhs, operand_t)
         return table[e.op](lhs, rhs).result
+
+    def _shift_count(self, count: ir.Value, t: A.Type | None) -> ir.Value:
+        """A shift's count modulo 32, as the language defines it and the hardware does
+        (`v_lshlrev_b32` reads 5 bits, and LLVM drops the mask for it): LLVM's own shift by 32 or
+        more is poison, which its constant folding would turn into anything."""
+        known = uniform_constant_int(count)
+        if known is not None and 0 <= known < 32:
+            return count
+        return arith.AndIOp(count, self.to_type(self.constant(31, "i32"), t)).result
 
     def _fold_logic(self, e: A.BinOp) -> ir.Value | None:
         """`x & true`, `x | false` -> x and `x & false`, `x | true` -> the constant, for i1 values

@@ -23,6 +23,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import NoReturn
 
+import numpy as np
+
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import SourceError, SourceLocation
 from tiledsl.lang.ast import (
@@ -288,23 +290,41 @@ def _fold(source: str, e: BinOp) -> Expr:
     if isinstance(x, int) and isinstance(y, int):
         if op in ("//", "%") and y == 0:
             _fail(source, f"division by zero in a constant expression ({x} {op} {y})", e.loc)
-        if op in ("<<", ">>") and not 0 <= y < 32:
-            return e
+        # Shifts take their count modulo 32, as the hardware does (the emitter masks run-time counts).
         table = {"+": lambda: x + y, "-": lambda: x - y, "*": lambda: x * y,
                  "//": lambda: _trunc_div(x, y), "%": lambda: x - y * _trunc_div(x, y),
-                 "<<": lambda: x << y, ">>": lambda: x >> y, "&": lambda: x & y, "|": lambda: x | y,
-                 "^": lambda: x ^ y}
+                 "<<": lambda: x << (y & 31), ">>": lambda: x >> (y & 31), "&": lambda: x & y,
+                 "|": lambda: x | y, "^": lambda: x ^ y}
         if op not in table:
             return e  # `/` on integers: the type checker explains
         r = table[op]()
         if not I32_MIN <= r <= I32_MAX:
             _fail(source, f"constant expression {x} {op} {y} = {r} overflows i32", e.loc)
         return Const(e.loc, r)
-    if op in ("+", "-", "*"):
-        return Const(e.loc, float(x + y if op == "+" else x - y if op == "-" else x * y))
-    if op == "/" and y != 0:
-        return Const(e.loc, x / y)
+    # Float literals are f32: each folded operation rounds to f32, as the same one at run time does
+    # ((16777216.0 + 1.0) + 1.0 is 16777216.0, not the 16777218.0 of double precision).
+    fx, fy = np.float32(x), np.float32(y)
+    with np.errstate(all="ignore"):
+        if op in ("+", "-", "*"):
+            return Const(e.loc, float(fx + fy if op == "+" else fx - fy if op == "-" else fx * fy))
+        if op == "/" and y != 0:
+            return Const(e.loc, float(fx / fy))
     return e
+
+
+def _fold_cdiv(source: str, e: Call) -> Expr:
+    """`cdiv(a, b)` of two integer constants: folded, and a zero divisor is an error here as in
+    `a // 0` (at run time it gives an arch-dependent value)."""
+    if e.func != "cdiv" or len(e.args) != 2 or e.kwargs or not all(
+            isinstance(a, Const) and type(a.value) is int for a in e.args):
+        return e
+    x, y = e.args[0].value, e.args[1].value  # type: ignore[attr-defined]
+    if y == 0:
+        _fail(source, f"division by zero in a constant expression (cdiv({x}, {y}))", e.loc)
+    r = -(-x // y)  # the ceiling of x / y, whatever the signs
+    if not I32_MIN <= r <= I32_MAX:
+        _fail(source, f"constant expression cdiv({x}, {y}) = {r} overflows i32", e.loc)
+    return Const(e.loc, r)
 
 
 def substitute_constexprs(kernel: Kernel, values: dict[str, ConstexprValue]) -> None:
@@ -363,6 +383,7 @@ def substitute_constexprs(kernel: Kernel, values: dict[str, ConstexprValue]) -> 
             e.args = [sub(a) for a in e.args]
             for kw in e.kwargs:
                 kw.value = sub(kw.value)
+            return _fold_cdiv(src, e)
         elif isinstance(e, ListExpr):
             e.items = [sub(i) for i in e.items]
         return e
