@@ -146,3 +146,18 @@ def test_folded_constants_equal_run_time_values(arch: str) -> None:
     launch(k, f, i, 16777216.0, 1.0, 3, 32, 33, device=EmulatorDevice(arch))
     assert f.tolist() == [16777216.0, 16777216.0]
     assert i.tolist() == [1, 3, 5 >> 1, 15 >> 1, -3]
+
+
+LOOP_STEPS = SOURCE.parent / "loop_steps.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_run_time_loop_steps(arch: str) -> None:
+    """Trip counts of range(lo, hi, step) with run-time bounds and steps; a step of 0 (which never
+    ended) or below runs no iterations."""
+    k = compile_source(LOOP_STEPS.read_text(), str(LOOP_STEPS), arch, {})
+    dev = EmulatorDevice(arch)
+    for lo, hi, step, want in ((0, 10, 3, 4), (-5, 5, 1, 10), (7, 3, 1, 0), (0, 10, 0, 0), (0, 10, -2, 0)):
+        o = np.full(1, -1, np.int32)
+        launch(k, o, lo, hi, step, device=dev)
+        assert o[0] == want, (lo, hi, step)

@@ -462,3 +462,11 @@ def test_constant_cdiv_by_zero_is_an_error():
     err = error_of("kernel k(o: tensor[i32](1)) grid(1) {\n    store(o[0], cdiv(7, 0));\n}\n")
     assert_error(err, "t.tile:2:17", "division by zero in a constant expression (cdiv(7, 0))",
                  "store(o[0], cdiv(7, 0));")
+
+
+def test_loop_index_that_would_wrap_is_an_error():
+    err = error_of("kernel k(o: tensor[i32](1)) grid(1) {\n    for i in range(0, 2147483647, 4) {\n"
+                   "        store(o[0], i);\n    }\n}\n")
+    assert_error(err, "t.tile:2:23", "range end 2147483647 lets the i32 index pass 2147483647 (step 4), where it "
+                 "wraps and the loop would not end",
+                 "for i in range(0, 2147483647, 4) {")

@@ -193,6 +193,11 @@ class _Emitter:
             return
         names = self.carried(s.body)
         inits = [self.lookup(n, s.loc) for n in names]
+        if uniform_constant_int(step) is None:
+            # A run-time step of 0 or below runs no iterations (scf.for's step must be positive:
+            # a zero step would never end). A constant step is checked positive by the typer.
+            positive = arith.CmpIOp(arith.CmpIPredicate.sgt, step, self.const_i32(0)).result
+            ub = arith.SelectOp(positive, ub, lb).result
         loop = scf.ForOp(lb, ub, step, inits)  # type: ignore[arg-type]
         if s.stages is not None:
             stages = s.stages.value if isinstance(s.stages, A.Const) else 1

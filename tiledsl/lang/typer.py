@@ -201,6 +201,12 @@ class Typer:
                     self.i32_scalar(e, env, f"range {what}")
             if isinstance(s.step, Const) and isinstance(s.step.value, int) and s.step.value <= 0:
                 self.fail(f"range step must be positive, got {s.step.value}", s.step.loc)
+            step = 1 if s.step is None else s.step.value if isinstance(s.step, Const) else None
+            if isinstance(s.end, Const) and type(s.end.value) is int and type(step) is int \
+                    and s.end.value > I32_MAX - step + 1:
+                self.fail(f"range end {s.end.value} lets the i32 index pass {I32_MAX} (step {step}), where it "
+                          f"wraps and the loop would not end", s.end.loc,
+                          hint=f"the end may be at most {I32_MAX - step + 1} with this step")
             if s.stages is not None and not 1 <= (n := self.const_int(s.stages, "stages(...)")) <= MAX_STAGES:
                 self.fail(f"stages must be between 1 and {MAX_STAGES}, got {n}", s.stages.loc,
                           hint="each stage past the first holds another copy of the loop's loaded tiles")
