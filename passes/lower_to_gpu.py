@@ -194,9 +194,14 @@ def rule_clone(lw: _Lowering, op: ir.Operation) -> None:
     keep the vector form: the same change there moved the forward's masked variants to more
     registers, and for `muli` the backward's dq_acc addresses (rows * D_QK) spilled 16 VGPRs on
     gfx942 -- though without it the forward at head dim 80 holds one stride in 7 SGPRs for
-    `cols * stride` on gfx942 (compiler gap, issue 15). With compares kept scalar, the forward's
-    key end is written plainly instead of `ns < seqlen_k - n0` folded by hand. Session 31, this and
-    stage-lds' first-iteration barriers together, modeled f16 TFLOP/s at B 2, H 16, S 2048:
+    `cols * stride` on gfx942 (compiler gap, issue 15). Session 44 tried `muli` again: nothing
+    spills now and most kernels lose instructions (gfx942's hdim 80 causal forward 314 VGPRs, 58
+    AGPRs and 5 SGPR spills -> 251 VGPRs), but it models slower where it matters (B 2, H 16, S
+    2048: gfx950's hdim 64 forward 1016.6 -> 923.2 TFLOP/s, gfx942's causal hdim 128 bf16
+    backward 320.3 -> 291.4, which then keeps its buffer accesses where it had taken branches).
+    With compares kept scalar, the forward's key end is written plainly instead of
+    `ns < seqlen_k - n0` folded by hand. Session 31, this and stage-lds' first-iteration barriers
+    together, modeled f16 TFLOP/s at B 2, H 16, S 2048:
     gfx950 hdim 64 881.3 -> 934.9 (219 VGPRs instead of 288), gfx942 hdim 128 675.0 -> 681.2,
     gfx1201 hdim 128 131.1 -> 132.7, gfx1100 hdim 64 82.3 -> 80.8 (its row now masks query rows:
     81.9), gfx1201 hdim 64 135.4 -> 133.1, the others within 1 % (docs/profile.md)."""
