@@ -62,6 +62,23 @@ def test_bwd_causal_gqa_odd_lengths_deterministic(arch):
     assert_grads_close(got, ref, np.float16)
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
+def test_window_sides_near_2_31_are_unlimited(arch):
+    """A window side of 2**30 or more reaches past every key: forward and backward as unlimited
+    there (the kernels' i32 bound `i + shift + right` wrapped for 2**31 - 1 and masked every row)."""
+    q, k, v, do = inputs(sq=20, sk=36, hq=2, hk=1, d=32, seed=11)
+    dev = EmulatorDevice(arch)
+    for window in ((-1, 2**31 - 1), (2**31 - 1, 3), (2**30, 2**31 - 8)):
+        got, ref = run(arch, do, q, k, v, window=window, device=dev)
+        assert_grads_close(got, ref, np.float16)
+        out, lse = fmha_fwd(q, k, v, window=window, return_lse=True, device=dev)
+        want = fmha_fwd(q, k, v, window=tuple(-1 if w >= 2**30 else w for w in window), return_lse=True,
+                        device=dev)
+        np.testing.assert_array_equal(out, want[0])
+        np.testing.assert_array_equal(lse, want[1])
+        assert np.isfinite(lse).all()
+
+
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_bwd_varlen_top_left_softcap_padded_mqa_bf16(arch):
     cu_q = np.array([0, 30, 30, 75], np.int32)  # the middle sequence is empty

@@ -79,6 +79,25 @@ def test_append_rotary_contiguous_cache_batch_idx(arch):
     check_out_lse(*got, *ref, 2e-2)
 
 
+def test_bf16_rotary_tables_equal_their_f32_values():
+    """Rotary tables in bf16 (ml_dtypes', which numpy does not count as a float type) are taken,
+    and rotate as their f32 values do."""
+    rng = np.random.default_rng(12)
+    dt = ml_dtypes.bfloat16
+    q = rng.standard_normal((1, 2, 2, 64)).astype(dt)
+    new = rng.standard_normal((1, 2, 2, 64)).astype(dt)
+    ang = rng.uniform(0, 6, (16, 32))
+    cos, sin = np.cos(ang).astype(dt), np.sin(ang).astype(dt)
+    dev = EmulatorDevice("gfx942")
+    results = []
+    for tables in ((cos, sin), (cos.astype(np.float32), sin.astype(np.float32))):
+        kc, vc = np.zeros((1, 16, 2, 64), dt), np.zeros((1, 16, 2, 64), dt)
+        out = fmha_fwd_kvcache(q, kc, vc, cache_seqlens=3, k=new, v=new, rotary_cos=tables[0],
+                               rotary_sin=tables[1], device=dev)
+        results.append((out, kc))
+    assert np.array_equal(results[0][0], results[1][0]) and np.array_equal(results[0][1], results[1][1])
+
+
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_batch_prefill_paged_varlen_empty_sequence_interleaved_rotary(arch):
     """Packed queries of different lengths (one empty) against a paged cache of pages of 32,

@@ -67,7 +67,10 @@ BAD = [
      "group mode needs both"),
     (lambda q, k, v: dict(q=q[0], k=k[0], v=v[0], cu_seqlens_q=np.array([0, 5, 9], np.int32),
                           cu_seqlens_k=np.array([0, 5, 9], np.int32), max_seqlen_q=2),
-     "max_seqlen_q: expected an int >="),
+     r"max_seqlen_q: expected an int from the longest sequence \(5\) to the tensor's rows"),
+    (lambda q, k, v: dict(q=q[0], k=k[0], v=v[0], cu_seqlens_q=np.array([0, 5, 9], np.int32),
+                          cu_seqlens_k=np.array([0, 5, 9], np.int32), max_seqlen_k=2**31 - 1),
+     r"max_seqlen_k: expected an int from the longest sequence \(5\) to the tensor's rows \(\d+\), got 2147483647"),
 ]
 
 

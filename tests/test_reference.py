@@ -116,6 +116,17 @@ def test_fully_masked_rows_give_zero_and_minus_inf() -> None:
     assert np.all(o == 0) and np.all(np.isneginf(lse))
 
 
+def test_nan_inputs_give_nan_rows_not_masked_ones() -> None:
+    """A NaN in a query row makes that row's output and LSE NaN (as the kernels do); it is not a
+    row without keys (0 and -inf), which the denominator test took it for."""
+    q, k, v = make(np.random.default_rng(5), sq=4, sk=5)
+    q[0, 2, 0, 1] = np.nan
+    o, lse = fmha_fwd_reference(q, k, v, return_lse=True)
+    assert np.isnan(o[0, 2, 0]).all() and np.isnan(lse[0, 0, 2])
+    clean = np.delete(np.arange(4), 2)
+    assert np.isfinite(o[0, clean]).all() and np.isfinite(lse[0, 0, clean]).all()
+
+
 def test_scale_and_head_dims() -> None:
     rng = np.random.default_rng(4)
     check(*make(rng, d=12, dv=6), scale=0.3)

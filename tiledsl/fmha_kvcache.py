@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
@@ -159,6 +160,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         aligned_names,
         check_bool,
         check_heads,
+        check_max_seqlen,
         check_options,
         check_query_elems,
         resolve_device,
@@ -210,9 +212,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         cuq = np.zeros(1, np.int32)
         batch, seqlens_q = b4, np.full(b4, sq)
     longest_q = int(seqlens_q.max()) if batch else 0
-    if max_seqlen_q is not None and (not isinstance(max_seqlen_q, int) or max_seqlen_q < longest_q):
-        raise ValueError(f"max_seqlen_q: expected an int >= the longest sequence ({longest_q}), got {max_seqlen_q!r}")
-    max_q = longest_q if max_seqlen_q is None else max_seqlen_q
+    check_max_seqlen("max_seqlen_q", max_seqlen_q, longest_q, sq)
+    max_q = longest_q if max_seqlen_q is None else int(max_seqlen_q)
 
     if isinstance(cache_seqlens, int | np.integer) and not isinstance(cache_seqlens, bool):
         if not 0 <= cache_seqlens < 2**31:
@@ -295,7 +296,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         if k is None:
             raise ValueError("rotary_cos: rotary embedding applies to the new keys; pass k and v")
         cos, sin = (np.asarray(x.numpy() if isinstance(x, DeviceArray) else x) for x in (rotary_cos, rotary_sin))
-        if cos.ndim != 2 or cos.shape != sin.shape or not np.issubdtype(cos.dtype, np.floating):
+        floats = all(np.issubdtype(x.dtype, np.floating) or x.dtype == ml_dtypes.bfloat16 for x in (cos, sin))
+        if cos.ndim != 2 or cos.shape != sin.shape or not floats:  # bf16 too: ml_dtypes' is no np.floating
             raise ValueError(f"rotary_cos/rotary_sin: expected two float arrays of one shape [S_ro, rotary_dim / 2], "
                              f"got {cos.dtype} {cos.shape} and {sin.dtype} {sin.shape}")
         if not 1 <= 2 * cos.shape[1] <= d:

@@ -138,6 +138,18 @@ def check_query_elems(b: int, sq: int, hq: int, d: int) -> None:
                          f"the kernels' i32 offsets ({I32_LIMIT})")
 
 
+def check_max_seqlen(name: str, given: Any, longest: int, rows: int) -> None:
+    """A max_seqlen argument: None, or an int from the longest sequence up to the rows of its
+    tensor (more would only size the grid for rows that do not exist)."""
+    if given is not None and (not isinstance(given, int | np.integer) or isinstance(given, bool)
+                              or not longest <= given <= max(rows, longest)):
+        raise ValueError(f"{name}: expected an int from the longest sequence ({longest}) to the tensor's rows "
+                         f"({rows}), got {given!r}")
+
+
+WINDOW_UNLIMITED = 2**30  # window sides from here on mean -1: longer than any sequence (rows are i32 indices)
+
+
 def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg, window: Any,
                   sink: Any, hq: int) -> tuple[float, MaskParams, np.ndarray | None]:
     """Check the attention options every forward/backward entry point shares: (scale, mask, sink
@@ -154,6 +166,9 @@ def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg
         raise ValueError(f"window: expected a pair of ints (left, right), got {window!r}")
     if max(window) >= 2**31:
         raise ValueError(f"window: expected sizes below 2**31 (-1 for unlimited), got {tuple(window)!r}")
+    # A side of WINDOW_UNLIMITED or more reaches past every key of any sequence the kernels take,
+    # so it is unlimited (-1): the kernels' i32 bounds `i + shift + right` would wrap for it.
+    window = tuple(-1 if w >= WINDOW_UNLIMITED else int(w) for w in window)
     try:
         mask = fmha_mask_params(causal, (int(window[0]), int(window[1])))
     except ValueError as exc:
@@ -298,9 +313,9 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
     else:
         cuq = cuk = np.zeros(1, np.int32)
         batch, longest_q, longest_k = b, sq, sk
-    for name, given, longest in (("max_seqlen_q", max_seqlen_q, longest_q), ("max_seqlen_k", max_seqlen_k, longest_k)):
-        if given is not None and (not isinstance(given, int) or given < longest):
-            raise ValueError(f"{name}: expected an int >= the longest sequence ({longest}), got {given!r}")
+    for name, given, longest, rows in (("max_seqlen_q", max_seqlen_q, longest_q, sq),
+                                       ("max_seqlen_k", max_seqlen_k, longest_k, sk)):
+        check_max_seqlen(name, given, longest, rows)
     max_q = longest_q if max_seqlen_q is None else max_seqlen_q
 
     device, arch = resolve_device(device, on_device, q, arch)
@@ -449,8 +464,8 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     layout "bshd", [B, H, S, D] for "bhsd"; group (varlen) mode with cu_seqlens_q/cu_seqlens_k:
     q [total_q, Hq, D] etc. Hq must be a multiple of Hk (GQA/MQA). causal: False, True (bottom-
     right aligned, flash-attention's convention), "top_left" or "bottom_right"; window (left,
-    right), -1 = unlimited. softcap > 0 caps logits with tanh; sink: f32 [Hq] logits joining the
-    denominator. A row whose keys are all masked gives output 0 and LSE -inf.
+    right), -1 = unlimited (as is any size of 2**30 or more). softcap > 0 caps logits with tanh;
+    sink: f32 [Hq] logits joining the denominator. A row whose keys are all masked gives output 0 and LSE -inf.
     Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
     LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]). q, k, v may be numpy arrays (copied to the
     device and back) or `tiledsl.device_array.DeviceArray`s (used in place; the outputs are then

@@ -309,9 +309,12 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: 
     if sink is not None:
         denom = denom + np.exp(sink[:, None] - m_safe)
     kept = e if keep is None else np.where(keep, e, 0.0) * dropout_keep_scale(dropout_p)
+    # A row with no key (and no sink) has a zero denominator: output 0, LSE -inf. A NaN among the
+    # inputs makes the denominator NaN, and its rows NaN, as the kernels' are.
+    empty = denom == 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(denom[..., None] > 0, (kept @ v) / denom[..., None], 0.0)
-        lse = np.where(denom > 0, np.log(denom) + m_safe, -np.inf)
+        out = np.where(empty[..., None], 0.0, (kept @ v) / denom[..., None])
+        lse = np.where(empty, -np.inf, np.log(denom) + m_safe)
     return out, lse
 
 
