@@ -212,8 +212,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         cuq = np.zeros(1, np.int32)
         batch, seqlens_q = b4, np.full(b4, sq)
     longest_q = int(seqlens_q.max()) if batch else 0
-    check_max_seqlen("max_seqlen_q", max_seqlen_q, longest_q, sq)
-    max_q = longest_q if max_seqlen_q is None else int(max_seqlen_q)
+    max_q = check_max_seqlen("max_seqlen_q", max_seqlen_q, longest_q, sq)
 
     if isinstance(cache_seqlens, int | np.integer) and not isinstance(cache_seqlens, bool):
         if not 0 <= cache_seqlens < 2**31:

@@ -138,13 +138,16 @@ def check_query_elems(b: int, sq: int, hq: int, d: int) -> None:
                          f"the kernels' i32 offsets ({I32_LIMIT})")
 
 
-def check_max_seqlen(name: str, given: Any, longest: int, rows: int) -> None:
-    """A max_seqlen argument: None, or an int from the longest sequence up to the rows of its
-    tensor (more would only size the grid for rows that do not exist)."""
-    if given is not None and (not isinstance(given, int | np.integer) or isinstance(given, bool)
-                              or not longest <= given <= max(rows, longest)):
-        raise ValueError(f"{name}: expected an int from the longest sequence ({longest}) to the tensor's rows "
-                         f"({rows}), got {given!r}")
+def check_max_seqlen(name: str, given: Any, longest: int, rows: int) -> int:
+    """A max_seqlen argument (None: the longest sequence) as the grid is sized by it: an int at
+    least the longest sequence, or a ValueError. A bound past the tensor's rows (a model's context
+    length passed for every call) is taken as the rows: no sequence is longer, and a grid sized
+    by 2**31 - 1 could not launch."""
+    if given is None:
+        return longest
+    if not isinstance(given, int | np.integer) or isinstance(given, bool) or given < longest:
+        raise ValueError(f"{name}: expected an int >= the longest sequence ({longest}), got {given!r}")
+    return int(min(given, max(rows, longest)))
 
 
 WINDOW_UNLIMITED = 2**30  # window sides from here on mean -1: longer than any sequence (rows are i32 indices)
@@ -313,16 +316,13 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
     else:
         cuq = cuk = np.zeros(1, np.int32)
         batch, longest_q, longest_k = b, sq, sk
-    for name, given, longest, rows in (("max_seqlen_q", max_seqlen_q, longest_q, sq),
-                                       ("max_seqlen_k", max_seqlen_k, longest_k, sk)):
-        check_max_seqlen(name, given, longest, rows)
-    max_q = longest_q if max_seqlen_q is None else max_seqlen_q
+    max_q = check_max_seqlen("max_seqlen_q", max_seqlen_q, longest_q, sq)
+    max_k = check_max_seqlen("max_seqlen_k", max_seqlen_k, longest_k, sk)
 
     device, arch = resolve_device(device, on_device, q, arch)
     if dt == "f8e4m3":
         check_fp8_dtype(q.dtype, arch)
 
-    max_k = longest_k if max_seqlen_k is None else max_seqlen_k
     return AttentionCall(q4=q4, k4=k4, v4=v4, dtype=dt, on_device=on_device, varlen=varlen, batch=batch, b=b, sq=sq,
                          sk=sk, hq=hq, hk=hk, d=d, dv=dv, scale=float(scale), softcap=float(softcap), mask=mask,
                          sink32=sink32, cuq=cuq, cuk=cuk, max_q=max_q, max_k=max_k, device=device, arch=arch)
