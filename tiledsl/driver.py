@@ -116,9 +116,12 @@ _ARCH_MARKS: dict[str, re.Pattern[str]] = {
 
 
 def check_input_arch(kind: str, text: str, arch: Arch, action: str) -> None:
-    """A .gpu.mlir, .rocdl.mlir or .ll made for one arch must not be compiled for another: its
-    layouts assume that arch's wave size and matrix instructions, and LLVM would not notice.
-    (A hand-written intermediate that names no arch is taken as it is.)"""
+    """A .gpu.mlir, .rocdl.mlir or .ll input made for one arch must not be compiled for another:
+    its layouts assume that arch's wave size and matrix instructions, and LLVM would not notice.
+    (A hand-written intermediate that names no arch is taken as it is.) Checked once, on the file
+    a run starts from: the artifacts a run makes itself are for its own arch."""
+    if kind not in _ARCH_MARKS:
+        return
     found = _ARCH_MARKS[kind].search(text)
     if found and found.group(1) != arch.name:
         raise CompileError(action, f"the input was compiled for {found.group(1)} (its .{kind} says so), but it is "
@@ -129,21 +132,18 @@ def check_input_arch(kind: str, text: str, arch: Arch, action: str) -> None:
 def make_rocdl_mlir(ctx: StageContext, gpu_mlir: str) -> str:
     from tiledsl.backends.rocm import codegen
 
-    check_input_arch("gpu.mlir", gpu_mlir, ctx.arch, "convert-gpu-to-rocdl")
     return codegen.make_rocdl(gpu_mlir, ctx.arch)
 
 
 def make_ll(ctx: StageContext, rocdl_mlir: str) -> str:
     from tiledsl.backends.rocm import codegen
 
-    check_input_arch("rocdl.mlir", rocdl_mlir, ctx.arch, "translate")
     return codegen.make_llir(rocdl_mlir)
 
 
 def make_isa(ctx: StageContext, llir: str) -> IsaObject:
     from tiledsl.backends.rocm import codegen
 
-    check_input_arch("ll", llir, ctx.arch, "codegen")
     make = codegen.make_isa_and_object_isolated if scheduling(ctx.options) else codegen.make_isa_and_object
     asm, obj = make(llir, ctx.arch)
     ctx.asm = asm
@@ -262,6 +262,7 @@ def _strip_prefix(exc: CompileError) -> str:
 def run_stages(ctx: StageContext, value: Any, start: int, kind: str, stop: int | None = None) -> Any:
     """Run STAGES[start:stop] on `value` (an artifact of kind `kind`); returns the last artifact."""
     make_recursion_room()  # a deep program, from a .tile or an intermediate file
+    check_input_arch(kind, value, ctx.arch, STAGES[start].action)
     dump = Path(ctx.options.dump_ir_dir) if ctx.options.dump_ir_dir else None
     initial, initial_dumped = value, False
     for index in range(start, len(STAGES) if stop is None else stop):
