@@ -127,10 +127,13 @@ def check_buffer(device: Device, buf: Any, what: str) -> None:
                           f"({'double free' if what == 'free' else 'use after free'})")
 
 
-def check_stream(device: Device, stream: Any, what: str) -> None:
-    """`stream` is None (the default stream) or a live Stream of `device`: HIP would crash on a
-    destroyed stream's handle, and order work on another device's stream against the wrong queue."""
+def check_stream(device: Device, stream: Any, what: str, default: bool = True) -> None:
+    """`stream` is a live Stream of `device`, or None (the default stream) where `default` allows
+    it: HIP would crash on a destroyed stream's handle, and order work on another device's stream
+    against the wrong queue."""
     if stream is None:
+        if not default:
+            raise DeviceError(f"{what}: the default stream (None) cannot be destroyed")
         return
     if not isinstance(stream, Stream):
         raise DeviceError(f"{what}: expected a Stream (from create_stream) or None, got {type(stream).__name__}")
@@ -292,9 +295,7 @@ class Device(ABC):
         return Stream(self)
 
     def destroy_stream(self, stream: Stream) -> None:
-        check_stream(self, stream, "destroy_stream")
-        if stream is None:
-            raise DeviceError("destroy_stream: the default stream (None) cannot be destroyed")
+        check_stream(self, stream, "destroy_stream", default=False)
         self.synchronize(stream)
         stream.destroyed = True
 

@@ -225,9 +225,7 @@ class HipDevice(Device):
         return Stream(self, handle=call("hipStreamCreate", self.hip.hipStreamCreate))
 
     def destroy_stream(self, stream: Stream) -> None:
-        check_stream(self, stream, "destroy_stream")
-        if stream is None:
-            raise DeviceError("destroy_stream: the default stream (None) cannot be destroyed")
+        check_stream(self, stream, "destroy_stream", default=False)
         self._current()
         call("hipStreamDestroy", self.hip.hipStreamDestroy, stream.handle)
         stream.destroyed = True
