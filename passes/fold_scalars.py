@@ -12,6 +12,13 @@ subtracts on one tile shape:
   takes one splat instead of several.
 
 Integer adds wrap, so any order gives the same bits. Floats are left alone (their sums round).
+
+Before the sums, a clamp of a sum moves its scalar out: `minimum(m0 + ms, seqlen - 1)` becomes
+`minimum(ms, seqlen - 1 - m0) + m0` (and `maximum` alike), so that m0 stays a scalar term of what
+uses the clamp (an address: lower-to-gpu keeps it in the scalar base) instead of a per-element
+splat held across the loop. The two agree only where neither `m0 + ms` nor `seqlen - 1 - m0`
+wraps, which the rewrite requires of the values' bounds (passes/int_ranges.py): with m0 a loop's
+index, `ms` an arange below its step, and the loop ending at `min(.., seqlen)`, it holds.
 """
 
 from __future__ import annotations
@@ -34,9 +41,11 @@ from tiledsl.passes.common import (
     loop_invariant,
     loop_of,
     ops_in,
+    splat_scalar,
     tile_shape,
     walk_blocks,
 )
+from tiledsl.passes.int_ranges import FULL, IntRanges, loop_index_of
 
 _SUMS = ("arith.addi", "arith.subi")
 _MEMORY = ("tile.load", "tile.store", "tile.atomic_add")
@@ -45,8 +54,15 @@ Cost = Callable[[ir.Value], int]  # what computing a tile costs: its elements, o
 
 
 def fold_scalars(module: ir.Module, ctx: PassContext) -> int:
-    """Before layouts: a term costs its elements, and the sum holding the loop index is preferred."""
-    return _fold_all(module, lambda fn: _elements, regs_first=False)
+    """Before layouts: clamps of sums first, then sums, where a term costs its elements and the
+    sum holding the loop index is preferred."""
+    clamps = 0
+    for fn in kernel_funcs(module):
+        ranges = IntRanges(fn)
+        for block in list(walk_blocks(fn)):
+            for op in ops_in(block):
+                clamps += _clamp_outward(op, ranges)
+    return clamps + _fold_all(module, lambda fn: _elements, regs_first=False)
 
 
 def fold_scalars_laid_out(module: ir.Module, ctx: PassContext) -> int:
@@ -77,6 +93,59 @@ def _fold_all(module: ir.Module, cost_of: Callable[[ir.Operation], Cost], regs_f
     for op in replaced:
         _erase_unused(op)
     return len(replaced)
+
+
+_CLAMPS = ("arith.minsi", "arith.maxsi")
+
+
+def _clamp_outward(op: ir.Operation, ranges: IntRanges) -> int:
+    """`clamp(t + s, c)` as `clamp(t, c - s) + s` (s, c scalars, t a tile, the sum used only here),
+    where neither `t + s` nor `c - s` can wrap; 1 if rewritten."""
+    if op.name not in _CLAMPS or not _i32_tile(op.result):
+        return 0
+    for i in (0, 1):
+        total, bound = op.operands[i], splat_scalar(op.operands[1 - i])
+        add = defining_op(total)
+        if bound is None or add is None or add.name != "arith.addi" or not _single_use(total):
+            continue
+        for j in (0, 1):
+            s, t = splat_scalar(add.operands[j]), add.operands[1 - j]
+            if s is None or splat_scalar(t) is not None or t.type != op.result.type:
+                continue
+            if ranges.of(add.result) == FULL or not _difference_exact(bound, s, ranges):
+                continue
+            with ir.InsertionPoint(op), op.location:
+                splat = tile_op("splat", [arith.SubIOp(bound, s).result], [t.type]).result
+                clamped = (arith.MinSIOp if op.name == "arith.minsi" else arith.MaxSIOp)(t, splat).result
+                new = arith.AddIOp(clamped, tile_op("splat", [s], [t.type]).result).result
+            op.result.replace_all_uses_with(new)
+            _erase_unused(op)
+            return 1
+    return 0
+
+
+def _difference_exact(c: ir.Value, s: ir.Value, ranges: IntRanges) -> bool:
+    """Can `c - s` not wrap? By their bounds; or, with s a loop's index that the loop keeps at most
+    x + limit, and c = x + k through constant sums: in the loop x >= s - limit, so if none of
+    those sums wraps there, c - s >= k - limit."""
+    (c_lo, c_hi), (s_lo, s_hi) = ranges.of(c), ranges.of(s)
+    if ranges.of(c) != FULL and ranges.of(s) != FULL and c_lo - s_hi >= FULL[0] and c_hi - s_lo <= FULL[1]:
+        return True
+    loop = loop_index_of(s)
+    if loop is None or c_hi - s_lo > FULL[1]:
+        return False
+    limits = ranges.index_limits(loop)
+    x, offsets = c, [0]  # c = x + offsets[-1], each partial sum x + offsets[i] an op of the chain
+    while x not in limits:
+        op = defining_op(x)
+        constant = None if op is None or op.name not in _SUMS else constant_int(op.operands[1])
+        if constant is None or len(offsets) > 16:
+            return False
+        x = op.operands[0]
+        offsets = [o + (constant if op.name == "arith.addi" else -constant) for o in offsets] + [0]
+    x_lo, x_hi = max(ranges.of(x)[0], s_lo - limits[x]), ranges.of(x)[1]
+    exact = all(FULL[0] <= x_lo + o and x_hi + o <= FULL[1] for o in offsets)
+    return exact and offsets[0] - limits[x] >= FULL[0]
 
 
 def _erase_unused(op: ir.Operation) -> None:

@@ -80,3 +80,30 @@ def test_alibi_distance_as_written_compiles_like_hand_folded(arch: str) -> None:
             d = np.arange(128, dtype=np.int32)[:, None] + np.int32(off) - np.arange(192, dtype=np.int32)[None, :]
         want = (a.astype(np.float32) @ b.astype(np.float32).T) * np.abs(d.astype(np.float32))
         np.testing.assert_array_equal(y, want)
+
+
+CLAMP = Path(__file__).resolve().parent / "kernels" / "clamp_rows.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_row_clamp_as_written_compiles_like_hand_folded(arch: str) -> None:
+    """`minimum(m0 + ms, seqlen - 1)` in a loop ending at `min(n, seqlen)` compiles to the same
+    instructions as `minimum(ms, seqlen - 1 - m0) + m0` (fold-scalars moves the loop index out of
+    the clamp: the loop's end shows it cannot wrap), and both give numpy's rows. A clamp whose
+    bound the loop says nothing about keeps its form: with c near -2^31, `c - 1 - m0` would wrap."""
+    natural = compile_source(CLAMP.read_text(), str(CLAMP), arch, {"NATURAL": "true"})
+    by_hand = compile_source(CLAMP.read_text(), str(CLAMP), arch, {"NATURAL": "false"})
+    assert _instructions(natural.asm) == _instructions(by_hand.asm)
+    rows = 96
+    x = np.arange(rows * 16, dtype=np.float32).reshape(rows, 16)
+    device = EmulatorDevice(arch)
+    for seqlen, c in ((70, 5), (200, -2**31 + 5), (-5, 2**31 - 1)):
+        y, z = np.zeros_like(x), np.zeros(rows, np.int32)
+        launch(natural, x, y, z, np.array([seqlen, c], np.int32), rows, device=device)
+        want = np.zeros_like(x)
+        valid = min(rows, seqlen)
+        if valid > 0:
+            blocks = -(-valid // 32) * 32
+            want[:blocks] = x[np.minimum(np.arange(blocks), seqlen - 1)]
+        np.testing.assert_array_equal(y, want, err_msg=f"seqlen {seqlen}")
+        np.testing.assert_array_equal(z, np.minimum(np.arange(rows), c - 1).astype(np.int32), err_msg=f"c {c}")
