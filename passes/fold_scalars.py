@@ -45,7 +45,7 @@ from tiledsl.passes.common import (
     tile_shape,
     walk_blocks,
 )
-from tiledsl.passes.int_ranges import FULL, IntRanges, loop_index_of
+from tiledsl.passes.int_ranges import FULL, IntRanges, constant_offset, loop_index_of
 
 _SUMS = ("arith.addi", "arith.subi")
 _MEMORY = ("tile.load", "tile.store", "tile.atomic_add")
@@ -59,9 +59,12 @@ def fold_scalars(module: ir.Module, ctx: PassContext) -> int:
     clamps = 0
     for fn in kernel_funcs(module):
         ranges = IntRanges(fn)
-        for block in list(walk_blocks(fn)):
-            for op in ops_in(block):
-                clamps += _clamp_outward(op, ranges)
+        rewritten = [op for block in list(walk_blocks(fn)) for op in ops_in(block) if _clamp_outward(op, ranges)]
+        # Erased only now: the ranges are memoized by value, and a value created after an erase may
+        # reuse an erased one's storage (and so its stale bounds).
+        for op in rewritten:
+            _erase_unused(op)
+        clamps += len(rewritten)
     return clamps + _fold_all(module, lambda fn: _elements, regs_first=False)
 
 
@@ -98,11 +101,12 @@ def _fold_all(module: ir.Module, cost_of: Callable[[ir.Operation], Cost], regs_f
 _CLAMPS = ("arith.minsi", "arith.maxsi")
 
 
-def _clamp_outward(op: ir.Operation, ranges: IntRanges) -> int:
+def _clamp_outward(op: ir.Operation, ranges: IntRanges) -> bool:
     """`clamp(t + s, c)` as `clamp(t, c - s) + s` (s, c scalars, t a tile, the sum used only here),
-    where neither `t + s` nor `c - s` can wrap; 1 if rewritten."""
+    where neither `t + s` nor `c - s` can wrap; True if op's uses now take the new form (op is left
+    for the caller to erase)."""
     if op.name not in _CLAMPS or not _i32_tile(op.result):
-        return 0
+        return False
     for i in (0, 1):
         total, bound = op.operands[i], splat_scalar(op.operands[1 - i])
         add = defining_op(total)
@@ -119,9 +123,8 @@ def _clamp_outward(op: ir.Operation, ranges: IntRanges) -> int:
                 clamped = (arith.MinSIOp if op.name == "arith.minsi" else arith.MaxSIOp)(t, splat).result
                 new = arith.AddIOp(clamped, tile_op("splat", [s], [t.type]).result).result
             op.result.replace_all_uses_with(new)
-            _erase_unused(op)
-            return 1
-    return 0
+            return True
+    return False
 
 
 def _difference_exact(c: ir.Value, s: ir.Value, ranges: IntRanges) -> bool:
@@ -137,12 +140,11 @@ def _difference_exact(c: ir.Value, s: ir.Value, ranges: IntRanges) -> bool:
     limits = ranges.index_limits(loop)
     x, offsets = c, [0]  # c = x + offsets[-1], each partial sum x + offsets[i] an op of the chain
     while x not in limits:
-        op = defining_op(x)
-        constant = None if op is None or op.name not in _SUMS else constant_int(op.operands[1])
-        if constant is None or len(offsets) > 16:
+        found = constant_offset(x)
+        if found is None or len(offsets) > 16:
             return False
-        x = op.operands[0]
-        offsets = [o + (constant if op.name == "arith.addi" else -constant) for o in offsets] + [0]
+        x = found[0]
+        offsets = [o + found[1] for o in offsets] + [0]
     x_lo, x_hi = max(ranges.of(x)[0], s_lo - limits[x]), ranges.of(x)[1]
     exact = all(FULL[0] <= x_lo + o and x_hi + o <= FULL[1] for o in offsets)
     return exact and offsets[0] - limits[x] >= FULL[0]

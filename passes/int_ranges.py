@@ -47,6 +47,20 @@ def loop_index_of(v: ir.Value) -> ir.Operation | None:
     return loop if step is not None and step > 0 else None
 
 
+def constant_offset(v: ir.Value) -> tuple[ir.Value, int] | None:
+    """(x, k) where v is `x + k` or `x - k` written with a constant k (an i32 op: it may wrap), or
+    None."""
+    op = defining_op(v)
+    if op is None or op.name not in ("arith.addi", "arith.subi"):
+        return None
+    a, b = op.operands
+    k = uniform_constant_int(b)
+    if k is not None:
+        return a, (k if op.name == "arith.addi" else -k)
+    k = uniform_constant_int(a)
+    return (b, k) if k is not None and op.name == "arith.addi" else None
+
+
 class IntRanges:
     """Bounds of the i32 values of one kernel function (memoized)."""
 
@@ -111,10 +125,9 @@ class IntRanges:
             if op.name == "arith.minsi":
                 for operand in op.operands:
                     below(operand, k, depth + 1)
-            elif op.name in ("arith.addi", "arith.subi") and self._exact(op):
-                c = uniform_constant_int(op.operands[1])
-                if c is not None:
-                    below(op.operands[0], k + (c if op.name == "arith.addi" else -c), depth + 1)
+            elif constant_offset(x) is not None and self._exact(op):
+                y, c = constant_offset(x)
+                below(y, k + c, depth + 1)
             elif op.name == "arith.select":
                 a, b = op.operands[1], op.operands[2]
                 if self.of(b)[1] <= lb_lo:  # choosing b leaves the loop empty: in the body, a

@@ -107,3 +107,24 @@ def test_row_clamp_as_written_compiles_like_hand_folded(arch: str) -> None:
             want[:blocks] = x[np.minimum(np.arange(blocks), seqlen - 1)]
         np.testing.assert_array_equal(y, want, err_msg=f"seqlen {seqlen}")
         np.testing.assert_array_equal(z, np.minimum(np.arange(rows), c - 1).astype(np.int32), err_msg=f"c {c}")
+
+
+CHAIN = Path(__file__).resolve().parent / "kernels" / "clamp_chain.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_clamp_chain_matches_numpy(arch: str) -> None:
+    """A clamp whose sum is built on an earlier rewritten clamp is judged on the IR as rewritten:
+    bounds remembered for ops the pass erased once let `maximum(v + s, 0)` be rewritten although
+    `v + s` wraps (found by an adversarial sweep, session 45)."""
+    k = compile_source(CHAIN.read_text(), str(CHAIN), arch)
+    device = EmulatorDevice(arch)
+    ms = np.arange(32, dtype=np.int64)
+    for a, b in ((-2000, -2**31), (-7, 5), (3, 2**31 - 1), (-2**31, 900)):
+        z = np.zeros(32, np.int32)
+        launch(k, z, a, b, device=device)
+        s = max(min(a, 0), -2000)
+        c = min(max(b, -2**31 + 1000), 1000)
+        v = np.minimum(ms + s, c)
+        wrapped = (v + s + 2**31) % 2**32 - 2**31
+        np.testing.assert_array_equal(z, np.maximum(wrapped, 0).astype(np.int32), err_msg=f"a {a}, b {b}")

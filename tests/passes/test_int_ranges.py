@@ -41,6 +41,9 @@ module attributes {tile.arch = "gfx942"} {
     scf.for %j = %m to %n step %c32 : i32 {
       %j1 = arith.addi %j, %c1 {name = "j+1"} : i32
     }
+    %n1_left = arith.addi %c1, %q {name = "1+n/32"} : i32
+    scf.for %k = %c0 to %n1_left step %c32 : i32 {
+    }
     return
   }
 }
@@ -95,7 +98,9 @@ def test_bounds(analysed, name: str, want: tuple[int, int]) -> None:
 def test_index_limits(analysed) -> None:
     """In the first loop, i < end = select(live, min(m, loaded), 0): the choice 0 leaves the loop
     empty (it starts at max(m, 0) >= 0), so i <= m - 1 and i <= loaded - 1. The second loop's
-    index is below its end, the argument %n."""
+    index is below its end, the argument %n; the third's below 1 + n/32 (a constant on the left,
+    a sum that cannot wrap), so at most n/32."""
     _, limits = analysed
     assert limits[0] == {"end": -1, "min(m,loaded)": -1, "arg1": -1, "loaded": -1}
     assert limits[1] == {"arg0": -1}
+    assert limits[2] == {"1+n/32": -1, "n/32": 0}
