@@ -213,3 +213,58 @@ def test_cli_output_paths_and_odd_files(tmp_path: Path, capsys: pytest.CaptureFi
     (out / "gemm.gfx942.s").write_bytes(b"\xff\xfe binary")
     assert main(["inspect", str(out)]) == 2
     assert "gemm.gfx942.s: not a readable assembly listing" in capsys.readouterr().err
+
+
+TWO_OUTPUTS = """kernel two_outputs(x: tensor[f32](R, C), a: tensor[f32](R, C), b: tensor[f32](R, C)) grid(R) waves(1) {
+    let r = program_id(0);
+    let c = arange(0, 64);
+    let v = load(x[r, c], mask=c < C, other=0.0);
+    store(a[r, c], v + 100.0, mask=c < C);
+    store(b[r, c], v + 200.0, mask=c < C);
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
+def test_outputs_that_are_views_of_one_array(arch: str) -> None:
+    """numpy outputs are copied back element by element: two views of one array side by side (column
+    halves, interleaved rows) both keep their results, where copying back each view's byte span
+    wrote one's stale gaps over the other's results. Views that share elements are refused."""
+    kernel, dev = compile_source(TWO_OUTPUTS, "two_outputs.tile", arch), EmulatorDevice(arch)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    halves = np.zeros((3, 8), np.float32)
+    launch(kernel, x, halves[:, :4], halves[:, 4:], device=dev)
+    np.testing.assert_array_equal(halves, np.concatenate([x + 100, x + 200], axis=1))
+    rows = np.zeros((6, 4), np.float32)
+    launch(kernel, x, rows[0::2], rows[1::2], device=dev)
+    np.testing.assert_array_equal(rows, np.stack([x + 100, x + 200], axis=1).reshape(6, 4))
+    for a, b in ((halves[:, :4], halves[:, :4]), (halves[:, :4], halves[:, 2:6])):
+        with pytest.raises(ValueError, match="arguments 'a' and 'b': the kernel writes both, and they share elements"):
+            launch(kernel, x, a, b, device=dev)
+
+
+def test_launch_and_compile_argument_types() -> None:
+    """Wrong argument types are errors naming the argument, not failures deep inside; a DeviceArray
+    whose shape's product passes 2**63 is not taken for an empty one (its view checked, not skipped);
+    a long double beyond f64's range does not become an f32 infinity."""
+    from tiledsl.load import load_kernel
+
+    with pytest.raises(TypeError, match="defines must be a mapping"):
+        compile_source(TWO_OUTPUTS, "two_outputs.tile", "gfx942", [("B", "1")])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="source must be a str, got bytes"):
+        compile_source(TWO_OUTPUTS.encode(), "two_outputs.tile", "gfx942")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="path: expected a file or directory path"):
+        load_kernel(None)  # type: ignore[arg-type]
+    dev = EmulatorDevice("gfx942")
+    small = DeviceArray.from_numpy(dev, np.arange(8, dtype=np.float32))
+    huge = DeviceArray(small.buffer, (2**29, 2**29, 64), np.float32, (0, 0, 1))
+    assert huge.size == 2**64
+    kernel = compile_source(TWO_OUTPUTS, "two_outputs.tile", "gfx942")
+    with pytest.raises(ValueError, match="argument 'x'"):
+        launch(kernel, DeviceArray(small.buffer, (2**31 + 1, 2**31 + 1), np.float32, (0, 1)),
+               np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32), device=dev)
+    scalar = compile_source("kernel fill(y: tensor[f32](N), a: f32) grid(1) waves(1) {\n"
+                            "    let c = arange(0, 64);\n    store(y[c], zeros([64], f32) + a, mask=c < N);\n}\n",
+                            "fill.tile", "gfx942")
+    with pytest.raises(ValueError, match="argument 'a': .* does not fit in f32"):
+        launch(scalar, np.zeros(4, np.float32), np.longdouble("1e4000"), device=dev)

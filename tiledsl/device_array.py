@@ -7,6 +7,7 @@ the same checks as for numpy arrays, plus one more: the view must lie inside its
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,7 @@ class DeviceArray:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)  # Python ints: np.prod wraps past 2**63 (to 0, "empty")
 
     @property
     def address(self) -> int:

@@ -328,6 +328,11 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
     (options.dump_ir_dir) always compiles, but still stores its result. The input of a stage that
     fails is saved under options.failure_dir, else the cache's `reports` directory (the default
     cache directory's without a cache)."""
+    for what, value in (("source", source), ("filename", filename)):
+        if not isinstance(value, str):
+            raise TypeError(f"compile_source: {what} must be a str, got {type(value).__name__}")
+    if defines is not None and not isinstance(defines, Mapping):
+        raise TypeError(f"compile_source: defines must be a mapping of names to values, got {type(defines).__name__}")
     arch_row = get_arch(arch)
     clean = _validate_defines(defines or {})
     opts = _options_for(arch_row.name, clean, options)

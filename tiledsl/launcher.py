@@ -9,6 +9,7 @@ and what was given -- never a memory fault on the device.
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 import struct
 from collections.abc import Mapping, Sequence
@@ -177,7 +178,10 @@ def _pack_scalar(dtype: str, value: Any, name: str) -> bytes:
         if not isinstance(value, int | float | np.floating | np.integer) or isinstance(value, bool):
             raise ValueError(f"argument '{name}': expected an f32 number, got {value!r}")
         try:
-            return struct.pack("<f", float(value))
+            number = float(value)
+            if math.isinf(number) and not np.isinf(value):  # a wider float (np.longdouble) past f64's range
+                raise OverflowError
+            return struct.pack("<f", number)
         except OverflowError:
             raise ValueError(f"argument '{name}': {value!r} does not fit in f32 (largest finite "
                              f"{float(np.finfo(np.float32).max):.6g})") from None
@@ -228,7 +232,9 @@ def prepare(manifest: dict, args: Sequence[Any], kwargs: Mapping[str, Any]) -> P
         given[k] = v
     missing = [p for p in params if p not in given]
     if missing:
-        raise ValueError(f"{manifest['kernel']}(): missing argument(s) {', '.join(missing)}")
+        hint = ("; `device=` is the launcher's own keyword: pass the kernel's argument 'device' by position"
+                if "device" in missing else "")
+        raise ValueError(f"{manifest['kernel']}(): missing argument(s) {', '.join(missing)}{hint}")
     symbols: dict[str, _Symbol] = {}
     tensors = [_check_tensor(spec, given[spec["name"]], symbols, manifest.get("arch")) for spec in manifest["tensors"]]
     scalars = {s["name"]: given[s["name"]] for s in manifest["scalars"]}
@@ -254,7 +260,36 @@ def prepare(manifest: dict, args: Sequence[Any], kwargs: Mapping[str, Any]) -> P
 
 
 def _raw(array: np.ndarray, span: int) -> bytes:
-    return ctypes.string_at(array.ctypes.data, span) if span else b""
+    """The `span` bytes from the array's first element (ctypes.string_at takes a C int size: past
+    2 GiB it truncated or failed)."""
+    return bytes((ctypes.c_char * span).from_address(array.ctypes.data)) if span else b""
+
+
+def _copy_back(t: _Tensor, data: bytes) -> None:
+    """The kernel's values of t's elements into the array, element by element: the bytes between
+    them (another argument's elements, for views of one array) are left as they are."""
+    arr = t.array
+    itemsize = arr.dtype.itemsize
+    view = np.ndarray(arr.shape, arr.dtype, buffer=data, strides=[s * itemsize for s in t.strides])
+    arr[...] = view
+
+
+def _check_written_apart(tensors: Sequence[_Tensor], written: set[str]) -> None:
+    """numpy arguments are copied in and back one by one, so two written ones that share an element
+    would have one's results overwrite the other's: refused (elements side by side are fine)."""
+    arrays = [t for t in tensors if isinstance(t.array, np.ndarray) and t.span and t.name in written]
+    for i, a in enumerate(arrays):
+        for b in arrays[i + 1:]:
+            if _share(a.array, b.array):
+                raise ValueError(f"arguments '{a.name}' and '{b.name}': the kernel writes both, and they share "
+                                 "elements (views of one array); pass separate arrays")
+
+
+def _share(a: np.ndarray, b: np.ndarray) -> bool:
+    try:
+        return bool(np.shares_memory(a, b, max_work=1 << 20))
+    except np.exceptions.TooHardError:
+        return True
 
 
 def _free_all(device: Any, buffers: Sequence[Any], failing: bool) -> None:
@@ -308,11 +343,6 @@ def launch_prepared(kernel: Any, prep: PreparedLaunch, device: Any = None) -> Pr
     device_arch = getattr(device_arch, "name", device_arch)
     if device_arch is not None and device_arch != manifest["arch"]:
         raise ValueError(f"kernel compiled for {manifest['arch']} cannot run on a {device_arch} device")
-    if 0 in prep.grid:
-        return prep
-    problem = launch_dims_problem(prep.grid, prep.block)
-    if problem:
-        raise ValueError(f"{manifest['kernel']}: {problem} (grid {manifest['grid']} for these arguments)")
     for t in prep.tensors:
         if isinstance(t.array, DeviceArray):
             if t.array.device is not device:
@@ -320,6 +350,14 @@ def launch_prepared(kernel: Any, prep: PreparedLaunch, device: Any = None) -> Pr
                                  f"kernel runs on {device_label(device)}")
             if t.array.buffer.freed:
                 raise ValueError(f"argument '{t.name}': its DeviceArray was freed")
+    # Only what the kernel may write goes back (manifests without the field: everything).
+    written = {spec["name"] for spec in manifest["tensors"] if spec.get("written", True)}
+    _check_written_apart(prep.tensors, written)
+    if 0 in prep.grid:
+        return prep
+    problem = launch_dims_problem(prep.grid, prep.block)
+    if problem:
+        raise ValueError(f"{manifest['kernel']}: {problem} (grid {manifest['grid']} for these arguments)")
     fn = device.kernel(kernel.hsaco, manifest["symbol"])
     buffers = {}  # numpy arguments get a device copy of the memory their view spans
     addresses = {}
@@ -338,12 +376,9 @@ def launch_prepared(kernel: Any, prep: PreparedLaunch, device: Any = None) -> Pr
         device.launch(fn, prep.grid, prep.block, kernargs, dynamic_lds=0,
                       tensors=tensor_args(manifest, prep.tensors, addresses))
         device.synchronize()
-        # Only what the kernel may write goes back (manifests without the field: everything).
-        written = {spec["name"] for spec in manifest["tensors"] if spec.get("written", True)}
         for t in prep.tensors:
             if t.name in buffers and t.name in written and t.span and t.array.flags.writeable:
-                data = device.copy_out(buffers[t.name], t.span)
-                ctypes.memmove(t.array.ctypes.data, data, t.span)
+                _copy_back(t, device.copy_out(buffers[t.name], t.span))
         failing = False
     finally:
         _free_all(device, list(buffers.values()), failing)

@@ -31,6 +31,8 @@ def load_kernel(path: str | os.PathLike[str], name: str | None = None, arch: str
 
     if arch is not None and arch not in ARCH_NAMES:
         raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)}, got {arch!r}")
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path: expected a file or directory path, got {type(path).__name__}")
     p = Path(path).expanduser()
     if p.is_dir():
         if (p / "index.json").exists():
