@@ -208,7 +208,45 @@ def test_bad_input_is_a_value_error_before_any_launch():
     shared = np.lib.stride_tricks.as_strided(row, ckc.shape, (row.strides[0], 0, *row.strides[2:]), writeable=True)
     bad(r"k_cache: the new rows are written into the cache in place, but its elements overlap in memory",
         k=k, v=k, kc=shared, vc=cvc, block_table=None)
+    # Appends that would race (session 45's sweep): one cache for keys and values; two sequences
+    # writing one page slot; a sequence writing into a page another reads below its length.
+    bad("k_cache and v_cache: .* share memory", k=k, v=k, kc=ckc, vc=ckc, block_table=None)
+    bad("k_cache and v_cache: .* share memory", k=k, v=k, kc=ckc[:, :16], vc=ckc[:, 8:], block_table=None)
+    k1 = k[:, :1]
+    bad(r"sequence 1 appends into page 2 slots 5..5, which sequence 0's entry \[0, 0\] also uses",
+        k=k1, v=k1, cache_seqlens=np.array([5, 5], np.int32), block_table=np.array([[2], [2]], np.int32))
+    bad(r"sequence 0 appends into page 2 slots 4..4, which sequence 1's entry \[1, 0\] also uses",
+        k=k1, v=k1, cache_seqlens=np.array([20, 10], np.int32), block_table=np.array([[1, 2], [2, 3]], np.int32))
     assert dev.launches == []
+
+
+def test_appends_race_free_and_without_query_rows():
+    """A page both sequences read below their lengths (a shared prefix) is fine to share while each
+    appends into its own; an append with no query rows (Sq = 0) still writes the cache (it was
+    skipped with the attention); a transposed DeviceArray block table is taken (copied)."""
+    from tiledsl.device_array import DeviceArray
+
+    rng = np.random.default_rng(11)
+    kc, vc = paged_cache(rng, 4, 16, 1, 64)
+    k, v = (rng.standard_normal((2, 1, 1, 64)).astype(np.float16) for _ in range(2))
+    q = rng.standard_normal((2, 1, 1, 64)).astype(np.float16)
+    lens, table = np.array([16, 16], np.int32), np.array([[0, 1], [0, 2]], np.int32)
+    want = fmha_fwd_kvcache_reference(q, kc.copy(), vc.copy(), cache_seqlens=lens, block_table=table, k=k, v=v)
+    dev = EmulatorDevice("gfx942")
+    kc2, vc2 = kc.copy(), vc.copy()
+    out = fmha_fwd_kvcache(q, kc2, vc2, cache_seqlens=lens, block_table=table, k=k, v=v, device=dev)
+    np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), atol=2e-3)
+    assert np.array_equal(kc2[1, 0], k[0, 0]) and np.array_equal(kc2[2, 0], k[1, 0])
+    kc3, vc3 = kc.copy(), vc.copy()
+    empty = fmha_fwd_kvcache(q[:, :0], kc3, vc3, cache_seqlens=np.array([3, 7], np.int32),
+                             block_table=np.array([[0, 1], [2, 3]], np.int32), k=k, v=v, device=dev)
+    assert empty.shape == (2, 0, 1, 64)
+    assert np.array_equal(kc3[0, 3], k[0, 0]) and np.array_equal(vc3[2, 7], v[1, 0])
+    transposed = DeviceArray.from_numpy(dev, np.ascontiguousarray(table.T)).transpose(1, 0)
+    qd, kd, vd = (DeviceArray.from_numpy(dev, x) for x in (q, kc, vc))
+    got = fmha_fwd_kvcache(qd, kd, vd, cache_seqlens=lens, block_table=transposed)
+    base = fmha_fwd_kvcache(q, kc, vc, cache_seqlens=lens, block_table=table, device=dev)
+    np.testing.assert_array_equal(got.numpy(), base)
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)

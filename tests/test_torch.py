@@ -266,6 +266,12 @@ def test_default_device_setting_and_context():
     (lambda q: tt.flash_attn_varlen_func(q[0], q[0], q[0], torch.tensor([0, 4.0]), torch.tensor([0, 4]), 4, 4,
                                          arch="gfx942"), ValueError, "cu_seqlens_q: expected a 1-D int32"),
     (lambda q: tt.flash_attn_with_kvcache(q, q, q, k=q, v=q, arch="gfx942"), ValueError, "cache_seqlens: needed"),
+    # Session 45's sweep: a float max_seqlen was truncated; a numpy table's error said "got int32".
+    (lambda q: tt.flash_attn_varlen_func(q[0], q[0], q[0], torch.tensor([0, 4], dtype=torch.int32),
+                                         torch.tensor([0, 4], dtype=torch.int32), 4.9, 4, arch="gfx942"),
+     ValueError, "max_seqlen_q: expected an int, got 4.9"),
+    (lambda q: tt.flash_attn_with_kvcache(q, q, q, cache_seqlens=np.array([1], np.int32), arch="gfx942"),
+     ValueError, "cache_seqlens: expected an int32 tensor, got ndarray"),
 ])
 def test_unsupported_and_bad_arguments_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):

@@ -25,7 +25,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, head_dim_units, pack_gqa, padded_hdim, unit_defines
-from tiledsl.launcher import BUFFER_REACH, elements_overlap
+from tiledsl.launcher import BUFFER_REACH, elements_overlap, span_bytes
 from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import CausalArg
@@ -115,12 +115,55 @@ def _host_ints(name: str, x: Any, shape: tuple[int, ...] | None, what: str) -> n
     if not np.issubdtype(arr.dtype, np.integer) or (shape is not None and arr.shape != shape):
         want = what if shape is None else f"shape {shape} ({what})"
         raise ValueError(f"{name}: expected an integer array of {want}, got {arr.dtype} {arr.shape}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:  # astype would wrap it
+        raise ValueError(f"{name}: entry {int(arr.max())} is out of range")
     return arr.astype(np.int64)
 
 
+def _check_paged_writes(table: np.ndarray, seqlens: np.ndarray, total: np.ndarray, page_size: int) -> None:
+    """The append writes each sequence's new rows into its pages: no slot it writes may be one that
+    another sequence (or the same one through another table entry) reads or writes, since
+    workgroups run in no set order (pages shared for a common prefix stay fine: only what lies
+    below every reader's length is read). Refused, as for the contiguous cache's entries."""
+    writes: dict[int, list[tuple[int, int, int, int]]] = {}  # page -> (sequence, block, first, end slot)
+    for b, (start, end) in enumerate(zip(seqlens.tolist(), total.tolist(), strict=True)):
+        for j in range(start // page_size, -(-end // page_size)):
+            lo, hi = max(start - j * page_size, 0), min(end - j * page_size, page_size)
+            writes.setdefault(int(table[b, j]), []).append((b, j, lo, hi))
+    pages = -(-total // page_size)
+    for b2 in range(len(total)):
+        used = table[b2, :pages[b2]]
+        for j2 in np.flatnonzero(np.isin(used, list(writes))).tolist():
+            read_end = min(int(total[b2]) - j2 * page_size, page_size)  # slots b2 reads (and writes) there
+            for b, j, lo, hi in writes[int(used[j2])]:
+                if (b, j) != (b2, j2) and lo < read_end:
+                    whose = "its own" if b == b2 else f"sequence {b2}'s"
+                    raise ValueError(f"block_table: sequence {b} appends into page {int(used[j2])} slots "
+                                     f"{lo}..{hi - 1}, which {whose} entry [{b2}, {j2}] also uses (slots "
+                                     f"0..{read_end - 1}); sequences must append into pages of their own")
+
+
+def _share_memory(a: Any, b: Any) -> bool:
+    """Whether two numpy arrays, or two DeviceArrays, may share an element's bytes."""
+    if isinstance(a, DeviceArray) and isinstance(b, DeviceArray):
+        if a.buffer is not b.buffer or not a.size or not b.size:
+            return False
+        starts = [x.offset * x.dtype.itemsize for x in (a, b)]
+        spans = [(s, s + span_bytes(x.shape, x.strides, x.dtype.itemsize))
+                 for s, x in zip(starts, (a, b), strict=True)]
+        return spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        try:
+            return bool(np.shares_memory(a, b, max_work=1 << 20))
+        except np.exceptions.TooHardError:
+            return True
+    return False
+
+
 def _kernel_ints(x: Any, host: np.ndarray) -> Any:
-    """What a kernel gets for an integer argument: the caller's int32 DeviceArray, else int32 numpy."""
-    if isinstance(x, DeviceArray) and x.dtype == np.int32:
+    """What a kernel gets for an integer argument: the caller's int32 DeviceArray (with a unit last
+    stride, as the kernels take it), else int32 numpy."""
+    if isinstance(x, DeviceArray) and x.dtype == np.int32 and (not x.ndim or x.shape[-1] <= 1 or x.strides[-1] == 1):
         return x
     return np.ascontiguousarray(host, dtype=np.int32)
 
@@ -240,6 +283,9 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                 raise ValueError(f"{name}: the new rows are written into the cache in place, but its elements "
                                  f"overlap in memory (shape {tuple(x.shape)}, strides {tuple(strides)} elements); "
                                  "pass a cache whose elements are distinct")
+        if _share_memory(k_cache, v_cache):
+            raise ValueError("k_cache and v_cache: the new keys and values are written into them, but they share "
+                             "memory (the same array, or views of one); pass separate caches")
     total = seqlens + s_new  # keys per sequence after the append
 
     # Where the keys live.
@@ -263,6 +309,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                 j = int(np.argmax(bad))
                 raise ValueError(f"block_table: entry [{b}, {j}] = {int(used[j])} is not a page of the cache "
                                  f"(0..{n_entries - 1})")
+        if s_new:
+            _check_paged_writes(table, seqlens, total, s_cache)
         entries = np.zeros(batch, np.int32)  # unused (the kernels' shapes want one per sequence)
         table_arg = _kernel_ints(block_table, table)
     else:
@@ -318,7 +366,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     else:
         out = np.zeros(out_shape, dtype=q.dtype)
         lse = np.full((b4, hq, sq), -np.inf, np.float32)
-    if batch and sq and max_q:
+    if batch and (sq and max_q or s_new):  # no query rows: still the append
         contiguous = unit_last_stride(q4, k_cache, v_cache, *([k, v] if k is not None else [])) \
             and rows_apart(q4, k_cache, v_cache, k, v)
         out4 = _to_bshd(out, "bshd", varlen)

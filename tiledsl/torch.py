@@ -328,7 +328,8 @@ def _int_arg(name: str, x: Any, device: Device) -> Any:
     if isinstance(x, int | np.integer) and not isinstance(x, bool):
         return int(x)
     if not isinstance(x, torch.Tensor) or x.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{name}: expected an int32 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        got = f"a tensor of {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{name}: expected an int32 tensor, got {got}")
     if _on_gpu(device) and _is_rocm(x) and x.dtype == torch.int32:
         return tensor_array(device, x.detach(), name)
     return _host_view(x.cpu())
@@ -521,10 +522,13 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
 
 
 def _max_seqlen(name: str, x: Any) -> int:
-    try:
+    """An int, a numpy integer or a one-element integer tensor (what `seqlens.max()` gives); a float
+    or a string is refused, not truncated."""
+    if isinstance(x, torch.Tensor) and x.numel() == 1 and not x.is_floating_point() and x.dtype != torch.bool:
+        return int(x.item())
+    if isinstance(x, int | np.integer) and not isinstance(x, bool):
         return int(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected an int, got {x!r}") from None
+    raise ValueError(f"{name}: expected an int, got {x!r}")
 
 
 def _paged_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: np.ndarray, cu_k: np.ndarray,
@@ -588,7 +592,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     for name, x in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
         if x is not None:
             if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-                raise ValueError(f"{name}: expected a float tensor [S_ro, rotary_dim / 2], got {type(x).__name__}")
+                got = f"a tensor of {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+                raise ValueError(f"{name}: expected a float tensor [S_ro, rotary_dim / 2], got {got}")
             rotary[name] = x.detach().float().cpu().numpy()
     with _scope(dev):
         got = fmha_fwd_kvcache(
