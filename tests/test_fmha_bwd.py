@@ -97,6 +97,17 @@ def test_bwd_window_sink_bhsd_unequal_head_dims(arch):
     assert_grads_close(got, ref, np.float16)
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_bwd_small_qk_head_dim_beside_a_large_v(arch):
+    """D_QK 32 beside D_V 128: the row chosen by the larger head dim has more waves than the key
+    walk's [32, BLOCK_M] dQ^T has matrix tiles, so dQ takes its own walk (it failed to compile on
+    every arch but gfx1100; found by an adversarial sweep, session 45)."""
+    assert bwd_config(arch, 32, 128).dq_loop
+    q, k, v, do = inputs(sq=50, sk=70, hq=2, hk=2, d=32, dv=128, seed=9)
+    got, ref = run(arch, do, q, k, v, causal=True)
+    assert_grads_close(got, ref, np.float16)
+
+
 @pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
 @pytest.mark.parametrize("d", [128, 256])
 def test_bwd_large_head_dims(arch, d):

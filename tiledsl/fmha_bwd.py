@@ -153,16 +153,28 @@ def bwd_config(arch: str, hdim_q: int, hdim_v: int, dbias: bool = False, dropout
     hdim = max(padded_hdim(hdim_q), padded_hdim(hdim_v))
     name = get_arch(arch).name
     if (bias or dbias or not contiguous) and hdim in BWD_WALK_CONFIGS.get(name, {}):
-        return BWD_WALK_CONFIGS[name][hdim]
-    if dropout and hdim in BWD_DROPOUT_CONFIGS.get(name, {}):
-        return BWD_DROPOUT_CONFIGS[name][hdim]
-    if dbias and hdim in BWD_DBIAS_CONFIGS.get(name, {}):
-        return BWD_DBIAS_CONFIGS[name][hdim]
-    if (bias or dbias) and hdim in BWD_BIAS_CONFIGS.get(name, {}):
-        return BWD_BIAS_CONFIGS[name][hdim]
-    if masked and hdim in BWD_MASKED_CONFIGS.get(name, {}):
-        return BWD_MASKED_CONFIGS[name][hdim]
-    return BWD_CONFIGS[name][hdim]
+        cfg = BWD_WALK_CONFIGS[name][hdim]
+    elif dropout and hdim in BWD_DROPOUT_CONFIGS.get(name, {}):
+        cfg = BWD_DROPOUT_CONFIGS[name][hdim]
+    elif dbias and hdim in BWD_DBIAS_CONFIGS.get(name, {}):
+        cfg = BWD_DBIAS_CONFIGS[name][hdim]
+    elif (bias or dbias) and hdim in BWD_BIAS_CONFIGS.get(name, {}):
+        cfg = BWD_BIAS_CONFIGS[name][hdim]
+    elif masked and hdim in BWD_MASKED_CONFIGS.get(name, {}):
+        cfg = BWD_MASKED_CONFIGS[name][hdim]
+    else:
+        cfg = BWD_CONFIGS[name][hdim]
+    return _fit_waves(cfg, padded_hdim(hdim_q))
+
+
+def _fit_waves(cfg: BwdConfig, hd_q: int) -> BwdConfig:
+    """The rows are chosen by the larger head dim; with a much smaller D_QK (32 beside a V of 128),
+    the key walk's dQ^T = K^T dS^T, [D_QK, BLOCK_M], may hold fewer 16x16 matrix tiles than the row
+    has waves, which no matrix instruction can split: dQ then takes its own walk, whose dQ tile
+    [64, D_QK] has enough."""
+    if cfg.dq_loop or (hd_q // 16) * (cfg.block_m // 16) >= cfg.waves:
+        return cfg
+    return dataclasses.replace(cfg, dq_block=(64, 32))
 
 
 @dataclass(frozen=True)
