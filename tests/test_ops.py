@@ -46,6 +46,7 @@ BAD = [
     (lambda q, k, v: dict(scale=1e39), "scale: expected a finite number within f32 range, got 1e"),
     (lambda q, k, v: dict(scale=True), "scale: expected a finite number within f32 range, got True"),
     (lambda q, k, v: dict(softcap=True), "softcap: expected a finite number >= 0 within f32 range"),
+    (lambda q, k, v: dict(softcap=1e6), "softcap: expected at most 1000 .0 = off., got 1000000.0"),
     (lambda q, k, v: dict(causal=1.0), "causal: expected a bool, 'top_left' or 'bottom_right', got 1.0"),
     (lambda q, k, v: dict(return_lse="yes"), "return_lse: expected a bool, got 'yes'"),
     (lambda q, k, v: dict(q=np.broadcast_to(q[:, :1], (1, 2**30, 2, 64))),

@@ -272,6 +272,12 @@ def test_default_device_setting_and_context():
      ValueError, "max_seqlen_q: expected an int, got 4.9"),
     (lambda q: tt.flash_attn_with_kvcache(q, q, q, cache_seqlens=np.array([1], np.int32), arch="gfx942"),
      ValueError, "cache_seqlens: expected an int32 tensor, got ndarray"),
+    (lambda q: tt.flash_attn_func(q, q, q, alibi_slopes=torch.ones(2, device="meta"), arch="gfx942"), ValueError,
+     "alibi_slopes: on meta"),
+    (lambda q: tt.flash_attn_func(q, q, q, window_size=(2**31, 0), arch="gfx942"), ValueError, "window_size: "),
+    (lambda q: tt.flash_attn_func(q, q, q, softcap=1e6, arch="gfx942"), ValueError, "softcap: expected at most"),
+    (lambda q: tt.flash_attn_with_kvcache(q, q, q, cache_seqlens=4, return_softmax_lse="no", arch="gfx942"),
+     ValueError, "return_softmax_lse: expected a bool"),
 ])
 def test_unsupported_and_bad_arguments_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):

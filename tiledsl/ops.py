@@ -151,6 +151,11 @@ def check_max_seqlen(name: str, given: Any, longest: int, rows: int) -> int:
 
 
 WINDOW_UNLIMITED = 2**30  # window sides from here on mean -1: longer than any sequence (rows are i32 indices)
+# The kernels cap logits as softcap * tanh(s / softcap) with the fast tanh (docs/language.md), whose
+# error near 0 is absolute, about 2e-7: times the cap, a logit error of 2e-4 at this bound, below
+# f16's precision (caps in use are 30-50). Larger caps are refused rather than computed inexactly
+# (at 1e6 outputs were off by 0.07).
+SOFTCAP_MAX = 1000.0
 
 
 def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg, window: Any,
@@ -162,6 +167,10 @@ def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg
         raise ValueError(f"scale: expected a finite number within f32 range, got {scale!r}")
     if not _f32_number(softcap) or softcap < 0:
         raise ValueError(f"softcap: expected a finite number >= 0 within f32 range (0 = off), got {softcap!r}")
+    if softcap > SOFTCAP_MAX:
+        raise ValueError(f"softcap: expected at most {SOFTCAP_MAX:g} (0 = off), got {softcap!r}: the kernels' tanh "
+                         "is exact to about 2e-7 absolute near 0, an error a larger cap scales past f16's precision "
+                         "(caps in use are 30-50); pass 0 for no cap")
     if not (isinstance(causal, bool | np.bool_) or causal in ("top_left", "bottom_right")):
         raise ValueError(f"causal: expected a bool, 'top_left' or 'bottom_right', got {causal!r}")
     if not (isinstance(window, tuple | list) and len(window) == 2
@@ -464,7 +473,7 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     layout "bshd", [B, H, S, D] for "bhsd"; group (varlen) mode with cu_seqlens_q/cu_seqlens_k:
     q [total_q, Hq, D] etc. Hq must be a multiple of Hk (GQA/MQA). causal: False, True (bottom-
     right aligned, flash-attention's convention), "top_left" or "bottom_right"; window (left,
-    right), -1 = unlimited (as is any size of 2**30 or more). softcap > 0 caps logits with tanh;
+    right), -1 = unlimited (as is any size of 2**30 or more). softcap in (0, 1000] caps logits with tanh;
     sink: f32 [Hq] logits joining the denominator. A row whose keys are all masked gives output 0 and LSE -inf.
     Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
     LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]). q, k, v may be numpy arrays (copied to the

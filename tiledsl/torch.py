@@ -286,6 +286,10 @@ def _rocm_device(d: torch.device) -> TorchHipDevice:
 def _host_view(t: torch.Tensor) -> np.ndarray:
     """A CPU tensor as a numpy view of its memory, any strides (bf16 through int16: no copy)."""
     t = t.detach()
+    wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)  # private API
+    if wrapped is not None and wrapped(t):  # vmap/grad transforms: no storage to read
+        raise ValueError("tiledsl.torch: torch.func transforms (vmap, grad, jacrev) are not supported; call the "
+                         "function on plain tensors (batch with a leading dim instead of vmap)")
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
@@ -319,6 +323,13 @@ def _host_ints(name: str, x: torch.Tensor) -> np.ndarray:
     if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"{name}: expected a 1-D int32 tensor, got "
                          f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+    return _host_copy(name, x)
+
+
+def _host_copy(name: str, x: torch.Tensor) -> np.ndarray:
+    """A small tensor's values on the host; a meta tensor has none (said so, naming the argument)."""
+    if x.is_meta:
+        raise ValueError(f"{name}: on meta, which holds no values; pass a tensor on the CPU or the GPU")
     return x.detach().cpu().numpy()
 
 
@@ -349,21 +360,24 @@ def _alibi(alibi_slopes: Any) -> np.ndarray | None:
     if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32:
         raise ValueError(f"alibi_slopes: expected a float32 tensor [nheads] or [batch, nheads], got "
                          f"{getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)}")
-    return alibi_slopes.detach().cpu().numpy()
+    return _host_copy("alibi_slopes", alibi_slopes)
 
 
 def _check_common(q: Any, softmax_scale: Any, causal: Any, window_size: Any,
                   softcap: Any) -> tuple[float | None, tuple[int, int], float]:
     if isinstance(q, torch.Tensor) and q.dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"q: expected dtype torch.float16 or torch.bfloat16, got {q.dtype}")
-    if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, int | float)
+    if isinstance(softmax_scale, torch.Tensor) and softmax_scale.numel() == 1 and softmax_scale.is_floating_point():
+        softmax_scale = float(softmax_scale.item())  # a 0-d tensor, as some models keep it
+    if softmax_scale is not None and (isinstance(softmax_scale, bool | np.bool_)
+                                      or not isinstance(softmax_scale, int | float | np.floating | np.integer)
                                       or not math.isfinite(softmax_scale)):
         raise ValueError(f"softmax_scale: expected None or a finite number, got {softmax_scale!r}")
     if not isinstance(causal, bool):
         raise ValueError(f"causal: expected a bool, got {causal!r}")
     if not (isinstance(window_size, tuple | list) and len(window_size) == 2
-            and all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window_size)):
-        raise ValueError(f"window_size: expected a pair of ints >= -1 (left, right; -1 = unlimited), "
+            and all(isinstance(w, int) and not isinstance(w, bool) and -1 <= w < 2**31 for w in window_size)):
+        raise ValueError(f"window_size: expected a pair of ints in -1..2**31-1 (left, right; -1 = unlimited), "
                          f"got {window_size!r}")
     if isinstance(softcap, bool) or not isinstance(softcap, int | float) or not math.isfinite(softcap) or softcap < 0:
         raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {softcap!r}")
@@ -578,8 +592,9 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if cache_leftpad is not None:
         raise _not_yet("cache_leftpad", "left padding of the KV cache")
     scale, window, cap = _check_common(q, softmax_scale, causal, window_size, softcap)
-    if not isinstance(rotary_interleaved, bool):
-        raise ValueError(f"rotary_interleaved: expected a bool, got {rotary_interleaved!r}")
+    for name, flag in (("rotary_interleaved", rotary_interleaved), ("return_softmax_lse", return_softmax_lse)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}: expected a bool, got {flag!r}")
     tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
     tensors.update({n: x for n, x in (("k", k), ("v", v)) if x is not None})
     dev = _place(tensors, arch, device)
