@@ -427,3 +427,16 @@ def test_alibi_forward_backward(arch):
     assert_close(out, ref, F16, "out")
     for got, want, name in zip((q.grad, k.grad, v.grad), grads, ("dq", "dk", "dv"), strict=True):
         assert_close(got, want, F16, name)
+
+
+def test_torch_compile_runs_the_functions_eagerly():
+    """Under torch.compile the functions are a graph break (torch.compiler.disable): dynamo failed
+    inside them on the numpy bytes of a launch (found by an adversarial sweep, session 45)."""
+    q, k, v = (randn(1, 16, 2, 64).requires_grad_() for _ in range(3))
+
+    def f(q, k, v):
+        return tt.flash_attn_func(q, k, v, arch="gfx942").float().sum()
+
+    out = torch.compile(f)(q, k, v)
+    out.backward()
+    assert torch.allclose(out, f(q, k, v)) and q.grad is not None and bool(q.grad.abs().sum() > 0)

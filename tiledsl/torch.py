@@ -487,6 +487,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: _Call) -
 
 # -- flash-attention's API ---------------------------------------------------------------------
 
+@torch.compiler.disable  # torch.compile runs it eagerly (a graph break): dynamo cannot trace numpy bytes
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
                     softmax_scale: float | None = None, causal: bool = False,
                     window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
@@ -507,6 +508,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                                      alibi_slopes=_alibi(alibi_slopes), dropout=drop))
 
 
+@torch.compiler.disable  # torch.compile runs it eagerly (a graph break): dynamo cannot trace numpy bytes
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
                            dropout_p: float = 0.0, softmax_scale: float | None = None, causal: bool = False,
@@ -568,6 +570,7 @@ def _paged_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: np.nd
         return _torch(out)
 
 
+@torch.compiler.disable  # torch.compile runs it eagerly (a graph break): dynamo cannot trace numpy bytes
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             k: torch.Tensor | None = None, v: torch.Tensor | None = None,
                             rotary_cos: torch.Tensor | None = None, rotary_sin: torch.Tensor | None = None,
