@@ -473,7 +473,10 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     layout "bshd", [B, H, S, D] for "bhsd"; group (varlen) mode with cu_seqlens_q/cu_seqlens_k:
     q [total_q, Hq, D] etc. Hq must be a multiple of Hk (GQA/MQA). causal: False, True (bottom-
     right aligned, flash-attention's convention), "top_left" or "bottom_right"; window (left,
-    right), -1 = unlimited (as is any size of 2**30 or more). softcap in (0, 1000] caps logits with tanh;
+    right), -1 = unlimited (as is any size of 2**30 or more); scaled logits (q.k * scale) must stay
+    below 2**24 in magnitude, as in flash-attention (the row max is subtracted inside one fma: past
+    that its rounding error reaches exp2's argument, and rows become inf/inf). softcap in (0, 1000]
+    caps logits with tanh;
     sink: f32 [Hq] logits joining the denominator. A row whose keys are all masked gives output 0 and LSE -inf.
     Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
     LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]). q, k, v may be numpy arrays (copied to the
