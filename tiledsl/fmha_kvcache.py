@@ -25,7 +25,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, head_dim_units, pack_gqa, padded_hdim, unit_defines
-from tiledsl.launcher import BUFFER_REACH, elements_overlap, span_bytes
+from tiledsl.launcher import BUFFER_REACH, arrays_share_memory, elements_overlap, span_bytes
 from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import CausalArg
@@ -153,10 +153,7 @@ def _share_memory(a: Any, b: Any) -> bool:
                  for s, x in zip(starts, (a, b), strict=True)]
         return spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        try:
-            return bool(np.shares_memory(a, b, max_work=1 << 20))
-        except np.exceptions.TooHardError:
-            return True
+        return arrays_share_memory(a, b)
     return False
 
 

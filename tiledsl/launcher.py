@@ -280,12 +280,14 @@ def _check_written_apart(tensors: Sequence[_Tensor], written: set[str]) -> None:
     arrays = [t for t in tensors if isinstance(t.array, np.ndarray) and t.span and t.name in written]
     for i, a in enumerate(arrays):
         for b in arrays[i + 1:]:
-            if _share(a.array, b.array):
+            if arrays_share_memory(a.array, b.array):
                 raise ValueError(f"arguments '{a.name}' and '{b.name}': the kernel writes both, and they share "
                                  "elements (views of one array); pass separate arrays")
 
 
-def _share(a: np.ndarray, b: np.ndarray) -> bool:
+def arrays_share_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two numpy arrays share an element (exactly, up to a bound on the work; past it,
+    assumed to)."""
     try:
         return bool(np.shares_memory(a, b, max_work=1 << 20))
     except np.exceptions.TooHardError:
