@@ -259,7 +259,49 @@ def _check_stream_and_buffer_misuse(dev, other) -> None:
     with pytest.raises(DeviceError, match="value 256 is not a byte"):
         dev.fill(young, 256)
     np.testing.assert_array_equal(dev.from_device(young, np.float32, 16), np.arange(16))
+    # numpy integer offsets and sizes work on both devices (HIP's pointer arithmetic took them raw);
+    # floats are refused naming the argument (session 45's sweep).
+    dev.copy_in(young, np.float32([7.0]).tobytes(), np.int64(4))
+    assert np.frombuffer(dev.copy_out(young, np.int32(4), np.int64(4)), np.float32)[0] == 7.0
+    dev.fill(young, np.uint8(0), np.int64(8), np.int64(4))
+    assert np.frombuffer(dev.copy_out(young, 4, 8), np.float32)[0] == 0.0
+    for what, use in (("copy_in offset", lambda: dev.copy_in(young, b"ab", 2.0)),
+                      ("copy_out size", lambda: dev.copy_out(young, 4.0)),
+                      ("fill offset", lambda: dev.fill(young, 0, True))):
+        with pytest.raises(DeviceError, match=f"{what}: expected an integer byte count"):
+            use()
     dev.free(young)
+
+
+def _check_kernel_misuse(dev, other) -> None:
+    """A kernel of another device, of an unloaded module, or launched with a dynamic LDS that is not
+    a fitting int, is refused the same way on every device, before the runtime sees it."""
+    _asm, hsaco = compile_llvm(AXPY, dev.arch.name)
+    k = dev.kernel(hsaco, "axpy")
+    args = struct.pack("<QQfi", 0, 0, 1.0, 0)
+    with pytest.raises(DeviceError, match="the module was loaded on device object"):
+        other.launch(k, 1, 64, args)
+    for lds, match in ((-1, "dynamic_lds = -1 bytes"), (2**32, "does not fit"), (1.0, "expected an integer")):
+        with pytest.raises(DeviceError, match=match):
+            dev.launch(k, 1, 64, args, dynamic_lds=lds)
+    with pytest.raises(DeviceError, match="expected a Kernel"):
+        dev.launch("axpy", 1, 64, args)
+    module = dev.load_module(hsaco)
+    dev.unload_module(module)
+    for use in (lambda: dev.unload_module(module), lambda: dev.get_kernel(module, "axpy")):
+        with pytest.raises(DeviceError, match="the module was unloaded"):
+            use()
+    dev.close()
+    with pytest.raises(DeviceError, match="the module was unloaded"):
+        dev.launch(k, 1, 64, args)
+
+
+def test_emulator_refuses_kernel_misuse():
+    _check_kernel_misuse(EmulatorDevice("gfx942"), EmulatorDevice("gfx942"))
+
+
+def test_hip_device_refuses_kernel_misuse(hip_backend):
+    _check_kernel_misuse(hip_backend.device("gfx942"), hip_backend.device("gfx950"))
 
 
 def test_emulator_refuses_stream_and_buffer_misuse():

@@ -115,7 +115,7 @@ def test_device_memory_calls_are_checked() -> None:
     buf = dev.alloc(64, "kept")  # the failed allocation left the heap usable
     dev.copy_in(buf, np.arange(16, dtype=np.float32))
     assert np.frombuffer(dev.copy_out(buf), np.float32)[15] == 15
-    with pytest.raises(DeviceError, match="copy_in: expected bytes or a numpy array, got str"):
+    with pytest.raises(DeviceError, match="copy_in: expected bytes or a numpy array of numbers, got str"):
         dev.copy_in(buf, "abc")
     with pytest.raises(DeviceError, match="free: expected a Buffer"):
         dev.free(123)
@@ -268,3 +268,34 @@ def test_launch_and_compile_argument_types() -> None:
                             "fill.tile", "gfx942")
     with pytest.raises(ValueError, match="argument 'a': .* does not fit in f32"):
         launch(scalar, np.zeros(4, np.float32), np.longdouble("1e4000"), device=dev)
+
+
+def test_failed_attention_calls_free_what_they_allocated():
+    """A freed or foreign DeviceArray argument is refused before the call allocates its outputs,
+    and outputs allocated before a later failure are freed: before, each such call leaked its
+    outputs (2 to 5 buffers; found by an adversarial sweep of the HIP path, session 45)."""
+    from tiledsl.ops import fmha_bwd, fmha_fwd, fmha_fwd_kvcache
+
+    dev, other = EmulatorDevice("gfx942"), EmulatorDevice("gfx942")
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 20, 2, 64)).astype(np.float16)
+    k = rng.standard_normal((1, 33, 1, 64)).astype(np.float16)
+    dq, dk, dv = (DeviceArray.from_numpy(dev, a) for a in (q, k, k))
+    foreign = DeviceArray.from_numpy(other, k)
+    out, lse = fmha_fwd(dq, dk, dv, return_lse=True)
+    live = len(dev.heap._allocs)
+    freed = DeviceArray.from_numpy(dev, k)
+    freed.free()
+    for call, match in ((lambda: fmha_fwd(dq, freed, dv, return_lse=True), "argument 'k': its DeviceArray was freed"),
+                        (lambda: fmha_fwd(dq, foreign, dv), "argument 'k': a DeviceArray of device object"),
+                        (lambda: fmha_bwd(out, dq, dk, dv, out, DeviceArray.from_numpy(other, lse.numpy())),
+                         "argument 'lse': a DeviceArray of"),
+                        (lambda: fmha_fwd_kvcache(dq, freed, dv, cache_seqlens=5),
+                         "argument 'k_cache': its DeviceArray")):
+        with pytest.raises(ValueError, match=match):
+            call()
+        assert len(dev.heap._allocs) == live
+    # A failure after the outputs exist (the plan refuses a workspace of another device) frees them.
+    with pytest.raises(ValueError):
+        fmha_bwd(out, dq, dk, dv, out, lse, workspace=DeviceArray.from_numpy(other, np.zeros(1 << 20, np.uint8)))
+    assert len(dev.heap._allocs) == live

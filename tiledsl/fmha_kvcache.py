@@ -200,9 +200,11 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         aligned_names,
         check_bool,
         check_heads,
+        check_live_arrays,
         check_max_seqlen,
         check_options,
         check_query_elems,
+        free_on_failure,
         resolve_device,
         rows_apart,
         spans_large,
@@ -356,6 +358,9 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
 
     slopes = None if alibi_slopes is None else alibi_view(alibi_slopes, hq, batch, on_device)
     device, arch = resolve_device(device, on_device, q, arch)
+    check_live_arrays(device, {"q": q, "k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v,
+                               "cache_seqlens": cache_seqlens, "block_table": block_table,
+                               "cache_batch_idx": cache_batch_idx, "cu_seqlens_q": cu_seqlens_q})
     out_shape = tuple(q.shape[:-1]) + (dv,)
     if on_device:
         out = DeviceArray.empty(device, out_shape, q.dtype, "out")
@@ -363,49 +368,54 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     else:
         out = np.zeros(out_shape, dtype=q.dtype)
         lse = np.full((b4, hq, sq), -np.inf, np.float32)
-    if batch and (sq and max_q or s_new):  # no query rows: still the append
-        contiguous = unit_last_stride(q4, k_cache, v_cache, *([k, v] if k is not None else [])) \
-            and rows_apart(q4, k_cache, v_cache, k, v)
-        out4 = _to_bshd(out, "bshd", varlen)
-        aligned = aligned_names(contiguous, q=q4, k=k_cache, v=v_cache, o=out4)
-        if rotary != "none" and "q" in aligned and d % VECTOR_ELEMS:
-            aligned = tuple(n for n in aligned if n != "q")  # q_rot is packed: rows are d elements apart
-        masked = mask.kind != "none"
-        packed = pack_gqa(arch, d, dv, masked, max_q, hq, hk)
-        splits = _splits_count(num_splits, arch, batch=batch, hq=hq, hk=hk, max_q=max_q,
-                               max_k=int(total.max()), d=d, dv=dv, masked=masked)
-        attention = SplitShape(arch=arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
-                               sink=sink32 is not None, softcap=softcap > 0, contiguous=contiguous, aligned=aligned,
-                               num_splits=splits, b=b4, hq=hq, sq=sq, kv_cache="paged" if paged else "contiguous",
-                               page_size=s_cache if paged else 0,
-                               heads_per_block=hq // hk if packed else 1,
-                               q_name="q_rot" if rotary != "none" else "q",
-                               bias="alibi" if slopes is not None else "none",
-                               large=spans_large(q4, k_cache, v_cache, out4, k, v))
-        new_aligned = k is not None and len(aligned_names(contiguous, k_new=k, v_new=v)) == 2
-        plan = build_kvcache_plan(KvCacheShape(attention, batch=batch, hk=hk, s_new=s_new, rotary=rotary,
-                                               q_positions="rows" if masked else "first", new_aligned=new_aligned))
-        owned = []
-        caches = (k_cache, v_cache)
-        if s_new and not on_device:  # the append and the attention share one device copy of each cache
-            caches = tuple(DeviceArray.from_numpy(device, np.ascontiguousarray(x), n)
-                           for x, n in ((k_cache, "k_cache"), (v_cache, "v_cache")))
-            owned.extend(caches)
-        env = {"q": q4, "k": caches[0], "v": caches[1], "k_new": k, "v_new": v, "o": out4, "lse": lse,
-               "sink": sink32 if sink32 is not None else np.zeros(hq, np.float32), "cu_seqlens_q": cuq,
-               "cu_seqlens_k": np.zeros_like(cuq), "cache_seqlens": _kernel_ints(cache_seqlens, seqlens),
-               "cache_batch_idx": entries, "block_table": table_arg, "scale": scale, "softcap": softcap or 1.0,
-               "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
-               "seqlen_new": s_new, "page_shift": s_cache.bit_length() - 1 if paged else 0,
-               "rotary_cos": cos32, "rotary_sin": sin32, "alibi_slopes": slopes}
-        try:
-            plan.run(device, env)
-            if owned:
-                k_cache[...] = owned[0].numpy()
-                v_cache[...] = owned[1].numpy()
-        finally:
-            for arr in owned:
-                arr.free()
+    try:
+        if batch and (sq and max_q or s_new):  # no query rows: still the append
+            contiguous = unit_last_stride(q4, k_cache, v_cache, *([k, v] if k is not None else [])) \
+                and rows_apart(q4, k_cache, v_cache, k, v)
+            out4 = _to_bshd(out, "bshd", varlen)
+            aligned = aligned_names(contiguous, q=q4, k=k_cache, v=v_cache, o=out4)
+            if rotary != "none" and "q" in aligned and d % VECTOR_ELEMS:
+                aligned = tuple(n for n in aligned if n != "q")  # q_rot is packed: rows are d elements apart
+            masked = mask.kind != "none"
+            packed = pack_gqa(arch, d, dv, masked, max_q, hq, hk)
+            splits = _splits_count(num_splits, arch, batch=batch, hq=hq, hk=hk, max_q=max_q,
+                                   max_k=int(total.max()), d=d, dv=dv, masked=masked)
+            attention = SplitShape(arch=arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
+                                   sink=sink32 is not None, softcap=softcap > 0, contiguous=contiguous, aligned=aligned,
+                                   num_splits=splits, b=b4, hq=hq, sq=sq, kv_cache="paged" if paged else "contiguous",
+                                   page_size=s_cache if paged else 0,
+                                   heads_per_block=hq // hk if packed else 1,
+                                   q_name="q_rot" if rotary != "none" else "q",
+                                   bias="alibi" if slopes is not None else "none",
+                                   large=spans_large(q4, k_cache, v_cache, out4, k, v))
+            new_aligned = k is not None and len(aligned_names(contiguous, k_new=k, v_new=v)) == 2
+            plan = build_kvcache_plan(KvCacheShape(attention, batch=batch, hk=hk, s_new=s_new, rotary=rotary,
+                                                   q_positions="rows" if masked else "first", new_aligned=new_aligned))
+            owned = []
+            caches = (k_cache, v_cache)
+            if s_new and not on_device:  # the append and the attention share one device copy of each cache
+                caches = tuple(DeviceArray.from_numpy(device, np.ascontiguousarray(x), n)
+                               for x, n in ((k_cache, "k_cache"), (v_cache, "v_cache")))
+                owned.extend(caches)
+            env = {"q": q4, "k": caches[0], "v": caches[1], "k_new": k, "v_new": v, "o": out4, "lse": lse,
+                   "sink": sink32 if sink32 is not None else np.zeros(hq, np.float32), "cu_seqlens_q": cuq,
+                   "cu_seqlens_k": np.zeros_like(cuq), "cache_seqlens": _kernel_ints(cache_seqlens, seqlens),
+                   "cache_batch_idx": entries, "block_table": table_arg, "scale": scale, "softcap": softcap or 1.0,
+                   "window_left": mask.left, "window_right": mask.right, "batch": batch, "max_seqlen_q": max_q,
+                   "seqlen_new": s_new, "page_shift": s_cache.bit_length() - 1 if paged else 0,
+                   "rotary_cos": cos32, "rotary_sin": sin32, "alibi_slopes": slopes}
+            try:
+                plan.run(device, env)
+                if owned:
+                    k_cache[...] = owned[0].numpy()
+                    v_cache[...] = owned[1].numpy()
+            finally:
+                for arr in owned:
+                    arr.free()
+    except BaseException:
+        if on_device:  # the outputs were never handed over
+            free_on_failure([out, lse])
+        raise
     if not return_lse:
         return out
     return out, ((lse.squeeze0() if on_device else lse[0]) if varlen else lse)

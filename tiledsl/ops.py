@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tiledsl.backends.rocm.runtime.device import device_label
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_dropout import NO_DROPOUT, DropoutCall, check_dropout, dropout_mask_output
 from tiledsl.fmha_fp8 import Fp8Call, check_fp8, check_fp8_dtype, is_fp8
@@ -221,6 +222,25 @@ def check_arch(arch: Any) -> None:
         raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)}, got {arch!r}")
 
 
+def check_live_arrays(device: Any, arrays: dict[str, Any]) -> None:
+    """Every DeviceArray argument is live and on `device`: checked before a call allocates its
+    outputs (the launcher would refuse them too, but only after those allocations)."""
+    for name, x in arrays.items():
+        if isinstance(x, DeviceArray):
+            if x.buffer.freed:
+                raise ValueError(f"argument '{name}': its DeviceArray was freed")
+            if x.device is not device:
+                raise ValueError(f"argument '{name}': a DeviceArray of {device_label(x.device)}, but the call runs "
+                                 f"on {device_label(device)}")
+
+
+def free_on_failure(arrays: list[Any]) -> None:
+    """Free the DeviceArrays a failed call made for its outputs (the caller never sees them)."""
+    for x in arrays:
+        if isinstance(x, DeviceArray) and not x.buffer.freed:
+            x.free()
+
+
 def resolve_device(device: Any, on_device: bool, q: Any, arch: str | None) -> tuple[Any, str]:
     """The device a call runs on (q's for DeviceArrays, else the default for `arch`) and its arch."""
     from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
@@ -329,6 +349,7 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
     max_k = check_max_seqlen("max_seqlen_k", max_seqlen_k, longest_k, sk)
 
     device, arch = resolve_device(device, on_device, q, arch)
+    check_live_arrays(device, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
     if dt == "f8e4m3":
         check_fp8_dtype(q.dtype, arch)
 
@@ -520,6 +541,17 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
 def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None, *, layout: str,
              return_lse: bool, num_splits: int) -> Any:
     """fmha_fwd after its checks: allocate the outputs, build the plan, run it."""
+    made: list[Any] = []  # the outputs on the device, freed if the call fails
+    try:
+        return _fwd_outputs_and_run(c, bc, dc, fc, layout=layout, return_lse=return_lse, num_splits=num_splits,
+                                    made=made)
+    except BaseException:
+        free_on_failure(made)
+        raise
+
+
+def _fwd_outputs_and_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None, *, layout: str,
+                         return_lse: bool, num_splits: int, made: list[Any]) -> Any:
     q4, k4, v4, varlen, on_device, device = c.q4, c.k4, c.v4, c.varlen, c.on_device, c.device
     b, sq, hq, d, dv, dt, arch, mask, sink32 = c.b, c.sq, c.hq, c.d, c.dv, c.dtype, c.arch, c.mask, c.sink32
     batch, max_q, cuq, cuk, scale, softcap = c.batch, c.max_q, c.cuq, c.cuk, c.scale, c.softcap
@@ -528,6 +560,7 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None
     out_dt = numpy_dtype(fc.out_dtype) if fc else q4.dtype
     if on_device:
         out = DeviceArray.empty(device, out_shape[1:] if varlen else out_shape, out_dt, "out")
+        made.append(out)
     else:
         out = np.zeros(out_shape[1:] if varlen else out_shape, dtype=out_dt)
     out4 = _to_bshd(out, layout, varlen)
@@ -535,6 +568,7 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None
         lse = np.broadcast_to(np.zeros(max(sq, 1), np.float32)[:sq], (b, hq, sq))
     elif on_device:
         lse = DeviceArray.from_numpy(device, np.full((b, hq, sq), -np.inf, np.float32), "lse")
+        made.append(lse)
     else:
         lse = np.full((b, hq, sq), -np.inf, np.float32)
     sink_arg = sink32 if sink32 is not None else np.zeros(hq, np.float32)
@@ -542,6 +576,7 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None
     if dc.return_mask:
         keep, dropped["dropout_mask"] = dropout_mask_output((hq, sq, c.max_k) if varlen else (b, hq, sq, c.sk),
                                                             varlen, device, on_device)
+        made.append(keep)
     if dc.on:
         dropped.update(dc.env())
     if fc:
@@ -722,9 +757,11 @@ def _bwd_run(plan: Any, c: AttentionCall, prep: bool, bc: BiasCall, do: Any, q: 
              dropout: DropoutCall = NO_DROPOUT) -> tuple[Any, ...]:
     """fmha_bwd after its checks: device copies, outputs, the plan's run."""
     dev = c.device
+    check_live_arrays(dev, {"do": do, "out": out, "lse": lse})
     if workspace is not None and prep:
         plan.check_workspace(dev, workspace)  # before anything is allocated or launched
     owned = []  # device copies of numpy arguments, freed at the end
+    grads: list[Any] = []
 
     def on_dev(x: Any, name: str) -> Any:
         if isinstance(x, DeviceArray):
@@ -736,7 +773,6 @@ def _bwd_run(plan: Any, c: AttentionCall, prep: bool, bc: BiasCall, do: Any, q: 
     try:
         q_, k_, v_, do_, out_ = (on_dev(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (do, "do"), (out, "out")))
         lse_ = on_dev(lse, "lse")
-        grads = []
         wanted = [("dq", q_.shape, q_.dtype), ("dk", k_.shape, k_.dtype), ("dv", v_.shape, v_.dtype)]
         if c.sink32 is not None:
             wanted.append(("dsink", (c.hq,), np.dtype(np.float32)))
@@ -764,6 +800,10 @@ def _bwd_run(plan: Any, c: AttentionCall, prep: bool, bc: BiasCall, do: Any, q: 
             for g in grads:
                 dev.fill(g.buffer, 0)
         result = tuple(g if c.on_device else g.numpy() for g in grads)
+    except BaseException:
+        if c.on_device:  # the caller's gradients, never handed over
+            free_on_failure(grads)
+        raise
     finally:
         for arr in owned:
             arr.free()

@@ -234,6 +234,9 @@ class TorchHipDevice(Device):
     def load_module(self, code_object: bytes) -> Any:
         return self.hip.load_module(code_object)
 
+    def get_kernel(self, module: Any, name: str) -> Any:
+        return self.hip.get_kernel(module, name)
+
     def _get_kernel(self, module: Any, name: str) -> Any:
         return self.hip._get_kernel(module, name)
 

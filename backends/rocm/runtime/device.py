@@ -43,6 +43,7 @@ class Module:
     device: Device
     kernels: dict[str, dict]  # name -> AMDHSA metadata of the kernel
     handle: Any = None
+    unloaded: bool = False
 
 
 @dataclass(eq=False)
@@ -144,38 +145,78 @@ def check_stream(device: Device, stream: Any, what: str, default: bool = True) -
         raise DeviceError(f"{what}: the stream was destroyed")
 
 
-def copy_in_bytes(device: Device, buf: Any, data: Any, offset: int) -> bytes:
-    """The bytes `copy_in` writes at `offset` of `buf`, checked: a buffer of `device`, bytes or a
-    numpy array, and room for them."""
+def byte_count(value: Any, what: str) -> int:
+    """An offset or size as a Python int (numpy integers too: HIP's pointer arithmetic needs one);
+    anything else, floats and bools included, is a DeviceError naming it."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise DeviceError(f"{what}: expected an integer byte count, got {value!r}")
+    return int(value)
+
+
+def copy_in_bytes(device: Device, buf: Any, data: Any, offset: Any) -> tuple[bytes, int]:
+    """The bytes `copy_in` writes and the offset, checked: a buffer of `device`, bytes or a numpy
+    array of numbers, an integer offset, and room for them."""
     check_buffer(device, buf, "copy_in")
-    if not isinstance(data, bytes | bytearray | memoryview | np.ndarray):
-        raise DeviceError(f"copy_in: expected bytes or a numpy array, got {type(data).__name__}")
+    offset = byte_count(offset, "copy_in offset")
+    if not isinstance(data, bytes | bytearray | memoryview | np.ndarray) or \
+            (isinstance(data, np.ndarray) and data.dtype.hasobject):
+        raise DeviceError(f"copy_in: expected bytes or a numpy array of numbers, got "
+                          f"{getattr(data, 'dtype', type(data).__name__)}")
     raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
     if offset < 0 or offset + len(raw) > buf.size:
         raise DeviceError(f"copy of {len(raw)} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
-    return raw
+    return raw, offset
 
 
-def copy_out_size(device: Device, buf: Any, size: int | None, offset: int) -> int:
-    """The byte count `copy_out` reads at `offset` of `buf` (`None`: to its end), checked: a buffer
-    of `device`, and the bytes inside it."""
+def copy_out_size(device: Device, buf: Any, size: Any, offset: Any) -> tuple[int, int]:
+    """The byte count `copy_out` reads (`None`: to the buffer's end) and the offset, checked: a
+    buffer of `device`, integers, and the bytes inside it."""
     check_buffer(device, buf, "copy_out")
-    size = buf.size - offset if size is None else size
+    offset = byte_count(offset, "copy_out offset")
+    size = buf.size - offset if size is None else byte_count(size, "copy_out size")
     if offset < 0 or size < 0 or offset + size > buf.size:
         raise DeviceError(f"read of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
-    return size
+    return size, offset
 
 
-def fill_size(device: Device, buf: Any, value: Any, offset: int, size: int | None) -> int:
-    """The byte count `fill` sets at `offset` of `buf` (`None`: to its end), checked: a live buffer
-    of `device`, the bytes inside it, and a byte value."""
+def fill_size(device: Device, buf: Any, value: Any, offset: Any, size: Any) -> tuple[int, int]:
+    """The byte count `fill` sets (`None`: to the buffer's end) and the offset, checked: a live
+    buffer of `device`, integers, the bytes inside it, and a byte value."""
     check_buffer(device, buf, "fill")
     if not isinstance(value, int | np.integer) or isinstance(value, bool) or not 0 <= value <= 255:
         raise DeviceError(f"fill of '{buf.name}': value {value!r} is not a byte (an int 0-255)")
-    size = buf.size - offset if size is None else size
+    offset = byte_count(offset, "fill offset")
+    size = buf.size - offset if size is None else byte_count(size, "fill size")
     if offset < 0 or size < 0 or offset + size > buf.size:
         raise DeviceError(f"fill of {size} bytes at offset {offset} overflows '{buf.name}' ({buf.size} bytes)")
-    return size
+    return size, offset
+
+
+def check_module(device: Device, module: Any, what: str) -> None:
+    """`module` is a loaded Module of `device`."""
+    if not isinstance(module, Module):
+        raise DeviceError(f"{what}: expected a Module (from load_module), got {type(module).__name__}")
+    if module.device is not device:
+        raise DeviceError(f"{what}: the module was loaded on {device_label(module.device)}, not on "
+                          f"{device_label(device)}")
+    if module.unloaded:
+        raise DeviceError(f"{what}: the module was unloaded (unload_module, or the device was closed)")
+
+
+def check_launch(device: Device, kernel: Any, dynamic_lds: Any, stream: Any) -> int:
+    """A launch's kernel (of a loaded module of `device`), stream, and dynamic LDS (an int that
+    fits beside the kernel's own LDS in the arch's), checked before the runtime sees them; returns
+    the dynamic LDS bytes as an int."""
+    if not isinstance(kernel, Kernel):
+        raise DeviceError(f"launch: expected a Kernel (from kernel or get_kernel), got {type(kernel).__name__}")
+    check_module(device, kernel.module, f"launch of '{kernel.name}'")
+    check_stream(device, stream, f"launch of '{kernel.name}'")
+    lds = byte_count(dynamic_lds, f"launch of '{kernel.name}': dynamic_lds")
+    fixed = int(kernel.meta.get(".group_segment_fixed_size", 0))
+    if lds < 0 or fixed + lds > device.arch.lds_bytes:
+        raise DeviceError(f"launch of '{kernel.name}': dynamic_lds = {lds} bytes beside its own {fixed} does not fit "
+                          f"the {device.arch.lds_bytes} bytes of LDS of {device.arch.name}")
+    return lds
 
 
 def _dim3(x: int | tuple[int, ...], what: str) -> Dim3:
@@ -222,8 +263,8 @@ class Device(ABC):
 
     def fill(self, buf: Buffer, value: int = 0, offset: int = 0, size: int | None = None) -> None:
         """Set `size` bytes of `buf` from `offset` (default: all of it) to `value` (0-255)."""
-        size = fill_size(self, buf, value, offset, size)
-        self.copy_in(buf, bytes([value]) * size, offset)
+        size, offset = fill_size(self, buf, value, offset, size)
+        self.copy_in(buf, bytes([int(value)]) * size, offset)
 
     def to_device(self, array: np.ndarray, name: str = "buffer") -> Buffer:
         arr = np.ascontiguousarray(array)
@@ -241,6 +282,7 @@ class Device(ABC):
     def load_module(self, code_object: bytes) -> Module: ...
 
     def get_kernel(self, module: Module, name: str) -> Kernel:
+        check_module(self, module, "get_kernel")
         if name not in module.kernels:
             raise DeviceError(f"code object has no kernel '{name}' (it has: {', '.join(sorted(module.kernels))})")
         return self._get_kernel(module, name)

@@ -29,6 +29,8 @@ from tiledsl.backends.rocm.runtime.device import (
     Stream,
     TensorArg,
     check_buffer,
+    check_launch,
+    check_module,
     check_size,
     check_stream,
     complete_kernargs,
@@ -119,11 +121,12 @@ class EmulatorDevice(Device):
         buf.freed = True
 
     def copy_in(self, buf: Buffer, data: bytes | np.ndarray, offset: int = 0) -> None:
-        self.heap.write(buf.addr + offset, copy_in_bytes(self, buf, data, offset))
+        raw, offset = copy_in_bytes(self, buf, data, offset)
+        self.heap.write(buf.addr + offset, raw)
 
 
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
-        size = copy_out_size(self, buf, size, offset)
+        size, offset = copy_out_size(self, buf, size, offset)
         if self.unexecuted:
             raise DeviceError(f"cannot copy '{buf.name}' out: {self.unexecuted}")
         return self.heap.read(buf.addr + offset, size)
@@ -141,7 +144,9 @@ class EmulatorDevice(Device):
         return Module(self, {n: img.meta for n, img in images.items()}, handle=(bound, base))
 
     def unload_module(self, module: Module) -> None:
+        check_module(self, module, "unload_module")
         self.heap.free(module.handle[1])
+        module.unloaded = True
 
     def _get_kernel(self, module: Module, name: str) -> Kernel:
         return Kernel(module, name, module.kernels[name], handle=module.handle[0][name])
@@ -154,7 +159,7 @@ class EmulatorDevice(Device):
     # -- launch ---------------------------------------------------------------------------
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
                stream: Stream | None = None, tensors: Sequence[TensorArg] | None = None) -> None:
-        check_stream(self, stream, f"launch of '{kernel.name}'")
+        dynamic_lds = check_launch(self, kernel, dynamic_lds, stream)
         timing = self._model(kernel, grid, block, kernargs, dynamic_lds, tensors) if self.timing else None
         if timing is not None and not self.timing.execute:
             self.unexecuted = (f"the device models time only (TimingOptions(execute=False)): launch of "

@@ -29,6 +29,8 @@ from tiledsl.backends.rocm.runtime.device import (
     Module,
     Stream,
     check_buffer,
+    check_launch,
+    check_module,
     check_size,
     check_stream,
     complete_kernargs,
@@ -160,7 +162,8 @@ class HipDevice(Device):
         buf.freed = True
 
     def copy_in(self, buf: Buffer, data: bytes | np.ndarray, offset: int = 0) -> None:
-        host = np.frombuffer(copy_in_bytes(self, buf, data, offset), np.uint8)
+        raw, offset = copy_in_bytes(self, buf, data, offset)
+        host = np.frombuffer(raw, np.uint8)
         if not host.size:
             return
         self._current()
@@ -168,7 +171,7 @@ class HipDevice(Device):
              self.hip.hipMemcpyKind.hipMemcpyHostToDevice)
 
     def copy_out(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
-        size = copy_out_size(self, buf, size, offset)
+        size, offset = copy_out_size(self, buf, size, offset)
         if not size:
             return b""
         host = np.empty(size, np.uint8)
@@ -178,7 +181,7 @@ class HipDevice(Device):
         return host.tobytes()
 
     def fill(self, buf: Buffer, value: int = 0, offset: int = 0, size: int | None = None) -> None:
-        size = fill_size(self, buf, value, offset, size)
+        size, offset = fill_size(self, buf, value, offset, size)
         self._current()
         call(f"hipMemset('{buf.name}')", self.hip.hipMemset, ctypes.c_void_p(buf.addr + offset), int(value), size)
 
@@ -194,8 +197,10 @@ class HipDevice(Device):
         return Module(self, metas, handle=(mod, image))
 
     def unload_module(self, module: Module) -> None:
+        check_module(self, module, "unload_module")
         self._current()
         call("hipModuleUnload", self.hip.hipModuleUnload, module.handle[0])
+        module.unloaded = True
 
     def _get_kernel(self, module: Module, name: str) -> Kernel:
         self._current()
@@ -205,7 +210,7 @@ class HipDevice(Device):
     def launch(self, kernel: Kernel, grid, block, kernargs: bytes, dynamic_lds: int = 0,
                stream: Stream | None = None, tensors: Any = None) -> None:
         # `tensors` (the pointer arguments' extents) is for checking devices; a GPU has no use for it.
-        check_stream(self, stream, f"launch of '{kernel.name}'")
+        dynamic_lds = check_launch(self, kernel, dynamic_lds, stream)
         g, b = launch_dims(grid, block)
         args = complete_kernargs(kernel.meta, kernargs, g, b, dynamic_lds)
         arg_buf = ctypes.create_string_buffer(args, max(len(args), 1))
