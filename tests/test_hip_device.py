@@ -296,6 +296,21 @@ def _check_kernel_misuse(dev, other) -> None:
         dev.launch(k, 1, 64, args)
 
 
+def test_device_specs_and_grids_are_checked(hip_backend):
+    """'hip:N' of a missing ordinal, or of a GPU of another arch than asked, is a ValueError naming
+    `device`; a grid that is not integers is a DeviceError, not a TypeError from inside."""
+    from tiledsl.backends.rocm.runtime.device import device_from, launch_dims
+
+    with pytest.raises(ValueError, match="device: 'hip:99'"):
+        device_from("hip:99")
+    ordinal = hip_backend.device("gfx90a").ordinal
+    with pytest.raises(ValueError, match=f"device: 'hip:{ordinal}' is a gfx90a GPU, but arch is gfx942"):
+        device_from(f"hip:{ordinal}", "gfx942")
+    for grid in (2.5, "2", (2.0,)):
+        with pytest.raises(DeviceError, match="grid must be 1 to 3 positive integers"):
+            launch_dims(grid, 64)
+
+
 def test_emulator_refuses_kernel_misuse():
     _check_kernel_misuse(EmulatorDevice("gfx942"), EmulatorDevice("gfx942"))
 

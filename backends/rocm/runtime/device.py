@@ -220,8 +220,9 @@ def check_launch(device: Device, kernel: Any, dynamic_lds: Any, stream: Any) -> 
 
 
 def _dim3(x: int | tuple[int, ...], what: str) -> Dim3:
-    t = (x,) if isinstance(x, int) else tuple(x)
-    if not 1 <= len(t) <= 3 or any(int(v) < 1 for v in t):
+    t = (x,) if isinstance(x, int | np.integer) else tuple(x) if isinstance(x, tuple | list) else None
+    if t is None or not 1 <= len(t) <= 3 or \
+            any(isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1 for v in t):
         raise DeviceError(f"{what} must be 1 to 3 positive integers, got {x!r}")
     return tuple(int(v) for v in t) + (1,) * (3 - len(t))  # type: ignore[return-value]
 
@@ -455,5 +456,11 @@ def device_from(spec: Any, arch: str | None = None) -> Device:
             raise ValueError(f"device: expected 'hip:N' with a GPU ordinal N, got {spec!r}")
         from tiledsl.backends.rocm.runtime.hip_device import HipDevice
 
-        return HipDevice(int(rest))
+        try:
+            dev = HipDevice(int(rest))
+        except DeviceError as exc:  # no such ordinal, no runtime: the spec is what is wrong here
+            raise ValueError(f"device: {spec!r}: {exc}") from None
+        if arch is not None and get_arch(arch).name != dev.arch.name:
+            raise ValueError(f"device: {spec!r} is a {dev.arch.name} GPU, but arch is {arch}")
+        return dev
     raise ValueError(f"device: expected {DEVICE_FORMS}, got {spec!r}")
