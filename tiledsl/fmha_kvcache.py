@@ -25,7 +25,7 @@ import numpy as np
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, head_dim_units, pack_gqa, padded_hdim, unit_defines
-from tiledsl.launcher import BUFFER_REACH, arrays_share_memory, elements_overlap, span_bytes
+from tiledsl.launcher import BUFFER_REACH, arrays_share_memory, check_live_arrays, elements_overlap, span_bytes
 from tiledsl.library import plan_builder
 from tiledsl.plan import Plan, Ref, Region, Stage, WorkspaceLayout, align_words, unused
 from tiledsl.reference import CausalArg
@@ -200,7 +200,6 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         aligned_names,
         check_bool,
         check_heads,
-        check_live_arrays,
         check_max_seqlen,
         check_options,
         check_query_elems,
@@ -360,7 +359,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     device, arch = resolve_device(device, on_device, q, arch)
     check_live_arrays(device, {"q": q, "k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v,
                                "cache_seqlens": cache_seqlens, "block_table": block_table,
-                               "cache_batch_idx": cache_batch_idx, "cu_seqlens_q": cu_seqlens_q})
+                               "cache_batch_idx": cache_batch_idx, "cu_seqlens_q": cu_seqlens_q}, "call")
     out_shape = tuple(q.shape[:-1]) + (dv,)
     if on_device:
         out = DeviceArray.empty(device, out_shape, q.dtype, "out")

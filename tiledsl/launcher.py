@@ -259,6 +259,18 @@ def prepare(manifest: dict, args: Sequence[Any], kwargs: Mapping[str, Any]) -> P
     return PreparedLaunch(grid, block, tensors, sym_values, scalars)  # type: ignore[arg-type]
 
 
+def check_live_arrays(device: Any, arrays: Mapping[str, Any], runner: str = "kernel") -> None:
+    """Every DeviceArray among `arrays` (by argument name) is on `device` and not freed; other
+    values are not looked at. The library's ops call it too, before they allocate outputs."""
+    for name, x in arrays.items():
+        if isinstance(x, DeviceArray):
+            if x.device is not device:
+                raise ValueError(f"argument '{name}': a DeviceArray of {device_label(x.device)}, but the "
+                                 f"{runner} runs on {device_label(device)}")
+            if x.buffer.freed:
+                raise ValueError(f"argument '{name}': its DeviceArray was freed")
+
+
 def _raw(array: np.ndarray, span: int) -> bytes:
     """The `span` bytes from the array's first element (ctypes.string_at takes a C int size: past
     2 GiB it truncated or failed)."""
@@ -345,13 +357,7 @@ def launch_prepared(kernel: Any, prep: PreparedLaunch, device: Any = None) -> Pr
     device_arch = getattr(device_arch, "name", device_arch)
     if device_arch is not None and device_arch != manifest["arch"]:
         raise ValueError(f"kernel compiled for {manifest['arch']} cannot run on a {device_arch} device")
-    for t in prep.tensors:
-        if isinstance(t.array, DeviceArray):
-            if t.array.device is not device:
-                raise ValueError(f"argument '{t.name}': a DeviceArray of {device_label(t.array.device)}, but the "
-                                 f"kernel runs on {device_label(device)}")
-            if t.array.buffer.freed:
-                raise ValueError(f"argument '{t.name}': its DeviceArray was freed")
+    check_live_arrays(device, {t.name: t.array for t in prep.tensors})
     # Only what the kernel may write goes back (manifests without the field: everything).
     written = {spec["name"] for spec in manifest["tensors"] if spec.get("written", True)}
     _check_written_apart(prep.tensors, written)

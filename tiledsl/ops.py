@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tiledsl.backends.rocm.runtime.device import device_label
 from tiledsl.device_array import DeviceArray
 from tiledsl.fmha_dropout import NO_DROPOUT, DropoutCall, check_dropout, dropout_mask_output
 from tiledsl.fmha_fp8 import Fp8Call, check_fp8, check_fp8_dtype, is_fp8
@@ -29,7 +28,7 @@ from tiledsl.kernels.fmha_configs import (
     split_acc_stride_units,
     variant_config,
 )
-from tiledsl.launcher import numpy_dtype
+from tiledsl.launcher import check_live_arrays, numpy_dtype
 from tiledsl.reference import CausalArg, MaskParams, bias_shape, fmha_mask_params
 
 I32_LIMIT = 2**31  # elements a call's q and output may span: the kernels' offsets are i32
@@ -222,18 +221,6 @@ def check_arch(arch: Any) -> None:
         raise ValueError(f"arch: expected one of {', '.join(ARCH_NAMES)}, got {arch!r}")
 
 
-def check_live_arrays(device: Any, arrays: dict[str, Any]) -> None:
-    """Every DeviceArray argument is live and on `device`: checked before a call allocates its
-    outputs (the launcher would refuse them too, but only after those allocations)."""
-    for name, x in arrays.items():
-        if isinstance(x, DeviceArray):
-            if x.buffer.freed:
-                raise ValueError(f"argument '{name}': its DeviceArray was freed")
-            if x.device is not device:
-                raise ValueError(f"argument '{name}': a DeviceArray of {device_label(x.device)}, but the call runs "
-                                 f"on {device_label(device)}")
-
-
 def free_on_failure(arrays: list[Any]) -> None:
     """Free the DeviceArrays a failed call made for its outputs (the caller never sees them)."""
     for x in arrays:
@@ -349,7 +336,8 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
     max_k = check_max_seqlen("max_seqlen_k", max_seqlen_k, longest_k, sk)
 
     device, arch = resolve_device(device, on_device, q, arch)
-    check_live_arrays(device, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
+    check_live_arrays(device, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k},
+                      "call")
     if dt == "f8e4m3":
         check_fp8_dtype(q.dtype, arch)
 
@@ -757,7 +745,7 @@ def _bwd_run(plan: Any, c: AttentionCall, prep: bool, bc: BiasCall, do: Any, q: 
              dropout: DropoutCall = NO_DROPOUT) -> tuple[Any, ...]:
     """fmha_bwd after its checks: device copies, outputs, the plan's run."""
     dev = c.device
-    check_live_arrays(dev, {"do": do, "out": out, "lse": lse})
+    check_live_arrays(dev, {"do": do, "out": out, "lse": lse}, "call")
     if workspace is not None and prep:
         plan.check_workspace(dev, workspace)  # before anything is allocated or launched
     owned = []  # device copies of numpy arguments, freed at the end
