@@ -6,14 +6,16 @@ coalesced global tile into an MFMA/WMMA operand layout) becomes
     [tile.barrier ;] tile.local_store ; tile.barrier ; tile.local_load
 
 All stagings share one arena, so the kernel's LDS is the largest single staging, or the cross-wave
-reduction scratch. Within it each staging goes right after the one before it where there is room,
-else back to the start; the barrier before a store is there only where the bytes it overwrites may
-have been read since the last barrier, on some path through branches and loop iterations
-(_war_barriers). Stagings that take turns in disjoint bytes (a step's Q, dO and dS tiles in a 33
-KiB arena) then cost one barrier each instead of two. A staging that would store the bytes an
-earlier one of its block stored (the same tile, laid out the same way) reads them instead, with no
-store and no barrier (_shared_stagings). A staging whose lanes read back only their own wave's
-stores (_wave_private) has a wave fence after its store instead of the barrier. A conversion marked
+reduction scratch, or (CompileOptions.loop_arena) a loop's stagings together where that costs no
+workgroup per compute unit and saves barriers in the loop (_placement). Within it each staging
+goes right after the one before it where there is room, else back to the start; the barrier
+before a store is there only where the bytes it overwrites may have been read since the last
+barrier, on some path through branches and loop iterations (_war_barriers). Stagings that take
+turns in disjoint bytes (a step's Q, dO and dS tiles in a 33 KiB arena) then cost one barrier each
+instead of two. A staging that would store the bytes an earlier one of its block stored (the same
+tile, laid out the same way) reads them instead, with no store and no barrier (_shared_stagings).
+A staging whose lanes read back only their own wave's stores (_wave_private) has a wave fence
+after its store instead of the barrier. A conversion marked
 `tile.resident` (a loop-invariant tile hoisted by hoist-conversions) gets its own region below the
 arena instead: it is stored once, before the loop, and read where it is used. Resident regions are
 placed by lifetime (from the store to the last read, a read in a loop reaching that loop's end):
@@ -101,10 +103,9 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
         shared: dict[ir.Operation, ir.Operation] = {}  # staging -> the one whose stored bytes it reads
         if options.lds_spread:
             shared = _shared_stagings(stored)
-            at = _arena_offsets(sizes, arena, shared)
-            war, entry_barriers = _war_barriers(
-                fn, {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()}, set(shared),
-                private)
+            arena, at, (war, entry_barriers), shared = _placement(fn, sizes, arena, resident, shared, private,
+                                                                  threads, arch, options.loop_arena)
+            need = max(need, resident + arena)
         else:  # every staging at the arena's start, behind a barrier
             at, war, entry_barriers, private = dict.fromkeys(sizes, 0), set(sizes), set(), set()
         for loop in entry_barriers:
@@ -230,6 +231,48 @@ def _arena_offsets(sizes: dict[ir.Operation, int], arena: int,
         if clash is None:
             return at
         del shared[clash]
+
+
+def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], arena: int, resident: int,
+               shared: dict[ir.Operation, ir.Operation], private: set[ir.Operation], threads: L.Threads,
+               arch: Arch, loop_arena: bool) -> tuple[int, dict[ir.Operation, int], Found,
+                                                      dict[ir.Operation, ir.Operation]]:
+    """The arena's size, each staging's offset in it, the barriers they need and the stagings that
+    still read an earlier one's bytes (`_arena_offsets` may drop some of `shared`). The arena is the
+    largest staging, or with `loop_arena` wider where a loop's stagings then each get bytes of
+    their own and fewer of them need a barrier before their store in every iteration, as long as
+    the wider arena costs no workgroup per compute unit (waves per SIMD within the LDS, up to the
+    kernel's occupancy target): gfx1201's hdim-128 forward stages K and V in the bytes its Q took
+    before the loop, each behind two barriers where disjoint bytes need one."""
+    most = int_attr(fn, "tile.occupancy") if "tile.occupancy" in fn.attributes else arch.max_waves_per_simd
+
+    def waves(size: int) -> int:
+        return min(most, arch.occupancy(1, resident + size, threads.waves))
+
+    def place(size: int) -> tuple[int, dict[ir.Operation, int], Found, dict[ir.Operation, ir.Operation]]:
+        kept = dict(shared)
+        at = _arena_offsets(sizes, size, kept)
+        spans = {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()}
+        return size, at, _war_barriers(fn, spans, set(kept), private), kept
+
+    def in_loops(found: Found) -> int:  # barriers run every iteration
+        return sum(1 for op in found.war if any(a.name == "scf.for" for a in _ancestors(op)))
+
+    best = place(arena)
+    if not loop_arena:
+        return best
+    loop_bytes: dict[ir.Operation, int] = {}
+    for op, n in sizes.items():
+        loops = [a for a in _ancestors(op) if a.name == "scf.for"]
+        if loops and op.name == "tile.convert_layout" and op not in shared:
+            loop_bytes[loops[0]] = loop_bytes.get(loops[0], 0) + -(-n // 16) * 16
+    for size in sorted(set(loop_bytes.values())):
+        if size <= arena or resident + size > arch.lds_bytes or waves(size) < waves(arena):
+            continue
+        wider = place(size)
+        if in_loops(wider[2]) < in_loops(best[2]):
+            best = wider
+    return best
 
 
 class Found(NamedTuple):

@@ -88,7 +88,7 @@ def test_registry_export_and_list_commands(tmp_path, capsys):
                                                              "mask_keys": True, "schedule": "",
                                                              "interleave": True,
                                                              "lazy_rescale": True, "lane_exchange": False,
-                                                             "overlap": False, "fused_scale": None}
+                                                             "overlap": False, "fused_scale": None, "loop_arena": False}
     assert main(["registry", "export", "--arch", "gfx9000"]) == 2
     assert "arch: expected one of" in capsys.readouterr().err
 

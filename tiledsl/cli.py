@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--interleave", action="store_true",
                    help="ask LLVM's scheduler to place LDS accesses and matrix instructions in turn in the "
                         "block of each loop's first dot (its IGroupLP small-GEMM strategy; docs/compiler.md)")
+    c.add_argument("--loop-arena", action="store_true",
+                   help="give each LDS staging of a loop bytes of its own where that costs no workgroup per "
+                        "compute unit, so fewer need a barrier before their store (docs/compiler.md)")
     c.add_argument("--skip-unit-scales", action="store_true",
                    help="multiply a loop-carried tile by a broadcast factor only in the waves where some factor "
                         "is not exactly 1 (a lazy softmax's rescale; docs/compiler.md)")
@@ -294,7 +297,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                       unit_last_stride=not args.strided, failure_dir=str(_reports_dir()),
                                       disjoint_rows=not args.overlapping_rows,
                                       schedule="" if args.schedule == "default" else args.schedule,
-                                      interleave=args.interleave, skip_unit_scales=args.skip_unit_scales)
+                                      interleave=args.interleave, skip_unit_scales=args.skip_unit_scales,
+                                      loop_arena=args.loop_arena)
         try:
             compile_file(args.file, [arch], defines, args.outdir, options, cache=cache, on_result=report)
         except TileError as exc:

@@ -77,6 +77,13 @@ class CompileOptions:
     # overwrites bytes read since the last one (stage-lds). The driver compiles again with False
     # when a kernel spills VGPRs: barriers also keep LLVM from hoisting loads, which holds registers.
     lds_spread: bool = True
+    # With lds_spread: the arena grows to a loop's stagings together, where that costs no workgroup
+    # per compute unit, so that each has bytes of its own and fewer need a barrier before their
+    # store in every iteration (stage-lds, _placement: gfx1201's hdim-128 forward goes from four
+    # barriers per key block to two). The timing model finds it faster in some kernels and slower
+    # in others, where LLVM then schedules the loop's loads worse (gfx942's hdim-64 causal backward
+    # 319.4 -> 293.4 TFLOP/s), so the config rows choose (FmhaConfig.loop_arena).
+    loop_arena: bool = False
     # On archs that transpose in LDS reads (gfx950, Arch.lds_transpose_read): a B operand [K, N]
     # staged from a row-major tile is stored row-major and read with transpose reads, instead of
     # stored column by column (stage-lds). False is for measuring the difference.

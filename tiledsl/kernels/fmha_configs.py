@@ -110,6 +110,9 @@ class FmhaConfig:
     # dual-issue instructions, which an fma cannot join: gfx1201 keeps them, gfx1100's rows, whose
     # pairs LLVM mostly leaves single, take the fma where the model finds it faster.
     fused_scale: bool | None = None
+    # The key loop's K and V stagings in LDS bytes of their own, each behind one barrier instead of
+    # two (CompileOptions.loop_arena), where the model finds it faster.
+    loop_arena: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -134,15 +137,15 @@ class FmhaConfig:
         """The CompileOptions fields of this row's asks of the compiler beyond its defaults: LLVM's
         scheduler, and the skipped rescale of a lazy softmax."""
         return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale,
-                "lane_exchange": self.lane_exchange}
+                "lane_exchange": self.lane_exchange, "loop_arena": self.loop_arena}
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
        mask_rows: bool = False, schedule: str = "", interleave: bool = False,
        lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False,
-       overlap: bool = False, fused_scale: bool | None = None) -> FmhaConfig:
+       overlap: bool = False, fused_scale: bool | None = None, loop_arena: bool = False) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
-                      lazy_rescale, lane_exchange, overlap, fused_scale)
+                      lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -297,6 +300,16 @@ ILP = "iterative-ilp"
 # 679.1 (528.6 -> 531.2; 862.4 -> 866.5); taken. Each of the three alone in bf16: 624.1, 604.2,
 # 611.9; with overlap 451.5. No feature mix spills more (VGPRs 210-240 where they were 206-220; a
 # strided one 411 -> 355).
+# Session 46, the key loop's K and V stagings in LDS bytes of their own (loop_arena,
+# CompileOptions.loop_arena: two barriers per key block where they took turns at the arena's start
+# behind four), modeled f16 (bf16) TFLOP/s at B 2, H 16, S 2048, taken: gfx1201 hdim 128 146.1 ->
+# 152.2, with LLVM's max-ilp scheduler 154.1 (145.9 -> 154.2; causal, the same row, 139.7 -> 142.7,
+# bf16 136.3 -> 142.3; max-ilp alone had modeled slower), gfx1100 hdim 128 92.9 -> 94.1 (92.6 ->
+# 93.7), gfx950's masked hdim 128 row 815.3 -> 830.9 (811.4 -> 831.2). Not taken: gfx950 hdim 128
+# full 1361.1 -> 1342.7 (1355.5 -> 1337.3). With it, gfx1201 hdim 128: masked rows 152.0, without
+# the lazy rescale 143.2, without reuse 144.7, iterative-ilp 150.0, interleave 147.7, 128x32
+# spills. The other hdim 64 and 128 rows compile the same with it: their K and V have bytes of
+# their own, or could not without costing a workgroup per compute unit.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
@@ -313,11 +326,13 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
                        fused_scale=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
-                        fused_scale=True),
+                        fused_scale=True, loop_arena=True),
                 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
                                             mask_keys=True),
-                128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True), 256: _c(64, 32, 8, 1)},
+                128: _c(64, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True, mask_keys=True,
+                        loop_arena=True),
+                256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
 
@@ -367,7 +382,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, lazy_rescale=True, mask_keys=True)},
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
     "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True, mask_keys=True)},
+               128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True, mask_keys=True,
+                       loop_arena=True)},
     # RDNA: gfx1100 hdim 128 takes CONFIGS' row without the lazy rescale; gfx1201 hdim 64 masks its
     # query rows; gfx1201 hdim 128 runs CONFIGS' row (session 34); gfx1100 hdim 64 CONFIGS' row with
     # its keys clamped (masked keys: 71.7 -> 69.0, session 36).
