@@ -378,6 +378,27 @@ def test_compile_interleave_reaches_llvm(arch, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_compile_loop_arena_reaches_stage_lds(arch, tmp_path, monkeypatch):
+    """--loop-arena gives tests/kernels/staged_pair.tile's two loop stagings bytes of their own
+    (CompileOptions.loop_arena): a wider arena and fewer barriers, except on gfx1100, where its P
+    staging makes the loop's stagings too wide for three workgroups per compute unit."""
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    source = str(ROOT / "tests" / "kernels" / "staged_pair.tile")
+    seen = {}
+    for flags in (["--loop-arena"], []):
+        dump = tmp_path / f"dump{len(flags)}"
+        assert main(["compile", source, "--arch", arch, "-o", str(tmp_path / "out"), "--dump-ir", str(dump), "-q",
+                     *flags]) == 0
+        text = next(dump.glob("*stage-lds.mlir")).read_text()
+        seen[bool(flags)] = (int(re.search(r"tile.lds_bytes = (\d+)", text).group(1)), text.count('"tile.barrier"'))
+    (wide, wide_barriers), (narrow, narrow_barriers) = seen[True], seen[False]
+    if arch == "gfx1100":
+        assert (wide, wide_barriers) == (narrow, narrow_barriers)
+    else:
+        assert wide > narrow and wide_barriers < narrow_barriers
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_compile_skip_unit_scales_reaches_the_ballot(arch, tmp_path, monkeypatch):
     """--skip-unit-scales guards the accumulator's rescale in tests/kernels/unit_scale.tile with a
     ballot over the wave (CompileOptions.skip_unit_scales), and the manifest says so."""
