@@ -208,6 +208,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         rows_apart,
         spans_large,
         unit_last_stride,
+        zero_rows_past,
     )
 
     if bias is not None:
@@ -363,6 +364,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     out_shape = tuple(q.shape[:-1]) + (dv,)
     if on_device:
         out = DeviceArray.empty(device, out_shape, q.dtype, "out")
+        zero_rows_past(device, out, cuq, sq, varlen)
         lse = DeviceArray.from_numpy(device, np.full((b4, hq, sq), -np.inf, np.float32), "lse")
     else:
         out = np.zeros(out_shape, dtype=q.dtype)

@@ -538,6 +538,14 @@ def _fwd_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None
         raise
 
 
+def zero_rows_past(device: Any, out: DeviceArray, cu_seqlens: np.ndarray, rows: int, varlen: bool) -> None:
+    """Zeros a new group-mode output whose packed rows go on past its last sequence (cu_seqlens[-1]
+    < rows): no kernel writes those rows, and they read 0 as the host path's do, not whatever the
+    device memory held."""
+    if varlen and int(cu_seqlens[-1]) < rows:
+        device.fill(out.buffer, 0)
+
+
 def _fwd_outputs_and_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp8Call | None, *, layout: str,
                          return_lse: bool, num_splits: int, made: list[Any]) -> Any:
     q4, k4, v4, varlen, on_device, device = c.q4, c.k4, c.v4, c.varlen, c.on_device, c.device
@@ -549,6 +557,7 @@ def _fwd_outputs_and_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp
     if on_device:
         out = DeviceArray.empty(device, out_shape[1:] if varlen else out_shape, out_dt, "out")
         made.append(out)
+        zero_rows_past(device, out, cuq, sq, varlen)
     else:
         out = np.zeros(out_shape[1:] if varlen else out_shape, dtype=out_dt)
     out4 = _to_bshd(out, layout, varlen)
@@ -771,6 +780,9 @@ def _bwd_run(plan: Any, c: AttentionCall, prep: bool, bc: BiasCall, do: Any, q: 
             grads.append(g)
             if not c.on_device:
                 owned.append(g)
+        zero_rows_past(dev, grads[0], c.cuq, c.sq, c.varlen)
+        for g in grads[1:3]:
+            zero_rows_past(dev, g, c.cuk, c.sk, c.varlen)
         biases = bias_env(bc)
         if return_dbias:
             biases["dbias"] = _dbias_view(grads[-1])

@@ -475,7 +475,8 @@ def fmha_fwd_kvcache_reference(
             k_cache[e, r] = kb[0]
             v_cache[e, r] = v[b]
     mask = fmha_mask_params(causal, window)
-    ks, vs, cu_k, qs = [], [], [0], []
+    ks, vs, cu_k = [], [], [0]
+    q_all = np.array(qp, np.float64)  # packed rows past the last sequence stay: out 0, LSE -inf
     for b in range(batch):
         n = int(seqlens[b]) + s_new
         e, r = where(b, np.arange(n))
@@ -487,8 +488,8 @@ def fmha_fwd_kvcache_reference(
             per_row = mask.kind != "none"
             pos = seqlens[b] + (np.arange(len(qb)) if per_row else np.zeros(len(qb), np.int64))
             qb = rotary_reference(qb[None], rotary_cos, rotary_sin, pos[None], rotary_interleaved)[0]
-        qs.append(qb)
-    result = fmha_fwd_reference(np.concatenate(qs), np.concatenate(ks), np.concatenate(vs), scale=scale,
+        q_all[cu_q[b]:cu_q[b + 1]] = qb
+    result = fmha_fwd_reference(q_all, np.concatenate(ks), np.concatenate(vs), scale=scale,
                                 causal=causal, window=window, softcap=softcap, sink=sink, cu_seqlens_q=cu_q,
                                 cu_seqlens_k=np.asarray(cu_k), return_lse=True, alibi_slopes=alibi_slopes)
     out, lse = result
