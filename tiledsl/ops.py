@@ -486,8 +486,9 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     below 2**24 in magnitude, as in flash-attention (the row max is subtracted inside one fma: past
     that its rounding error reaches exp2's argument, and rows become inf/inf). softcap in (0, 1000]
     caps logits with tanh;
-    sink: f32 [Hq] logits joining the denominator. A row whose keys are all masked gives output 0 and LSE -inf.
-    Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
+    sink: f32 [Hq] logits joining the denominator. A row whose keys are all masked gives output 0 and LSE -inf,
+    as does a packed row past the last sequence (cu_seqlens_q[-1] below total_q; the backward's
+    gradients are 0 there). Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
     LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]). q, k, v may be numpy arrays (copied to the
     device and back) or `tiledsl.device_array.DeviceArray`s (used in place; the outputs are then
     DeviceArrays on the same device).
