@@ -470,3 +470,17 @@ def test_loop_index_that_would_wrap_is_an_error():
     assert_error(err, "t.tile:2:23", "range end 2147483647 lets the i32 index pass 2147483647 (step 4), where it "
                  "wraps and the loop would not end",
                  "for i in range(0, 2147483647, 4) {")
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_builtins_by_keyword_compile_as_by_position(arch):
+    """Keyword arguments to builtins (`max(x=t, axis=0)`, `arange(start=0, end=64)`, ...) are the
+    positional ones: the emitter read some builtins' arguments by position only, and a keyword
+    gave an internal compiler error."""
+    from tiledsl.driver import compile_source
+
+    kernels = Path(__file__).resolve().parent / "kernels"
+    by_position, by_keyword = (compile_source((kernels / f"builtins_by_{how}.tile").read_text(),
+                                              f"builtins_by_{how}.tile", arch)
+                               for how in ("position", "keyword"))
+    assert by_keyword.hsaco == by_position.hsaco

@@ -472,6 +472,12 @@ class Typer:
         for name, required in params:
             if required and name not in bound:
                 self.fail(f"{e.func}() is missing '{name}': expected {sig}", e.loc)
+        # Keywords that continue the positional arguments become positional ones (max(x, axis=0)
+        # is max(x, 0)): later stages read a builtin's leading arguments by position.
+        given = {kw.name for kw in e.kwargs}
+        while len(e.args) < len(names) and names[len(e.args)] in given:
+            e.args.append(bound[names[len(e.args)]])
+        e.kwargs = [kw for kw in e.kwargs if names.index(kw.name) >= len(e.args)]
         return {n: bound.get(n) for n in names}
 
     def _dtype_arg(self, e: Expr, func: str) -> str:
