@@ -525,11 +525,12 @@ def _sum_packed(vals: list[ir.Value]) -> ir.Value:
 def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[int], comb) -> list[ir.Value]:
     ws, nw, n = lw.threads.wave_size, lw.threads.waves, len(outs)
     base = _lds_base(lw)
-    elt = outs[0].type  # 32-bit values, the arena starts 16-byte aligned
+    elt = outs[0].type  # up to 32 bits (stage-lds reserves 4 bytes a value); the arena starts 16-byte aligned
+    arena = lw.arena_bytes // (elt.width // 8)  # where the arena starts, in values of this type
 
     def slot(wave: ir.Value, j: int) -> ir.Value:  # value j of this lane in `wave`, after the resident tiles
         thread = arith.AddIOp(arith.MulIOp(wave, c32(ws)).result, lw.lane).result
-        return arith.AddIOp(arith.MulIOp(thread, c32(n)).result, c32(lw.arena_bytes // 4 + j)).result
+        return arith.AddIOp(arith.MulIOp(thread, c32(n)).result, c32(arena + j)).result
 
     lds_barrier()
     for j, x in enumerate(outs):
