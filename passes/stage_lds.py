@@ -12,10 +12,12 @@ goes right after the one before it where there is room, else back to the start; 
 before a store is there only where the bytes it overwrites may have been read since the last
 barrier, on some path through branches and loop iterations (_war_barriers). Stagings that take
 turns in disjoint bytes (a step's Q, dO and dS tiles in a 33 KiB arena) then cost one barrier each
-instead of two. A staging that would store the bytes an earlier one of its block stored (the same
-tile, laid out the same way) reads them instead, with no store and no barrier (_shared_stagings).
-A staging whose lanes read back only their own wave's stores (_wave_private) has a wave fence
-after its store instead of the barrier. A conversion marked
+instead of two. With CompileOptions.merge_stores, a loop's later stagings whose tiles are at hand
+at its first one store right after it, before its barrier, and read where they are without a
+barrier of their own (_mergeable_stores). A staging that would store the bytes an earlier one of
+its block stored (the same tile, laid out the same way) reads them instead, with no store and no
+barrier (_shared_stagings). A staging whose lanes read back only their own wave's stores
+(_wave_private) has a wave fence after its store instead of the barrier. A conversion marked
 `tile.resident` (a loop-invariant tile hoisted by hoist-conversions) gets its own region below the
 arena instead: it is stored once, before the loop, and read where it is used. Resident regions are
 placed by lifetime (from the store to the last read, a read in a loop reaching that loop's end):
@@ -31,6 +33,7 @@ not fit the arch's LDS is a user error at the DSL location of the operation.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -101,19 +104,24 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
         if any("tile.held" in op.attributes for op in sizes):
             ctx.facts["lds_if_resident"] = max(ctx.facts.get("lds_if_resident", 0), _lds_if_resident(sizes, resident))
         shared: dict[ir.Operation, ir.Operation] = {}  # staging -> the one whose stored bytes it reads
+        merged: dict[ir.Operation, list[ir.Operation]] = {}  # staging -> those whose stores join its own
         if options.lds_spread:
             shared = _shared_stagings(stored)
-            arena, at, (war, entry_barriers), shared = _placement(fn, sizes, arena, resident, shared, private,
-                                                                  threads, arch, options.loop_arena)
+            merged = _mergeable_stores(fn, sizes, shared, private) if options.merge_stores else {}
+            arena, at, (war, entry_barriers), shared, merged = _placement(
+                fn, sizes, arena, resident, shared, private, merged, threads, arch,
+                options.loop_arena or options.merge_stores)
             need = max(need, resident + arena)
         else:  # every staging at the arena's start, behind a barrier
             at, war, entry_barriers, private = dict.fromkeys(sizes, 0), set(sizes), set(), set()
         for loop in entry_barriers:
             _first_iteration_barrier(loop)
+        followers = {f for fs in merged.values() for f in fs}
         for op in sizes:
             if op.name == "tile.convert_layout":
-                _stage_convert(op, resident + at[op], op in war, op in shared, op in private, threads, options,
-                               arch, source, align)
+                joined = [(f, resident + at[f]) for f in merged.get(op, ())]
+                _stage_convert(op, resident + at[op], op in war, op in shared or op in followers, op in private,
+                               joined, threads, options, arch, source, align)
     module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
     return need
 
@@ -192,16 +200,21 @@ def _shared_stagings(stored: dict[ir.Operation, tuple]) -> dict[ir.Operation, ir
     return shared
 
 
-def _arena_offsets(sizes: dict[ir.Operation, int], arena: int,
-                   shared: dict[ir.Operation, ir.Operation]) -> dict[ir.Operation, int]:
+def _arena_offsets(sizes: dict[ir.Operation, int], arena: int, shared: dict[ir.Operation, ir.Operation],
+                   merged: dict[ir.Operation, list[ir.Operation]] | None = None) -> dict[ir.Operation, int]:
     """Arena offsets, in program order: each staging right after the one before it where the
     arena has room (its size is the largest staging's), else at the start. Stagings that follow
     one another in disjoint bytes need no barrier between the first one's reads and the second
     one's store (_war_barriers). Cross-wave reductions keep the start (their lowering's slots).
     A staging in `shared` reads the bytes of the one it maps to, which the stagings between the
     two must not overwrite; where one cannot avoid them, that sharing is dropped (the staging
-    stores its own copy) and the placement starts again."""
+    stores its own copy) and the placement starts again. A staging in `merged`'s lists is stored
+    with the one it is listed under (_mergeable_stores): it is placed right after it and its bytes
+    are kept from the stagings up to its own place; where they do not fit, it is dropped from the
+    list (it stores where it is) and the placement starts again."""
+    merged = {} if merged is None else merged
     order = list(sizes)
+    index = {op: i for i, op in enumerate(order)}
     while True:
         at: dict[ir.Operation, int] = {}
         end = 0  # where the previous one ends
@@ -210,9 +223,13 @@ def _arena_offsets(sizes: dict[ir.Operation, int], arena: int,
             if op in shared:
                 at[op] = at[shared[op]]
                 continue
-            size = sizes[op]
+            if op in at:  # stored with an earlier staging
+                continue
             # Bytes stored earlier that a later staging still reads.
-            pinned = {(at[w], at[w] + sizes[w]) for r, w in shared.items() if w in at and order.index(r) > i}
+            pinned = {(at[w], at[w] + sizes[w]) for r, w in shared.items() if w in at and index[r] > i}
+            pinned |= {(at[f], at[f] + sizes[f]) for fs in merged.values() for f in fs if f in at and index[f] > i}
+            group = [op, *merged.get(op, ())]  # stored together, one after another
+            size = sum(-(-sizes[g] // 16) * 16 for g in group[:-1]) + sizes[group[-1]]
             spot = None
             if op.name == "tile.convert_layout":
                 for start in (-(-end // 16) * 16, 0):
@@ -224,39 +241,64 @@ def _arena_offsets(sizes: dict[ir.Operation, int], arena: int,
             elif not any(lo < size for lo, hi in pinned):
                 spot = 0
             if spot is None:
-                clash = next(r for r, w in shared.items() if w in at and order.index(r) > i)
+                clash = group[-1] if len(group) > 1 else next(chain(
+                    (r for r, w in shared.items() if w in at and index[r] > i),
+                    (f for fs in merged.values() for f in fs if f in at and index[f] > i)))
                 break
-            at[op] = spot
-            end = spot + size
+            for g in group:
+                at[g] = spot
+                end = spot + sizes[g]
+                spot = -(-end // 16) * 16
         if clash is None:
             return at
-        del shared[clash]
+        if clash in shared:
+            del shared[clash]
+        else:
+            for fs in merged.values():
+                if clash in fs:
+                    fs.remove(clash)
+
+
+class Placement(NamedTuple):
+    """Where stage-lds puts a kernel function's stagings (_placement)."""
+
+    arena: int  # bytes
+    at: dict[ir.Operation, int]  # each staging's offset in the arena
+    found: Found  # the barriers their stores need first
+    shared: dict[ir.Operation, ir.Operation]  # stagings that read an earlier one's bytes
+    merged: dict[ir.Operation, list[ir.Operation]]  # stagings stored with an earlier one
 
 
 def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], arena: int, resident: int,
-               shared: dict[ir.Operation, ir.Operation], private: set[ir.Operation], threads: L.Threads,
-               arch: Arch, loop_arena: bool) -> tuple[int, dict[ir.Operation, int], Found,
-                                                      dict[ir.Operation, ir.Operation]]:
-    """The arena's size, each staging's offset in it, the barriers they need and the stagings that
-    still read an earlier one's bytes (`_arena_offsets` may drop some of `shared`). The arena is the
+               shared: dict[ir.Operation, ir.Operation], private: set[ir.Operation],
+               merged: dict[ir.Operation, list[ir.Operation]], threads: L.Threads, arch: Arch,
+               loop_arena: bool) -> Placement:
+    """The arena's size, each staging's offset in it, the barriers they need, the stagings that
+    still read an earlier one's bytes and those still stored with an earlier one
+    (`_arena_offsets` may drop some of `shared` and `merged`). The arena is the
     largest staging, or with `loop_arena` wider where a loop's stagings then each get bytes of
     their own and fewer of them need a barrier before their store in every iteration, as long as
     the wider arena costs no workgroup per compute unit (waves per SIMD within the LDS, up to the
     kernel's occupancy target): gfx1201's hdim-128 forward stages K and V in the bytes its Q took
-    before the loop, each behind two barriers where disjoint bytes need one."""
+    before the loop, each behind two barriers where disjoint bytes need one. Of the sizes tried, the
+    one whose loops have the fewest barriers per iteration (merged stores save theirs) wins."""
     most = int_attr(fn, "tile.occupancy") if "tile.occupancy" in fn.attributes else arch.max_waves_per_simd
 
     def waves(size: int) -> int:
         return min(most, arch.occupancy(1, resident + size, threads.waves))
 
-    def place(size: int) -> tuple[int, dict[ir.Operation, int], Found, dict[ir.Operation, ir.Operation]]:
-        kept = dict(shared)
-        at = _arena_offsets(sizes, size, kept)
+    def place(size: int) -> Placement:
+        kept, joined = dict(shared), {op: list(fs) for op, fs in merged.items()}
+        at = _arena_offsets(sizes, size, kept, joined)
+        joined = {op: fs for op, fs in joined.items() if fs}
         spans = {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()}
-        return size, at, _war_barriers(fn, spans, set(kept), private), kept
+        return Placement(size, at, _war_barriers(fn, spans, set(kept), private, joined), kept, joined)
 
-    def in_loops(found: Found) -> int:  # barriers run every iteration
-        return sum(1 for op in found.war if any(a.name == "scf.for" for a in _ancestors(op)))
+    def in_loops(p: Placement) -> int:  # barriers that run every iteration
+        followers = {f for fs in p.merged.values() for f in fs}
+        looped = [op for op in sizes if any(a.name == "scf.for" for a in _ancestors(op))]
+        return sum(op in p.found.war for op in looped) + sum(
+            op not in p.shared and op not in followers and op not in private for op in looped)
 
     best = place(arena)
     if not loop_arena:
@@ -270,9 +312,42 @@ def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], arena: int, res
         if size <= arena or resident + size > arch.lds_bytes or waves(size) < waves(arena):
             continue
         wider = place(size)
-        if in_loops(wider[2]) < in_loops(best[2]):
+        if in_loops(wider) < in_loops(best):
             best = wider
     return best
+
+
+def _mergeable_stores(fn: ir.Operation, sizes: dict[ir.Operation, int], shared: dict[ir.Operation, ir.Operation],
+                      private: set[ir.Operation]) -> dict[ir.Operation, list[ir.Operation]]:
+    """Per loop body, the later stagings whose stores can join the first staging's, before its
+    barrier (CompileOptions.merge_stores): those directly in the body whose tile is already at
+    hand there (a loop-carried tile, such as a pipelined loop's look-ahead loads, or one from
+    before the loop or from earlier in the body). Their reads stay where they are, without a
+    barrier of their own: the backward's key walk stores Q and dO, each in both orientations, at
+    the top of the step behind one barrier where each took its own."""
+    merged: dict[ir.Operation, list[ir.Operation]] = {}
+    for loop in (op for op in _program_order(fn)[0] if op.name == "scf.for"):
+        body = loop.regions[0].blocks[0]
+        ops = list(ops_in(body))
+        stagings = [op for op in ops if op in sizes and op.name == "tile.convert_layout"
+                    and op not in shared and op not in private]
+        if len(stagings) < 2:
+            continue
+        followers = [op for op in stagings[1:] if _at_hand(op.operands[0], loop, ops, stagings[0])]
+        if followers:
+            merged[stagings[0]] = followers
+    return merged
+
+
+def _at_hand(value: ir.Value, loop: ir.Operation, body_ops: list[ir.Operation], at: ir.Operation) -> bool:
+    """Is `value` defined where op `at`, directly in the loop's body (`body_ops`), can use it?"""
+    if isinstance(value, ir.BlockArgument):  # the body's own, or an enclosing region's
+        owner = value.owner.owner.operation
+        return owner == loop.operation or owner in {a.operation for a in _ancestors(at)}
+    op = value.owner.operation
+    if op.parent.operation == loop.operation:  # in the body: before `at`
+        return body_ops.index(op) < body_ops.index(at)
+    return loop.operation not in {a.operation for a in _ancestors(op)}
 
 
 class Found(NamedTuple):
@@ -299,7 +374,8 @@ def _wave_private(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads:
 
 
 def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
-                  readers: set[ir.Operation], private: set[ir.Operation] = frozenset()) -> Found:
+                  readers: set[ir.Operation], private: set[ir.Operation] = frozenset(),
+                  merged: dict[ir.Operation, list[ir.Operation]] | None = None) -> Found:
     """The stagings whose store needs a barrier first: LDS bytes it overwrites may have been read
     since the last barrier, by this wave or (on any path through branches and loop iterations)
     another. A staging's reads all precede the next barrier or LDS store in program order (a dot
@@ -308,12 +384,16 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
     barrier, is all a store must not overlap. `readers` only read (shared stagings): no store,
     no barrier. `private` stagings (_wave_private) have no barrier after their store: their spans
     join `dirty` marked as theirs, and a private store need not wait for its own earlier reads
-    (each byte is stored and read by one wave, in order).
+    (each byte is stored and read by one wave, in order). `merged` stagings are stored with the one
+    they are listed under, before its barrier, and only read where they are.
 
     Also returns the loops that get a barrier in their first iteration only instead: where a store
     in the body needs one only because of bytes read before the loop (a tile staged once before
     the loop, in the bytes the loop's stagings reuse), one barrier replaces one per iteration
     (_first_iteration_barrier)."""
+
+    merged = merged or {}
+    readers = readers | {f for fs in merged.values() for f in fs}
 
     def overlaps(dirty: frozenset, span: tuple[int, int], op: ir.Operation) -> bool:
         return any(lo < span[1] and span[0] < hi and (reader is None or reader != op) for lo, hi, reader in dirty)
@@ -328,10 +408,11 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
                     dirty = frozenset()
                 dirty = dirty | {(*spans[op], op)}  # no barrier after the store: earlier reads stay
             elif op in spans:
-                if op.name == "tile.convert_layout" and overlaps(dirty, spans[op], op):
+                stored = [op, *merged.get(op, ())]
+                if op.name == "tile.convert_layout" and any(overlaps(dirty, spans[s], s) for s in stored):
                     found.war.add(op)
-                # A barrier after the store (a reduction: before, too), then its reads.
-                dirty = frozenset([(*spans[op], None)])
+                # A barrier after the stores (a reduction: before, too), then their reads.
+                dirty = frozenset((*spans[s], None) for s in stored)
             elif op.name == "tile.barrier":
                 dirty = frozenset()
             elif op.name == "scf.if":  # an empty else region passes `dirty` through
@@ -563,8 +644,10 @@ def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: Comp
 
 
 def _stage_convert(op: ir.Operation, at: int, war_barrier: bool, reads_only: bool, private: bool,
-                   threads: L.Threads, options: CompileOptions, arch: Arch, source: str | None, align: bool) -> None:
-    """The store (unless an earlier staging stored these bytes: `reads_only`), its barriers (a
+                   joined: list[tuple[ir.Operation, int]], threads: L.Threads, options: CompileOptions, arch: Arch,
+                   source: str | None, align: bool) -> None:
+    """The store (unless an earlier staging stored these bytes or stores this one's: `reads_only`)
+    and those of the later stagings `joined` to it (with their offsets), the barriers (a
     wave-private staging: a wave fence after the store), and the load."""
     attrs, _size = _staging(op, at, threads, options, arch, source, align)
     with ir.InsertionPoint(op), op.location:
@@ -572,6 +655,9 @@ def _stage_convert(op: ir.Operation, at: int, war_barrier: bool, reads_only: boo
             if war_barrier:
                 tile_op("barrier", [], [])
             tile_op("local_store", [op.operands[0]], [], attrs)
+            for follower, offset in joined:
+                follower_attrs = _staging(follower, offset, threads, options, arch, source, align)[0]
+                tile_op("local_store", [follower.operands[0]], [], follower_attrs)
             tile_op("wave_fence" if private else "barrier", [], [])
         new = tile_op("local_load", [], [op.result.type], attrs)
     op.result.replace_all_uses_with(new.result)

@@ -399,6 +399,24 @@ def test_compile_loop_arena_reaches_stage_lds(arch, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_compile_merge_stores_reaches_stage_lds(arch, tmp_path, monkeypatch):
+    """--merge-stores stores tests/kernels/merged_three.tile's C tile right after its B tile, before
+    their one barrier (CompileOptions.merge_stores); on gfx1201 the merged kernel spills and the
+    driver compiles it again with a barrier before every staging (lds_spread off)."""
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    source = str(ROOT / "tests" / "kernels" / "merged_three.tile")
+    adjacent = {}
+    for flags in (["--merge-stores"], []):
+        dump = tmp_path / f"dump{len(flags)}"
+        assert main(["compile", source, "--arch", arch, "-o", str(tmp_path / "out"), "--dump-ir", str(dump), "-q",
+                     *flags]) == 0
+        ops = re.findall(r'"tile\.(local_store|barrier|local_load)"', next(dump.glob("*stage-lds.mlir")).read_text())
+        adjacent[bool(flags)] = sum(a == b == "local_store" for a, b in zip(ops, ops[1:], strict=False))
+    assert adjacent[False] == 0
+    assert adjacent[True] == (0 if arch == "gfx1201" else 1)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_compile_skip_unit_scales_reaches_the_ballot(arch, tmp_path, monkeypatch):
     """--skip-unit-scales guards the accumulator's rescale in tests/kernels/unit_scale.tile with a
     ballot over the wave (CompileOptions.skip_unit_scales), and the manifest says so."""

@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--loop-arena", action="store_true",
                    help="give each LDS staging of a loop bytes of its own where that costs no workgroup per "
                         "compute unit, so fewer need a barrier before their store (docs/compiler.md)")
+    c.add_argument("--merge-stores", action="store_true",
+                   help="store a loop's LDS stagings whose tiles are at hand at its first staging together with "
+                        "it, behind one barrier (docs/compiler.md)")
     c.add_argument("--skip-unit-scales", action="store_true",
                    help="multiply a loop-carried tile by a broadcast factor only in the waves where some factor "
                         "is not exactly 1 (a lazy softmax's rescale; docs/compiler.md)")
@@ -298,7 +301,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                       disjoint_rows=not args.overlapping_rows,
                                       schedule="" if args.schedule == "default" else args.schedule,
                                       interleave=args.interleave, skip_unit_scales=args.skip_unit_scales,
-                                      loop_arena=args.loop_arena)
+                                      loop_arena=args.loop_arena, merge_stores=args.merge_stores)
         try:
             compile_file(args.file, [arch], defines, args.outdir, options, cache=cache, on_result=report)
         except TileError as exc:

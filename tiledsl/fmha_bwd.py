@@ -47,6 +47,9 @@ class BwdConfig:
     # Query rows (and the dQ walk's keys) past the end masked (the kernel's MASK_ROWS) rather than
     # clamped to the last one.
     mask_rows: bool = False
+    # The key walk's Q and dO stagings stored together at the top of the step, behind one barrier
+    # (CompileOptions.merge_stores), where the model finds it faster.
+    merge_stores: bool = False
 
     @property
     def dq_loop(self) -> bool:
@@ -54,8 +57,9 @@ class BwdConfig:
 
 
 def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: tuple[int, int] = (0, 0),
-       stages: int = 1, occupancy: int = 0, interleave: bool = False, mask_rows: bool = False) -> BwdConfig:
-    return BwdConfig(block_m, block_n, waves, spills, dq_block, stages, occupancy, interleave, mask_rows)
+       stages: int = 1, occupancy: int = 0, interleave: bool = False, mask_rows: bool = False,
+       merge_stores: bool = False) -> BwdConfig:
+    return BwdConfig(block_m, block_n, waves, spills, dq_block, stages, occupancy, interleave, mask_rows, merge_stores)
 
 
 # dq_dk_dv tiles per arch and padded head dim, chosen with the emulator (executed wave-instructions
@@ -83,12 +87,23 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: t
 # and 127.2 -> 129.4 / 66.2 -> 65.3; gfx950 d128 726.3 -> 748.7 / 549.2 -> 550.1 and 317.3 ->
 # 325.8 / 156.8 -> 156.4. Not taken: gfx942 d128 (within 1.6 %), gfx950 d64 (757.1 -> 743.3 full),
 # gfx90a (-1.7 % to +0.6 %).
+# merge_stores (session 46, CompileOptions.merge_stores: the key walk's Q and dO stagings stored
+# together at the top of the step behind one barrier, where each took its own), modeled bf16 at B2
+# H16 S2048, full / causal: gfx942 d128 355.4 -> 382.8 (f16 357.4 -> 383.8) / 320.3 -> 318.4 (its
+# causal variants keep the row without it: BWD_MASKED_CONFIGS); gfx950 d128 773.0 -> 817.7 (f16 the
+# same) / 603.8 -> 634.3, d64 850.6 -> 876.6 (f16 857.3 -> 879.1; its masked row 609.2 -> 630.8, f16
+# 610.0 -> 630.1, taken); gfx90a d128 91.7 -> 103.0 (f16 92.7 -> 102.1) / 72.2 -> 80.8 (f16 73.2 ->
+# 80.4). Not taken: gfx942 d64 451.5 -> 461.5 but f16 498.7 -> 463.8 (its masked row 319.4 ->
+# 312.7), gfx90a d64 116.6 -> 112.3, gfx1201 d64 107.2 -> 104.3.
 BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
-    "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8, stages=2), 256: _b(32, 32, 4)},
-    "gfx942": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2, occupancy=2, interleave=True, mask_rows=True),
-               128: _b(32, 128, 8, stages=2), 256: _b(32, 32, 4)},
-    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2, mask_rows=True),
-               128: _b(32, 128, 8, stages=2, interleave=True, mask_rows=True), 256: _b(32, 32, 4)},
+    "gfx90a": {32: _b(32, 64, 4), 64: _b(32, 128, 4), 128: _b(32, 128, 8, stages=2, merge_stores=True),
+               256: _b(32, 32, 4)},
+    "gfx942": {32: _b(32, 64, 4),
+               64: _b(32, 128, 4, stages=2, occupancy=2, interleave=True, mask_rows=True),
+               128: _b(32, 128, 8, stages=2, merge_stores=True), 256: _b(32, 32, 4)},
+    "gfx950": {32: _b(32, 64, 4), 64: _b(32, 128, 4, stages=2, mask_rows=True, merge_stores=True),
+               128: _b(32, 128, 8, stages=2, interleave=True, mask_rows=True, merge_stores=True),
+               256: _b(32, 32, 4)},
     "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
                 256: _b(32, 16, 2, spills=True)},
     "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8),
@@ -107,8 +122,8 @@ BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
 # taken: gfx90a hdim 64 causal 88.0 -> 80.6, gfx950 hdim 64 full 847.8 -> 562.1; at hdim 128,
 # 64 keys over 8 waves: gfx942 causal 321.8 -> 189.7, gfx950 603.0 -> 319.8.
 BWD_MASKED_CONFIGS: dict[str, dict[int, BwdConfig]] = {
-    "gfx942": {64: _b(32, 64, 4, stages=2, occupancy=2, interleave=True)},
-    "gfx950": {64: _b(32, 64, 4, stages=2, mask_rows=True)}}
+    "gfx942": {64: _b(32, 64, 4, stages=2, occupancy=2, interleave=True), 128: _b(32, 128, 8, stages=2)},
+    "gfx950": {64: _b(32, 64, 4, stages=2, mask_rows=True, merge_stores=True)}}
 
 
 # With the bias gradient (docs/bias.md), CDNA's rows at hdim 128 spill vector registers once a
@@ -285,7 +300,8 @@ def dbias_zeroed(shape: BwdShape) -> bool:
 
 
 def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dims: tuple[str, ...] = (),
-             allow_spills: bool = False, interleave: bool = False, tensors: dict[str, str] | None = None):
+             allow_spills: bool = False, interleave: bool = False, tensors: dict[str, str] | None = None,
+             merge_stores: bool = False):
     """Compile stage `name`; `dims`: the head-dim symbols it declares (with padded head dims, their
     units are its SYM_UNIT defines, which the kernel requires to divide them); `tensors`: its tensor
     arguments by the call's names (`shape.aligned` says which are aligned)."""
@@ -297,7 +313,7 @@ def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dim
     units = tuple(sorted((arg, VECTOR_ELEMS) for arg, call in (tensors or {}).items() if call in shape.aligned))
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
                                   disjoint_rows=shape.contiguous, stride_units=units,
-                                  buffer_masks=not shape.large, interleave=interleave)
+                                  buffer_masks=not shape.large, interleave=interleave, merge_stores=merge_stores)
     try:
         return library_kernel(KERNELS / f"{name}.tile", arch, defines, options)
     except (KernelNotPrebuilt, PackageError):  # not a compile failure: say it as it is
@@ -356,11 +372,12 @@ def build_plan(shape: BwdShape) -> Plan:
                                 DETERMINISTIC="false")
     spills_ok = cfg.spills or shape.bias != "none" or shape.dropout
     dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch, dq_dk_dv_defines, shape, ("D_QK", "D_V"), spills_ok,
-                        cfg.interleave, DQ_DK_DV_TENSORS)
+                        cfg.interleave, DQ_DK_DV_TENSORS, cfg.merge_stores)
     paired_blocks = False
     if shape.pair_blocks == "always" or pair_key_blocks(shape, cfg, dq_dk_dv):
         paired = _compile("fmha_bwd_dq_dk_dv", shape.arch, {**dq_dk_dv_defines, "PASSES": "2"}, shape,
-                          ("D_QK", "D_V"), allow_spills=True, interleave=cfg.interleave, tensors=DQ_DK_DV_TENSORS)
+                          ("D_QK", "D_V"), allow_spills=True, interleave=cfg.interleave, tensors=DQ_DK_DV_TENSORS,
+                          merge_stores=cfg.merge_stores)
         if shape.pair_blocks == "always" or paired_fits(shape, cfg, dq_dk_dv, paired):
             dq_dk_dv, paired_blocks = paired, True
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,

@@ -84,6 +84,12 @@ class CompileOptions:
     # in others, where LLVM then schedules the loop's loads worse (gfx942's hdim-64 causal backward
     # 319.4 -> 293.4 TFLOP/s), so the config rows choose (FmhaConfig.loop_arena).
     loop_arena: bool = False
+    # With lds_spread: a loop's later stagings whose tiles are at hand at its first staging's store
+    # (loop-carried look-ahead tiles) store there too, before its barrier, and read where they are
+    # without a barrier of their own (stage-lds, _mergeable_stores); the arena grows for them as
+    # with loop_arena. The backward's key walk: one barrier for Q and dO in both orientations
+    # instead of four. The config rows choose (BwdConfig.merge_stores).
+    merge_stores: bool = False
     # On archs that transpose in LDS reads (gfx950, Arch.lds_transpose_read): a B operand [K, N]
     # staged from a row-major tile is stored row-major and read with transpose reads, instead of
     # stored column by column (stage-lds). False is for measuring the difference.
