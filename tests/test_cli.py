@@ -377,19 +377,23 @@ def test_compile_interleave_reaches_llvm(arch, tmp_path, monkeypatch):
         assert next(dump.glob("*.ll")).read_text().count("call void @llvm.amdgcn.iglp.opt(i32 0)") == want
 
 
+def _stage_lds_output(kernel: str, arch: str, flags: list[str], tmp_path: Path) -> str:
+    """stage-lds's output for tests/kernels/`kernel` compiled with `flags` (--dump-ir)."""
+    dump = tmp_path / f"dump-{'-'.join(flags) or 'plain'}"
+    assert main(["compile", str(ROOT / "tests" / "kernels" / kernel), "--arch", arch, "-o", str(tmp_path / "out"),
+                 "--dump-ir", str(dump), "-q", *flags]) == 0
+    return next(dump.glob("*stage-lds.mlir")).read_text()
+
+
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_compile_loop_arena_reaches_stage_lds(arch, tmp_path, monkeypatch):
     """--loop-arena gives tests/kernels/staged_pair.tile's two loop stagings bytes of their own
     (CompileOptions.loop_arena): a wider arena and fewer barriers, except on gfx1100, where its P
     staging makes the loop's stagings too wide for three workgroups per compute unit."""
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
-    source = str(ROOT / "tests" / "kernels" / "staged_pair.tile")
     seen = {}
     for flags in (["--loop-arena"], []):
-        dump = tmp_path / f"dump{len(flags)}"
-        assert main(["compile", source, "--arch", arch, "-o", str(tmp_path / "out"), "--dump-ir", str(dump), "-q",
-                     *flags]) == 0
-        text = next(dump.glob("*stage-lds.mlir")).read_text()
+        text = _stage_lds_output("staged_pair.tile", arch, flags, tmp_path)
         seen[bool(flags)] = (int(re.search(r"tile.lds_bytes = (\d+)", text).group(1)), text.count('"tile.barrier"'))
     (wide, wide_barriers), (narrow, narrow_barriers) = seen[True], seen[False]
     if arch == "gfx1100":
@@ -404,13 +408,10 @@ def test_compile_merge_stores_reaches_stage_lds(arch, tmp_path, monkeypatch):
     their one barrier (CompileOptions.merge_stores); on gfx1201 the merged kernel spills and the
     driver compiles it again with a barrier before every staging (lds_spread off)."""
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
-    source = str(ROOT / "tests" / "kernels" / "merged_three.tile")
     adjacent = {}
     for flags in (["--merge-stores"], []):
-        dump = tmp_path / f"dump{len(flags)}"
-        assert main(["compile", source, "--arch", arch, "-o", str(tmp_path / "out"), "--dump-ir", str(dump), "-q",
-                     *flags]) == 0
-        ops = re.findall(r'"tile\.(local_store|barrier|local_load)"', next(dump.glob("*stage-lds.mlir")).read_text())
+        ops = re.findall(r'"tile\.(local_store|barrier|local_load)"',
+                         _stage_lds_output("merged_three.tile", arch, flags, tmp_path))
         adjacent[bool(flags)] = sum(a == b == "local_store" for a, b in zip(ops, ops[1:], strict=False))
     assert adjacent[False] == 0
     assert adjacent[True] == (0 if arch == "gfx1201" else 1)
