@@ -472,10 +472,9 @@ class Typer:
         for name, required in params:
             if required and name not in bound:
                 self.fail(f"{e.func}() is missing '{name}': expected {sig}", e.loc)
-        # Keywords that continue the positional arguments become positional ones (max(x, axis=0)
-        # is max(x, 0)): later stages read a builtin's leading arguments by position.
-        given = {kw.name for kw in e.kwargs}
-        while len(e.args) < len(names) and names[len(e.args)] in given:
+        # Required parameters given by keyword become positional (max(x, axis=0) is max(x, 0)): later
+        # stages read a builtin's required arguments by position, its optional ones by name.
+        while len(e.args) < len(params) and params[len(e.args)][1]:
             e.args.append(bound[names[len(e.args)]])
         e.kwargs = [kw for kw in e.kwargs if names.index(kw.name) >= len(e.args)]
         return {n: bound.get(n) for n in names}
