@@ -294,9 +294,12 @@ def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], arena: int, res
         spans = {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()}
         return Placement(size, at, _war_barriers(fn, spans, set(kept), private, joined), kept, joined)
 
+    # Each staging's innermost loop (None outside loops).
+    loop_of = {op: next((a for a in _ancestors(op) if a.name == "scf.for"), None) for op in sizes}
+
     def in_loops(p: Placement) -> int:  # barriers that run every iteration
         followers = {f for fs in p.merged.values() for f in fs}
-        looped = [op for op in sizes if any(a.name == "scf.for" for a in _ancestors(op))]
+        looped = [op for op, loop in loop_of.items() if loop is not None]
         return sum(op in p.found.war for op in looped) + sum(
             op not in p.shared and op not in followers and op not in private for op in looped)
 
@@ -305,9 +308,9 @@ def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], arena: int, res
         return best
     loop_bytes: dict[ir.Operation, int] = {}
     for op, n in sizes.items():
-        loops = [a for a in _ancestors(op) if a.name == "scf.for"]
-        if loops and op.name == "tile.convert_layout" and op not in shared:
-            loop_bytes[loops[0]] = loop_bytes.get(loops[0], 0) + -(-n // 16) * 16
+        loop = loop_of[op]
+        if loop is not None and op.name == "tile.convert_layout" and op not in shared:
+            loop_bytes[loop] = loop_bytes.get(loop, 0) + -(-n // 16) * 16
     for size in sorted(set(loop_bytes.values())):
         if size <= arena or resident + size > arch.lds_bytes or waves(size) < waves(arena):
             continue
