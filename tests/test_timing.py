@@ -249,6 +249,40 @@ def test_timing_options_are_checked() -> None:
         EmulatorDevice("gfx942", timing="yes")  # type: ignore[arg-type]
 
 
+def test_what_if_frees_alu_instructions_and_barriers_but_not_the_results() -> None:
+    """A what-if analysis changes the modeled time only: the conversions and barriers it frees
+    cost nothing, the outputs are the same bits, and the report says it is a what-if."""
+    from tiledsl.backends.rocm.runtime.timing_model import format_timing
+    from tiledsl.ops import fmha_fwd
+
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((1, 128, 2, 64)).astype(np.float16) for _ in range(3))
+    runs = {}
+    for name, opts in (("plain", TimingOptions(sample_cus=1)),
+                       ("free", TimingOptions(sample_cus=1, free_instructions=("v_cvt_f16_f32", "v_pack_b32"),
+                                              free_barriers=True))):
+        dev = EmulatorDevice("gfx1201", timing=opts)
+        runs[name] = fmha_fwd(q, k, v, device=dev), dev.last_stats["timing"]
+    (plain, t0), (free, t1) = runs["plain"], runs["free"]
+    assert np.array_equal(plain, free)
+    assert t1.freed > 0 and t0.freed == 0 and not t0.what_if
+    assert t1.seconds < t0.seconds
+    assert any("s_barrier" in text for _pc, text, _n, _s in t0.hot)
+    assert not any("s_barrier" in text for _pc, text, _n, _s in t1.hot)
+    text = format_timing(t1)
+    assert text.startswith("fmha_fwd on gfx1201: WHAT-IF, free v_cvt_f16_f32, v_pack_b32; barriers free (")
+    assert "WHAT-IF" not in format_timing(t0)
+    # Memory, wait and branch instructions order the trace: they cannot be freed.
+    with pytest.raises(tm.TimingError, match="only vector, transcendental and scalar ALU"):
+        fmha_fwd(q, k, v, device=EmulatorDevice("gfx1201", timing=TimingOptions(free_instructions=("s_wait",))))
+    with pytest.raises(ValueError, match="free_instructions"):
+        TimingOptions(free_instructions=("ds_load_b128",))
+    with pytest.raises(ValueError, match="free_instructions"):
+        TimingOptions(free_instructions="v_cvt")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="free_barriers"):
+        TimingOptions(free_barriers=1)  # type: ignore[arg-type]
+
+
 def test_manifests_name_the_tensors_a_kernel_writes() -> None:
     src = KERNELS / "matrix_loop.tile"
     k = compile_source(src.read_text(), str(src), "gfx942", {})
@@ -265,6 +299,11 @@ def test_profile_cli_prints_a_model_and_refuses_bad_arguments() -> None:
     assert bad.returncode == 2 and "unknown arch 'gfx000'" in bad.stderr
     bad = subprocess.run(cmd + ["--seqlen", "x"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--seqlen" in bad.stderr
+    bad = subprocess.run(cmd + ["--what-if-free", "ds_load"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--what-if-free: expected instruction name prefixes" in bad.stderr
+    bad = subprocess.run(cmd + ["--what-if-free", "v_no_such_op"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "no instruction of fmha_fwd's kernels starts with v_no_such_op" in bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 def test_profile_plots_a_roofline_and_a_timeline(tmp_path: Path, capsys) -> None:

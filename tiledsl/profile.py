@@ -41,6 +41,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--execute", action="store_true", help="also run every workgroup (slow at full size)")
     p.add_argument("--plot", metavar="DIR", help="write roofline.png and timeline.png there (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--what-if-free", metavar="PREFIX[,PREFIX...]", default="",
+                   help="what-if analysis: ALU instructions whose names start with these (v_cvt_f16_f32,"
+                        "v_pack_b32) cost nothing; a bound on what removing them would gain")
+    p.add_argument("--what-if-no-barriers", action="store_true",
+                   help="what-if analysis: no wave waits at a barrier (results stay right; only time changes)")
 
 
 def useful_flops(op: str, batch: int, hq: int, sq: int, sk: int, hdim: int, causal: bool) -> float:
@@ -51,8 +56,10 @@ def useful_flops(op: str, batch: int, hq: int, sq: int, sk: int, hdim: int, caus
 
 def run_profile(op: str, arch: Arch, *, dtype: str = "f16", batch: int = 4, hq: int = 32, hk: int = 32,
                 sq: int = 4096, sk: int = 4096, hdim: int = 128, causal: bool = False, sample_cus: int = 4,
-                execute: bool = False, timeline: bool = False) -> dict[str, Any]:
-    """Model one call; returns {"launches": [LaunchTiming...], "seconds", "tflops", "peak_fraction"}."""
+                execute: bool = False, timeline: bool = False, free_instructions: tuple[str, ...] = (),
+                free_barriers: bool = False) -> dict[str, Any]:
+    """Model one call; returns {"launches": [LaunchTiming...], "seconds", "tflops", "peak_fraction"}.
+    free_instructions / free_barriers: a what-if analysis (TimingOptions)."""
     from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
     from tiledsl.backends.rocm.runtime.timing_model import TimingOptions
     from tiledsl.device_array import DeviceArray
@@ -60,7 +67,9 @@ def run_profile(op: str, arch: Arch, *, dtype: str = "f16", batch: int = 4, hq: 
 
     if op not in OPS:
         raise ValueError(f"op: expected one of {', '.join(OPS)}, got {op!r}")
-    dev = EmulatorDevice(arch, timing=TimingOptions(sample_cus=sample_cus, execute=execute, timeline=timeline))
+    dev = EmulatorDevice(arch, timing=TimingOptions(sample_cus=sample_cus, execute=execute, timeline=timeline,
+                                                    free_instructions=free_instructions,
+                                                    free_barriers=free_barriers))
     npdt = np.dtype(np.float16) if dtype == "f16" else np.dtype(ml_dtypes.bfloat16)
 
     rng = np.random.default_rng(0)
@@ -80,6 +89,8 @@ def run_profile(op: str, arch: Arch, *, dtype: str = "f16", batch: int = 4, hq: 
         lse = DeviceArray.empty(dev, (batch, hq, sq), np.float32, "lse")
         fmha_bwd(do, q, k, v, out, lse, causal=causal, device=dev)
     launches = [entry["timing"] for entry in dev.launches]
+    if free_instructions and not any(t.freed for t in launches):
+        raise ValueError(f"--what-if-free: no instruction of {op}'s kernels starts with {', '.join(free_instructions)}")
     seconds = sum(t.seconds for t in launches)
     flops = useful_flops(op, batch, hq, sq, sk, hdim, causal)
     peak = arch.peak_tflops_f16 * 1e12 / arch.timing.dies
@@ -88,7 +99,8 @@ def run_profile(op: str, arch: Arch, *, dtype: str = "f16", batch: int = 4, hq: 
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from tiledsl.backends.rocm.runtime.timing_model import format_timing
+    from tiledsl.backends.rocm.emulator.timing import TimingError
+    from tiledsl.backends.rocm.runtime.timing_model import TimingOptions, format_timing
     from tiledsl.cli import (  # `tiledsl plan`'s (cli imports this module)
         _output_dir,
         _pair,
@@ -105,6 +117,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     check_heads_and_hdim(hq, hk, args.hdim)
     if args.sample_cus < 1:
         raise TileError("--sample-cus must be positive")
+    free = tuple(x.strip() for x in args.what_if_free.split(",") if x.strip())
+    if any(not x.startswith(("v_", "s_")) for x in free):
+        raise TileError(f"--what-if-free: expected instruction name prefixes such as v_cvt_f16_f32, got "
+                        f"{args.what_if_free!r}")
     if args.plot:  # before the run, which takes minutes
         from tiledsl.profile_plot import pyplot
 
@@ -113,12 +129,15 @@ def cmd_profile(args: argparse.Namespace) -> int:
     try:
         r = run_profile(args.op, arch, dtype=args.dtype, batch=args.batch, hq=hq, hk=hk, sq=sq, sk=sk,
                         hdim=args.hdim, causal=args.causal, sample_cus=args.sample_cus, execute=args.execute,
-                        timeline=bool(args.plot))
-    except ValueError as exc:
+                        timeline=bool(args.plot), free_instructions=free, free_barriers=args.what_if_no_barriers)
+    except (ValueError, TimingError) as exc:
         raise TileError(str(exc)) from None
+    what_if = TimingOptions(free_instructions=free, free_barriers=args.what_if_no_barriers).what_if()
     if args.json:
         out = {k: v for k, v in r.items() if k != "launches"}
         out["launches"] = [{k: v for k, v in asdict(t).items() if k != "timeline"} for t in r["launches"]]
+        if what_if:
+            out["what_if"] = what_if
         print(json.dumps(out, indent=1))
     else:
         shape = f"B{args.batch} Hq{hq}/Hk{hk} Sq{sq}/Sk{sk} D{args.hdim} {args.dtype}"
@@ -128,7 +147,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         for t in r["launches"]:
             print(format_timing(t))
         print(f"total {r['seconds'] * 1e6:.1f} us: {r['tflops']:.1f} TFLOP/s of attention "
-              f"({100 * r['peak_fraction']:.1f}% of {arch.peak_tflops_f16 / arch.timing.dies:.0f} TFLOP/s peak)")
+              f"({100 * r['peak_fraction']:.1f}% of {arch.peak_tflops_f16 / arch.timing.dies:.0f} TFLOP/s peak)"
+              + (f" -- WHAT-IF ({what_if}), not the kernel's time" if what_if else ""))
     if args.plot:
         from tiledsl.profile_plot import plot_roofline, plot_timeline
 

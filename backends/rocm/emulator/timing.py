@@ -96,6 +96,7 @@ class Program:
     counters: list[tuple[int, ...]]  # counters a memory instruction increments
     arg: list[int]  # s_nop / s_sleep count, s_delay_alu immediate
     text: list[str]  # mnemonic, for reports
+    freed: int = 0  # instructions a what-if analysis made free (classify's `free`)
 
 
 def _waits(inst, gen: str) -> tuple[tuple[int, int], ...]:
@@ -124,8 +125,11 @@ def _memory_counters(inst, gen: str, load: bool) -> tuple[int, ...]:
     return (c, LGKM) if inst.fam == "FLAT" else (c,)  # a flat access may be LDS: both counters
 
 
-def classify(arch: Arch, insts) -> Program:
-    """The Program of `insts` (a KernelImage's decoded instructions) on `arch`."""
+def classify(arch: Arch, insts, free: tuple[str, ...] = (), free_barriers: bool = False) -> Program:
+    """The Program of `insts` (a KernelImage's decoded instructions) on `arch`. What-if analysis
+    (TimingOptions): the ALU instructions whose names start with one of `free` take no issue slot
+    and no pipe, and with `free_barriers` no wave waits at a barrier; the trace, and so every
+    result, is unchanged."""
     t = arch.timing
     gen = arch.isa_generation
     p = Program([], [], [], [], [], [], [])
@@ -166,6 +170,16 @@ def classify(arch: Arch, insts) -> Program:
         elif memory_kind(inst) == "vmem":
             load = "load" in n or ("atomic" in n and ("rtn" in n or inst.f.get("glc") or inst.f.get("sc0")))
             kind, counters = (VLOAD if load else VSTORE), _memory_counters(inst, gen, bool(load))
+        if free_barriers and kind == BARRIER:
+            kind = FREE
+        if free and (n.startswith(free) or (inst.raw_name or n).startswith(free)):
+            if kind not in (SALU, VALU, TRANS):
+                raise TimingError(f"what-if: {inst.raw_name or n} matches {', '.join(free)}, but only vector, "
+                                  "transcendental and scalar ALU instructions can be modeled free (matrix "
+                                  "instructions are the work measured; memory, wait, barrier and branch "
+                                  "instructions order the trace)")
+            kind, busy = FREE, 0
+            p.freed += 1
         p.kind.append(kind)
         p.busy.append(busy)
         p.flops.append(flops)

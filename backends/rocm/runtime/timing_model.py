@@ -41,18 +41,35 @@ class TimingOptions:
         (which decides which CU gets which workgroup; see `probe_costs`).
     execute: False runs only the sampled workgroups, for profiling full-size launches quickly:
         the launch's results are then not computed, and the device refuses to copy memory out.
-    timeline: keep the first simulated workgroup's instructions by pipe (for `tiledsl profile --plot`)."""
+    timeline: keep the first simulated workgroup's instructions by pipe (for `tiledsl profile --plot`).
+    free_instructions, free_barriers: what-if analysis, a bound on what removing work would gain.
+        The ALU instructions whose names start with one of these prefixes (such as "v_cvt_f16_f32")
+        cost no issue slot and no pipe time, and with free_barriers no wave waits at a barrier. The
+        trace is unchanged (results stay right); only the modeled time answers "what if"."""
 
     sample_cus: int = 4
     probe_x: int = 32
     execute: bool = True
     timeline: bool = False
+    free_instructions: tuple[str, ...] = ()
+    free_barriers: bool = False
 
     def __post_init__(self) -> None:
         for name in ("sample_cus", "probe_x"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        free = self.free_instructions
+        if not isinstance(free, tuple) or not all(isinstance(x, str) and x.startswith(("v_", "s_")) for x in free):
+            raise ValueError("free_instructions: expected a tuple of instruction name prefixes such as "
+                             f"('v_cvt_f16_f32',), got {free!r}")
+        if not isinstance(self.free_barriers, bool):
+            raise ValueError(f"free_barriers: expected a bool, got {self.free_barriers!r}")
+
+    def what_if(self) -> str:
+        """The what-if analysis these options ask for, in words ("" for none)."""
+        parts = [f"free {', '.join(self.free_instructions)}"] if self.free_instructions else []
+        return "; ".join(parts + (["barriers free"] if self.free_barriers else []))
 
 
 @dataclass
@@ -80,6 +97,8 @@ class LaunchTiming:
     hot: list[tuple[int, str, int, float]]  # (instruction index, text, issues, wave-cycles stalled before it)
     timeline: list[tuple[int, str, float, float]] = field(default_factory=list)
     model_seconds: float = 0.0  # host time the model took
+    what_if: str = ""  # the what-if analysis modeled (TimingOptions.what_if), with the instructions freed
+    freed: int = 0  # instructions of the kernel the what-if analysis made free
 
     def summary(self) -> str:
         return (f"{self.kernel}: {self.seconds * 1e6:.1f} us modeled ({self.bound}), "
@@ -183,7 +202,10 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
         raise TimingError(f"kernel '{bk.image.name}' fits no SIMD ({vgprs} VGPRs, {lds} bytes of LDS)")
     groups_per_cu = arch.workgroups_per_cu(vgprs, lds, waves_per_group)
     cus = arch.compute_units
-    prog = classify(arch, bk.image.insts)
+    prog = classify(arch, bk.image.insts, options.free_instructions, options.free_barriers)
+    what_if = options.what_if()
+    if options.free_instructions:
+        what_if += f" ({prog.freed} of the kernel's {len(prog.kind)} instructions freed)"
     tracer = Tracer(bk, tp.lds_bytes_per_clk // 4, tp.vmem_line_bytes)
     traces: dict[tuple[int, int, int], WorkgroupTrace] = {}
 
@@ -229,20 +251,23 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
         cus_used=cus_used, sampled_cus=tuple(chosen), sampled_workgroups=len(traces), waves_per_simd=occupancy,
         groups_per_cu=groups_per_cu, matrix_flops=flops, matrix_tflops=flops / seconds / 1e12 if seconds else 0.0,
         peak_fraction=flops / seconds / peak if seconds else 0.0, dram_bytes=dram_bytes, pipes=pipes, slots=slots,
-        hot=hot, timeline=timeline, model_seconds=time.perf_counter() - t_start)
+        hot=hot, timeline=timeline, model_seconds=time.perf_counter() - t_start, what_if=what_if,
+        freed=prog.freed)
 
 
 def format_timing(t: LaunchTiming) -> str:
     """A launch's figures as the text `tiledsl profile` prints."""
-    lines = [f"{t.kernel} on {t.arch}: {t.seconds * 1e6:.2f} us modeled, bound by {t.bound} "
-             f"(CUs {t.cu_seconds * 1e6:.2f} us, compulsory memory traffic {t.dram_bytes / 1e6:.2f} MB = "
-             f"{t.dram_seconds * 1e6:.2f} us)",
-             f"  matrix {t.matrix_tflops:.1f} TFLOP/s = {100 * t.peak_fraction:.1f}% of peak; occupancy "
-             f"{t.waves_per_simd} waves/SIMD, {t.groups_per_cu} workgroups/CU; {t.workgroups} workgroups on "
-             f"{t.cus_used} CUs, {len(t.sampled_cus)} CUs simulated ({t.sampled_workgroups} workgroups)",
-             "  pipes busy (slowest simulated CU): " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in t.pipes.items()),
-             "  SIMD cycles: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in t.slots.items()),
-             "  hottest instructions (wave-cycles stalled before issue, issues):"]
+    lines = [f"{t.kernel} on {t.arch}: WHAT-IF, {t.what_if}: not the kernel's time, a bound on what removing "
+             "that work would gain"] if t.what_if else []
+    lines += [f"{t.kernel} on {t.arch}: {t.seconds * 1e6:.2f} us modeled, bound by {t.bound} "
+              f"(CUs {t.cu_seconds * 1e6:.2f} us, compulsory memory traffic {t.dram_bytes / 1e6:.2f} MB = "
+              f"{t.dram_seconds * 1e6:.2f} us)",
+              f"  matrix {t.matrix_tflops:.1f} TFLOP/s = {100 * t.peak_fraction:.1f}% of peak; occupancy "
+              f"{t.waves_per_simd} waves/SIMD, {t.groups_per_cu} workgroups/CU; {t.workgroups} workgroups on "
+              f"{t.cus_used} CUs, {len(t.sampled_cus)} CUs simulated ({t.sampled_workgroups} workgroups)",
+              "  pipes busy (slowest simulated CU): " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in t.pipes.items()),
+              "  SIMD cycles: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in t.slots.items()),
+              "  hottest instructions (wave-cycles stalled before issue, issues):"]
     for pc, text, n, stall in t.hot[:8]:
         lines.append(f"    #{pc:<5} {text:<34} stalled {stall:>10.0f}  issued {n}")
     return "\n".join(lines)
