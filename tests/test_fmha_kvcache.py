@@ -120,6 +120,28 @@ def test_batch_prefill_paged_varlen_empty_sequence_interleaved_rotary(arch):
     check_out_lse(*got, *ref, 2e-3)
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+@pytest.mark.parametrize("page", [16, 64])
+def test_paged_decode_with_empty_sequences_reads_no_table_entry(arch, page):
+    """Sequences holding no keys (the first and the last): their table rows hold -1, which a read
+    would turn into a page before the cache (a memory fault), and their output rows are 0. With
+    a table of no columns, every sequence empty, nothing is read at all."""
+    rng = np.random.default_rng(9)
+    kc, vc = paged_cache(rng, 6, page, 2, 32)
+    table = np.full((3, 3), -1, np.int32)
+    table[1, :2] = [4, 1]
+    q = rng.standard_normal((3, 1, 4, 32)).astype(np.float16)
+    opts = dict(cache_seqlens=np.array([0, page + 5, 0], np.int32), block_table=table, causal=True)
+    ref = fmha_fwd_kvcache_reference(q, kc, vc, **opts)
+    for splits in (1, 2):
+        got = fmha_fwd_kvcache(q, kc, vc, num_splits=splits, device=EmulatorDevice(arch), **opts)
+        np.testing.assert_allclose(got.astype(np.float64), ref, atol=2e-3)
+        assert not got[[0, 2]].any()
+    none = fmha_fwd_kvcache(q, kc, vc, cache_seqlens=np.zeros(3, np.int32), block_table=np.zeros((3, 0), np.int32),
+                            device=EmulatorDevice(arch))
+    assert not none.any()
+
+
 def test_device_arrays_stay_on_the_device():
     """DeviceArrays in: the append updates the device cache, the output is a DeviceArray."""
     from tiledsl.device_array import DeviceArray
