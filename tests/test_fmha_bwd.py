@@ -207,6 +207,10 @@ def test_caller_workspace_is_used_and_too_small_is_refused():
     with pytest.raises(ValueError, match=r"workspace: a buffer of device object 0x[0-9a-f]+ \(emulated .*\), "
                                          r"but the plan runs on device object"):
         fmha_bwd(do, q, k, v, out, lse, device=dev, workspace=other)
+    # DeviceArrays decide the device: a workspace elsewhere is the workspace's error, not q's.
+    on_dev = [DeviceArray.from_numpy(dev, x) for x in (do, q, k, v, out, lse)]
+    with pytest.raises(ValueError, match="workspace: a buffer of device object .* but the plan runs on"):
+        fmha_bwd(*on_dev, workspace=other)
 
 
 def _bad_lse(args):

@@ -142,6 +142,26 @@ def test_paged_decode_with_empty_sequences_reads_no_table_entry(arch, page):
     assert not none.any()
 
 
+def test_reversed_views_numpy_counts_and_freed_tables():
+    """A reversed numpy cache view is read like any other (no append: copied), numpy ints count
+    splits, and a freed block table is named."""
+    from tiledsl.device_array import DeviceArray
+
+    rng = np.random.default_rng(8)
+    dev = EmulatorDevice("gfx942")
+    kc, vc = paged_cache(rng, 4, 16, 1, 32)
+    q = rng.standard_normal((1, 1, 2, 32)).astype(np.float16)
+    opts = dict(cache_seqlens=np.array([40], np.int32), block_table=np.array([[3, 0, 2]], np.int32))
+    want = fmha_fwd_kvcache(q, kc, vc, device=dev, **opts)
+    got = fmha_fwd_kvcache(q, kc[::-1].copy()[::-1], vc[:, ::-1].copy()[:, ::-1], num_splits=np.int64(2),
+                           device=dev, **opts)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=2e-3)
+    table = DeviceArray.from_numpy(dev, opts["block_table"])
+    table.free()
+    with pytest.raises(ValueError, match="block_table: its DeviceArray was freed"):
+        fmha_fwd_kvcache(q, kc, vc, cache_seqlens=opts["cache_seqlens"], block_table=table, device=dev)
+
+
 def test_device_arrays_stay_on_the_device():
     """DeviceArrays in: the append updates the device cache, the output is a DeviceArray."""
     from tiledsl.device_array import DeviceArray

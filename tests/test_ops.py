@@ -57,6 +57,9 @@ BAD = [
     (lambda q, k, v: dict(arch="gfx800"), "arch: expected one of gfx90a, gfx942, gfx950, gfx1100, gfx1201, got"),
     (lambda q, k, v: dict(sink=np.zeros(3, np.float32)), r"sink: expected a float array of shape \(2,\)"),
     (lambda q, k, v: dict(layout="sbhd"), "layout: expected 'bshd' or 'bhsd'"),
+    (lambda q, k, v: dict(q=np.zeros((1, 20, 0, 64), np.float16), k=np.zeros((1, 24, 0, 64), np.float16),
+                          v=np.zeros((1, 24, 0, 64), np.float16)), "k: expected at least one key/value head, got 0"),
+    (lambda q, k, v: dict(num_splits=np.int64(-1)), r"num_splits: expected an int >= 0"),
     (lambda q, k, v: dict(arch=None), "arch: expected one of"),
     (lambda q, k, v: dict(q=q[0], k=k[0], v=v[0], cu_seqlens_q=np.array([0, 5, 3], np.int32),
                           cu_seqlens_k=np.array([0, 5, 9], np.int32)), r"cu_seqlens_q: must be non-decreasing"),
@@ -184,6 +187,51 @@ def test_api_head_dims(arch: str, d: int, dv: int, dtype: type, causal: bool) ->
     assert out.shape == (1, 33, 2, dv)
     tol = 4e-3 if dtype == np.float16 else 2e-2
     np.testing.assert_allclose(out.astype(np.float64), ref, atol=tol, rtol=tol)
+
+
+def test_numpy_views_scalars_and_small_device_arrays_are_taken() -> None:
+    """What a caller has at hand is accepted as it is: reversed numpy views (copied: numpy inputs
+    are copied to the device anyway), numpy ints and bools for counts and flags, and DeviceArrays
+    for the small arguments the host reads (sink, cu_seqlens): the same results as the plain
+    call. Freed ones and non-finite slopes on the device are errors naming the argument."""
+    from tiledsl.device_array import DeviceArray
+
+    dev = EmulatorDevice("gfx942")
+    q, k, v = qkv(b=2, sq=20, sk=24, seed=11)
+    sink = np.array([0.25, -1.0], np.float32)
+    want = fmha_fwd(q, k, v, causal=True, sink=sink, device=dev)
+    got = fmha_fwd(q[::-1].copy()[::-1], k[:, ::-1].copy()[:, ::-1], v, causal=True, device=dev,
+                   sink=DeviceArray.from_numpy(dev, sink), num_splits=np.int64(1))
+    np.testing.assert_array_equal(got, want)
+    bhsd = fmha_fwd(*(x.transpose(0, 2, 1, 3)[:, :, ::-1].copy()[:, :, ::-1] for x in (q, k, v)), layout="bhsd",
+                    causal=True, sink=sink, device=dev)
+    np.testing.assert_array_equal(bhsd.transpose(0, 2, 1, 3), want)
+    cu = np.array([0, 9, 20], np.int32)
+    packed = dict(cu_seqlens_q=cu, cu_seqlens_k=np.array([0, 11, 24], np.int32))
+    plain = fmha_fwd(q[0], k[0], v[0], device=dev, **packed)
+    on_dev = {name: DeviceArray.from_numpy(dev, x) for name, x in packed.items()}
+    np.testing.assert_array_equal(fmha_fwd(q[0][::-1].copy()[::-1], k[0], v[0], device=dev, **on_dev), plain)
+    on_dev["cu_seqlens_k"].free()
+    with pytest.raises(ValueError, match="cu_seqlens_k: its DeviceArray was freed"):
+        fmha_fwd(q[0], k[0], v[0], device=dev, **on_dev)
+    slopes = DeviceArray.from_numpy(dev, np.array([0.5, np.nan], np.float32))
+    dq, dk, dv = (DeviceArray.from_numpy(dev, x) for x in (q, k, v))
+    with pytest.raises(ValueError, match="alibi_slopes: slope 1 is nan as f32; expected finite slopes"):
+        fmha_fwd(dq, dk, dv, alibi_slopes=slopes)
+    keep = fmha_fwd(q, k, v, dropout_p=0.5, seed=3, return_dropout_mask=np.True_, device=dev)[1]
+    assert keep.dtype == np.bool_ and keep.any() and not keep.all()
+
+
+def test_rows_with_no_key_are_0_whatever_the_masked_keys_hold() -> None:
+    """Causal with more queries than keys: the first rows see no key, and give 0 (LSE -inf) even
+    where a key they cannot see holds NaN (0 * NaN would be NaN); the other rows match the
+    reference, NaN where they see it."""
+    q, k, v = qkv(sq=16, sk=8, hq=1, hk=1, d=64, seed=5)
+    v[0, 7, 0, 3] = np.nan
+    out, lse = fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice("gfx942"))
+    ref = fmha_fwd_reference(q, k, v, causal=True)
+    assert np.isneginf(lse[0, 0, :8]).all() and not out[0, :8].any()
+    np.testing.assert_array_equal(np.isnan(out[0, 8:]), np.isnan(ref[0, 8:]))
 
 
 def test_prebuilt_variants_load_without_compiling(tmp_path, monkeypatch, capsys) -> None:

@@ -63,8 +63,9 @@ def check_dropout(dropout_p: Any, seed: Any, offset: Any, return_dropout_mask: A
     for name, x, limit in (("seed", seed, SEED_LIMIT), ("offset", offset, OFFSET_LIMIT)):
         if isinstance(x, bool) or not isinstance(x, int | np.integer) or not 0 <= int(x) < limit:
             raise ValueError(f"{name}: expected an int in [0, 2**{limit.bit_length() - 1}), got {x!r}")
-    if not isinstance(return_dropout_mask, bool):
+    if not isinstance(return_dropout_mask, bool | np.bool_):
         raise ValueError(f"return_dropout_mask: expected a bool, got {return_dropout_mask!r}")
+    return_dropout_mask = bool(return_dropout_mask)
     if return_dropout_mask and p == 0.0:
         raise ValueError("return_dropout_mask: needs dropout_p > 0 (without dropout every element is kept)")
     return DropoutCall(p, int(seed), int(offset), return_dropout_mask)

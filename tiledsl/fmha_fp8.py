@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from tiledsl.backends.rocm.arch import get_arch
@@ -49,14 +50,25 @@ def check_fp8_dtype(q_dtype: Any, arch: str) -> None:
         raise ValueError(f"q: {arch} takes {want} (its {a.fp8_flavour.upper()} e4m3), got {got}")
 
 
+def _is_float(dtype: np.dtype) -> bool:
+    """numpy's and ml_dtypes' floats (bfloat16, the fp8s: not np.number to numpy)."""
+    try:
+        ml_dtypes.finfo(dtype)
+    except ValueError:
+        return False
+    return True
+
+
 def _descale(name: str, x: Any) -> float:
     if x is None:
         return 1.0
     arr = np.asarray(x) if isinstance(x, np.ndarray | float | int | np.floating | np.integer) else None
-    if arr is None or isinstance(x, bool) or arr.size != 1 or not np.issubdtype(arr.dtype, np.number):
+    numeric = arr is not None and (np.issubdtype(arr.dtype, np.number) or _is_float(arr.dtype))
+    if not numeric or isinstance(x, bool) or arr.size != 1:
         raise ValueError(f"{name}: expected a positive float (or a one-element float32 array), got {x!r}")
     value = float(arr.reshape(()))
-    f32 = float(np.float32(value))
+    with np.errstate(over="ignore"):  # past the f32 range: inf, refused below
+        f32 = float(np.float32(value))
     if not math.isfinite(f32) or f32 <= 0.0:
         raise ValueError(f"{name}: expected a positive finite float32 value, got {value!r}")
     return f32

@@ -111,7 +111,9 @@ def kvcache_workspace(shape: KvCacheShape) -> WorkspaceLayout:
 
 def _host_ints(name: str, x: Any, shape: tuple[int, ...] | None, what: str) -> np.ndarray:
     """An integer argument's values on the host (a DeviceArray is copied back to check them)."""
-    arr = x.numpy() if isinstance(x, DeviceArray) else np.asarray(x)
+    from tiledsl.ops import host_values
+
+    arr = np.asarray(host_values(name, x))
     if not np.issubdtype(arr.dtype, np.integer) or (shape is not None and arr.shape != shape):
         want = what if shape is None else f"shape {shape} ({what})"
         raise ValueError(f"{name}: expected an integer array of {want}, got {arr.dtype} {arr.shape}")
@@ -201,9 +203,11 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
         check_bool,
         check_heads,
         check_max_seqlen,
+        check_num_splits,
         check_options,
         check_query_elems,
         free_on_failure,
+        host_readable,
         resolve_device,
         rows_apart,
         spans_large,
@@ -214,8 +218,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     if bias is not None:
         raise ValueError("bias: fmha_fwd_kvcache takes no bias tensor (as flash_attn_with_kvcache); ALiBi is "
                          "alibi_slopes=")
-    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
-        raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
+    num_splits = check_num_splits(num_splits)
     check_bool("return_lse", return_lse)
     check_bool("rotary_interleaved", rotary_interleaved)
     varlen = cu_seqlens_q is not None
@@ -270,7 +273,7 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
                          f"{'k' if k is not None else 'v'}")
     s_new = 0
     if k is not None:
-        _check_array("k", k, 4, "[B, S_new, Hk, D]")
+        k, v = _check_array("k", k, 4, "[B, S_new, Hk, D]"), host_readable(v)
         for name, x, hd in (("k", k, d), ("v", v, dv)):  # [B, S_new] with the caches' heads and head dims
             _check_like(name, x, q.dtype, (batch, k.shape[1], hk, hd), on_device)
         s_new = k.shape[1]
@@ -286,6 +289,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
             raise ValueError("k_cache and v_cache: the new keys and values are written into them, but they share "
                              "memory (the same array, or views of one); pass separate caches")
     total = seqlens + s_new  # keys per sequence after the append
+    if not s_new:  # only read: a reversed numpy view is copied like q (with an append, the copy below)
+        k_cache, v_cache = host_readable(k_cache), host_readable(v_cache)
 
     # Where the keys live.
     if paged:

@@ -48,10 +48,20 @@ def _dtype_name(a: np.ndarray) -> str | None:
 
 
 def _check_array(name: str, x: Any, rank: int, what: str) -> np.ndarray | DeviceArray:
+    """x, checked; a numpy input whose strides a kernel cannot take is copied (host_readable)."""
     if not isinstance(x, np.ndarray | DeviceArray):
         raise ValueError(f"{name}: expected a numpy array or DeviceArray {what}, got {type(x).__name__}")
     if x.ndim != rank:
         raise ValueError(f"{name}: expected {rank} dims {what}, got shape {x.shape}")
+    return host_readable(x)
+
+
+def host_readable(x: Any) -> Any:
+    """A numpy array the launcher can copy to the device as it is: x, or a contiguous copy when a
+    stride is negative (a reversed view) or not a whole number of elements. Numpy inputs are
+    copied to the device anyway; only arrays a call writes into must keep their identity."""
+    if isinstance(x, np.ndarray) and any(s < 0 or s % x.itemsize for s in x.strides):
+        return np.ascontiguousarray(x)
     return x
 
 
@@ -102,9 +112,20 @@ def spans_large(*tensors: Any) -> bool:
                for x in tensors)
 
 
+def host_values(name: str, x: Any) -> Any:
+    """A small argument the host must read (offsets, lengths, logits): a DeviceArray's values copied
+    back (a freed one named), anything else as given."""
+    if isinstance(x, DeviceArray):
+        if x.buffer.freed:
+            raise ValueError(f"{name}: its DeviceArray was freed")
+        return x.numpy()
+    return x
+
+
 def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
+    cu = host_values(name, cu)
     if not isinstance(cu, np.ndarray) or cu.ndim != 1 or not np.issubdtype(cu.dtype, np.integer):
-        raise ValueError(f"{name}: expected a 1-D integer numpy array of length batch + 1, got "
+        raise ValueError(f"{name}: expected a 1-D integer array of length batch + 1, got "
                          f"{getattr(cu, 'dtype', type(cu).__name__)} {getattr(cu, 'shape', '')}")
     if len(cu) < 2:
         raise ValueError(f"{name}: expected length batch + 1 >= 2, got length {len(cu)}")
@@ -125,7 +146,9 @@ def check_heads(d: int, dv: int, hq: int, hk: int, k_name: str, v_name: str) -> 
     for name, hd in (("q", d), (v_name, dv)):
         if not 1 <= hd <= MAX_HDIM:
             raise ValueError(f"{name}: head dim {hd} is not supported: expected 1..{MAX_HDIM}")
-    if hk == 0 or hq % hk:
+    if hk == 0:
+        raise ValueError(f"{k_name}: expected at least one key/value head, got 0")
+    if hq % hk:
         raise ValueError(f"{k_name}: the number of query heads ({hq}) must be a multiple of key/value heads, "
                          f"got {hk}")
 
@@ -187,7 +210,7 @@ def check_options(scale: float | None, d: int, softcap: float, causal: CausalArg
         raise ValueError(f"{'causal' if 'causal' in str(exc) else 'window'}: {exc}") from None
     sink32 = None
     if sink is not None:
-        sink_arr = np.asarray(sink)
+        sink_arr = np.asarray(host_values("sink", sink))
         if sink_arr.shape != (hq,) or not np.issubdtype(sink_arr.dtype, np.floating):
             raise ValueError(f"sink: expected a float array of shape ({hq},) (one logit per query head), "
                              f"got {sink_arr.dtype} {sink_arr.shape}")
@@ -445,6 +468,7 @@ def alibi_view(slopes: Any, hq: int, batch: int, on_device: bool) -> Any:
             raise ValueError(f"alibi_slopes: expected dtype float32, got {slopes.dtype}")
         if tuple(slopes.shape) not in ((hq,), (batch, hq)):
             raise ValueError(f"alibi_slopes: expected shape {want}, got {tuple(slopes.shape)}")
+        _check_finite_slopes(host_values("alibi_slopes", slopes))  # a few words: checked like numpy's
         strides = ((0,) if slopes.ndim == 1 else ()) + tuple(slopes.strides)
         return _strided_view(slopes, (batch, hq), strides)
     if not isinstance(slopes, np.ndarray):
@@ -454,11 +478,16 @@ def alibi_view(slopes: Any, hq: int, batch: int, on_device: bool) -> Any:
                          f"or per sequence and query head), got {slopes.dtype} {tuple(slopes.shape)}")
     with np.errstate(over="ignore"):
         s32 = np.ascontiguousarray(slopes, dtype=np.float32)
+    _check_finite_slopes(s32)
+    return np.broadcast_to(s32, (batch, hq))
+
+
+def _check_finite_slopes(s32: np.ndarray) -> None:
     bad = np.flatnonzero(~np.isfinite(s32))
     if len(bad):
-        raise ValueError(f"alibi_slopes: slope {np.unravel_index(bad[0], s32.shape)} is {s32.flat[bad[0]]} as f32; "
+        at = tuple(int(i) for i in np.unravel_index(bad[0], s32.shape))
+        raise ValueError(f"alibi_slopes: slope {at[0] if len(at) == 1 else at} is {s32.flat[bad[0]]} as f32; "
                          "expected finite slopes")
-    return np.broadcast_to(s32, (batch, hq))
 
 
 def bias_env(bc: BiasCall) -> dict[str, Any]:
@@ -486,7 +515,8 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     below 2**24 in magnitude, as in flash-attention (the row max is subtracted inside one fma: past
     that its rounding error reaches exp2's argument, and rows become inf/inf). softcap in (0, 1000]
     caps logits with tanh;
-    sink: f32 [Hq] logits joining the denominator. A row whose keys are all masked gives output 0 and LSE -inf,
+    sink: f32 [Hq] logits joining the denominator (sink and cu_seqlens may be DeviceArrays too: the
+    host reads them). A row whose keys are all masked gives output 0 and LSE -inf,
     as does a packed row past the last sequence (cu_seqlens_q[-1] below total_q; the backward's
     gradients are 0 there). Returns out (the layout of q, head dim Dv, dtype of q) and, with return_lse, the natural-log
     LSE, f32 [B, Hq, Sq] (group mode: [Hq, total_q]). q, k, v may be numpy arrays (copied to the
@@ -514,8 +544,7 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
     """
     dc = check_dropout(dropout_p, seed, offset, return_dropout_mask)
     check_bool("return_lse", return_lse)
-    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
-        raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
+    num_splits = check_num_splits(num_splits)
     c = validate_attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, sink=sink,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                            max_seqlen_k=max_seqlen_k, layout=layout, arch=arch, device=device, fp8=True)
@@ -648,6 +677,13 @@ NO_KV_CACHE = {"cache_seqlens": np.zeros(1, np.int32), "cache_batch_idx": np.zer
                "block_table": np.zeros((1, 1), np.int32), "seqlen_new": 0, "page_shift": 0}
 
 
+def check_num_splits(num_splits: Any) -> int:
+    """num_splits as an int (numpy's ints too), or a ValueError naming it."""
+    if not isinstance(num_splits, int | np.integer) or isinstance(num_splits, bool) or num_splits < 0:
+        raise ValueError(f"num_splits: expected an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
+    return int(num_splits)
+
+
 def _splits_count(num_splits: int, arch: str, *, batch: int, hq: int, hk: int, max_q: int, max_k: int, d: int,
                   dv: int, masked: bool) -> int:
     """The split count a call runs with: the heuristic for 0, else the request clamped to the key
@@ -732,11 +768,13 @@ def fmha_bwd(do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, scale: floa
     its shape and dtype, summed over the dims it was broadcast along (deterministic either way).
     dropout_p, seed, offset: those of the forward (docs/dropout.md); the keep bits are drawn again.
     numpy arrays in give numpy arrays out; DeviceArrays give DeviceArrays on the same device. Without
-    `device`, a call given a workspace runs on the workspace's device."""
+    `device`, a call of numpy arrays given a workspace runs on the workspace's device."""
     from tiledsl.backends.rocm.runtime.device import Device
 
-    if device is None and isinstance(getattr(workspace, "device", None), Device):
-        device = workspace.device  # else each call would make a new emulator, which the workspace is not on
+    if device is None and not isinstance(q, DeviceArray) and isinstance(getattr(workspace, "device", None), Device):
+        # numpy inputs: else each call would make a new emulator, which the workspace is not on
+        # (DeviceArrays decide the device, and a workspace elsewhere is then the workspace's error)
+        device = workspace.device
     plan, c, prep, bc = _bwd_call(do, q, k, v, out, lse, scale=scale, causal=causal, window=window, softcap=softcap,
                                   sink=sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, layout=layout,
