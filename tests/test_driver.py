@@ -319,6 +319,34 @@ def test_corrupted_entry_is_ignored_and_rewritten(fake, tmp_path, damage):
     assert _compile(cache=cache).from_cache
 
 
+@pytest.mark.parametrize("tamper", ["kernel_path", "kernel_absolute", "garbage_hsaco", "fifo", "dev_zero"])
+def test_entry_with_a_recomputed_checksum_or_no_file_is_a_miss(fake, tmp_path, tamper):
+    """An entry someone rewrote with a valid checksum (a cache a group shares) is checked like any
+    other: a kernel name that is no identifier (output files are named after it: '../evil' would
+    write outside -o), a code object that does not parse; and only a regular file is read (a FIFO
+    would block, /dev/zero never end). Each is a miss: compiled again, the entry replaced."""
+    cache = Cache(tmp_path / "cache")
+    good = _compile(cache=cache)
+    [path] = list((tmp_path / "cache").rglob("*.entry"))
+    entry = decode_entry(path.read_bytes())
+    if tamper in ("kernel_path", "kernel_absolute", "garbage_hsaco"):
+        if tamper == "garbage_hsaco":
+            entry = CacheEntry(b"\x7fELF\x02\x01\x01", entry.asm, entry.manifest)
+        else:
+            entry.manifest["kernel"] = "../evil" if tamper == "kernel_path" else str(tmp_path / "evil")
+        path.write_bytes(encode_entry(entry))
+    else:
+        path.unlink()
+        if tamper == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero")
+    again = _compile(cache=cache)
+    assert not again.from_cache and again.manifest["kernel"] == good.manifest["kernel"]
+    assert again.hsaco == good.hsaco
+    assert _compile(cache=cache).from_cache  # the entry was replaced with a good one
+
+
 def test_cache_unwritable_does_not_fail(fake, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -597,10 +597,25 @@ ALLOW_SPILLS = "tiledsl compile --allow-spills, or CompileOptions(allow_spills=T
 
 
 def _entry_matches(entry: CacheEntry, arch: str, defines: dict[str, str]) -> bool:
-    # Cheap guards against a hash collision or a hand-edited entry; the checksum covers the rest.
+    """Guards against a hash collision or an entry someone wrote with a recomputed checksum (a
+    cache a group shares): the kernel's name must be an identifier (output files are named after
+    it), and the code object one that parses, for this arch, with the manifest's symbol. A failing
+    entry is a miss: the kernel is compiled again and the entry replaced."""
+    from tiledsl.backends.rocm import elf  # a parser only: a hit stays fast (tests/test_driver.py)
+
     m = entry.manifest
-    return (m.get("arch") == arch and isinstance(m.get("kernel"), str)
-            and (m.get("partial") or m.get("defines") == defines))
+    if not (m.get("arch") == arch and isinstance(m.get("kernel"), str) and _IDENTIFIER.fullmatch(m["kernel"])
+            and (m.get("partial") or m.get("defines") == defines)):
+        return False
+    symbol = m.get("symbol", m["kernel"])  # a partial manifest's kernel is its symbol
+    try:
+        co = elf.read_code_object(entry.hsaco)
+    except Exception:  # whatever a damaged ELF raises: the entry is a miss, never a crash
+        return False
+    return co.arch == arch and isinstance(symbol, str) and {symbol, symbol + ".kd"} <= set(co.symbols)
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def write_atomic(path: Path, data: bytes) -> None:
