@@ -299,6 +299,8 @@ def test_profile_cli_prints_a_model_and_refuses_bad_arguments() -> None:
     assert bad.returncode == 2 and "unknown arch 'gfx000'" in bad.stderr
     bad = subprocess.run(cmd + ["--seqlen", "x"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--seqlen" in bad.stderr
+    bad = subprocess.run(cmd + ["--seqlen", "2147483647"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--seqlen and --heads: expected at most 131072" in bad.stderr
     bad = subprocess.run(cmd + ["--what-if-free", "ds_load"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--what-if-free: expected instruction name prefixes" in bad.stderr
     bad = subprocess.run(cmd + ["--what-if-free", "v_no_such_op"], capture_output=True, text=True, timeout=300)

@@ -25,6 +25,7 @@ from tiledsl.backends.rocm.arch import ARCH_NAMES, Arch, get_arch
 from tiledsl.errors import TileError
 
 OPS = ("fmha_fwd", "fmha_bwd")
+MAX_SEQLEN, MAX_HEADS = 1 << 17, 1024  # bounds on the host memory a profile's inputs take
 
 
 def add_parser(sub: Any) -> None:
@@ -113,6 +114,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     sq, sk = _pair(args.seqlen, "--seqlen")
     if min(hq, hk, sq, sk) < 1:
         raise TileError("--heads and --seqlen must be positive")
+    if max(sq, sk) > MAX_SEQLEN or hq > MAX_HEADS:  # the inputs are allocated on the host
+        raise TileError(f"--seqlen and --heads: expected at most {MAX_SEQLEN} and {MAX_HEADS}, got {sq}/{sk} and "
+                        f"{hq}/{hk}")
     check_batch(args.batch)
     check_heads_and_hdim(hq, hk, args.hdim)
     if args.sample_cus < 1:

@@ -109,6 +109,9 @@ def _weak(e: Expr) -> bool:
     return isinstance(e, Const) and not isinstance(e.value, bool)
 
 
+MAX_TILE_RANK = 2
+
+
 def _make(shape: tuple[int, ...] | None, dtype: str) -> ScalarType | TileType:
     return ScalarType(dtype) if shape is None else TileType(shape, dtype)
 
@@ -229,6 +232,10 @@ class Typer:
     # ---- helpers ---------------------------------------------------------------------------
     def infer(self, e: Expr, env: Env) -> Type | None:
         t = self._infer(e, env)
+        if isinstance(t, TileType) and len(t.shape) > MAX_TILE_RANK:
+            # Layouts, reductions and the matrix ops are defined for vectors and 2-D tiles only.
+            self.fail(f"tiles have at most {MAX_TILE_RANK} dims, this is {t}", e.loc,
+                      hint="index one axis with a scalar, or fold two axes into one (i * N + j)")
         e.type = t
         return t
 
