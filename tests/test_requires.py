@@ -74,3 +74,25 @@ def test_bad_requirements(cond: str, message: str) -> None:
     src = f"kernel k(x: tensor[f32](N), alpha: f32) grid(1) requires({cond}) {{\n}}\n"
     with pytest.raises(SourceError, match=message.replace("(", r"\(").replace(")", r"\)")):
         bind(parse(src, "k.tile"), {}, get_arch("gfx942"))
+
+
+TRUNCATING = """
+kernel k(x: tensor[i32](N), y: tensor[i32](M)) grid((N - 8) // 2 + 4) requires((N - 8) % 4 == -3, M % 4 == 0) {
+    let i = arange(0, 64);
+    store(x[i], i * 0 + 7, mask=i < N);
+}
+"""
+
+
+def test_host_formulas_truncate_like_the_kernel_language() -> None:
+    """The kernel language's // and % truncate toward zero; the manifest's formulas are evaluated
+    with flooring ones (Python's, csrc/grid.c's). Where an operand may be negative the compiler
+    writes the truncating forms: at N = 1, (N - 8) // 2 + 4 is 1 workgroup (flooring: 0, and the
+    kernel never ran) and (N - 8) % 4 == -3 holds (flooring: refused). Sizes keep the plain form."""
+    k = compile_source(TRUNCATING, "trunc.tile", "gfx942")
+    assert k.manifest["grid"][0] == "(N - 8) / 2 + 4"
+    assert k.manifest["requires"] == ["((N - 8) - 4 * ((N - 8) / 4) == -3)", "(M % 4 == 0)"]
+    x, y = np.zeros(1, np.int32), np.zeros(4, np.int32)
+    launch(k, x, y, device=EmulatorDevice("gfx942"))
+    assert x.tolist() == [7]
+

@@ -22,18 +22,33 @@ _MAX_FORMULA = 2000  # characters; a grid formula is a handful of symbols
 _MAX_DIM = 2**32 - 1  # HIP takes grid sizes as 32-bit unsigned values
 
 
-def render_expr(expr: ast.Expr) -> str:
-    """DSL expression -> Python-syntax text with the minimal parentheses."""
-    return _render(expr, 0)
+def render_expr(expr: ast.Expr, nonneg: frozenset[str] = frozenset()) -> str:
+    """DSL expression -> Python-syntax text with the minimal parentheses. `nonneg`: the names
+    known to be >= 0 (shape symbols), where the kernel language's truncating // and % agree with
+    the formula language's flooring ones (see _render)."""
+    return _render(expr, 0, nonneg)
 
 
-def render_grid(exprs: Sequence[ast.Expr]) -> list[str]:
+def render_grid(exprs: Sequence[ast.Expr], nonneg: frozenset[str] = frozenset()) -> list[str]:
     """The 1-3 grid expressions of a bound kernel, padded to three dims with "1"."""
-    texts = [render_expr(e) for e in exprs]
+    texts = [render_expr(e, nonneg) for e in exprs]
     return texts + ["1"] * (3 - len(texts))
 
 
-def _render(expr: ast.Expr, parent: int) -> str:
+def _nonnegative(expr: ast.Expr, nonneg: frozenset[str]) -> bool:
+    """Is `expr` >= 0 whatever the run-time values (its names among `nonneg`)?"""
+    if isinstance(expr, ast.Const):
+        return isinstance(expr.value, int) and not isinstance(expr.value, bool) and expr.value >= 0
+    if isinstance(expr, ast.Name):
+        return expr.id in nonneg
+    if isinstance(expr, ast.BinOp) and expr.op in ("+", "*", "//", "%", ">>", "&", "|"):
+        return _nonnegative(expr.lhs, nonneg) and _nonnegative(expr.rhs, nonneg)
+    if isinstance(expr, ast.Call) and expr.func in _FUNCS and not expr.kwargs:
+        return all(_nonnegative(a, nonneg) for a in expr.args)
+    return False
+
+
+def _render(expr: ast.Expr, parent: int, nonneg: frozenset[str] = frozenset()) -> str:
     if isinstance(expr, ast.Const):
         if isinstance(expr.value, bool) or not isinstance(expr.value, int):
             raise _unrenderable(expr, f"the constant {expr.value!r} is not an integer")
@@ -43,15 +58,24 @@ def _render(expr: ast.Expr, parent: int) -> str:
     if isinstance(expr, ast.Name):
         return expr.id
     if isinstance(expr, ast.UnaryOp) and expr.op in ("-", "+"):
-        text = expr.op + _render(expr.operand, _UNARY_PRECEDENCE)
+        text = expr.op + _render(expr.operand, _UNARY_PRECEDENCE, nonneg)
         return f"({text})" if parent > _UNARY_PRECEDENCE else text
+    if isinstance(expr, ast.BinOp) and expr.op in ("//", "%") and not (
+            _nonnegative(expr.lhs, nonneg) and _nonnegative(expr.rhs, nonneg)):
+        # The kernel language's // and % truncate toward zero (C's); the formula language's floor
+        # (Python's) and its / truncates. They differ only for a negative operand: then the
+        # quotient is written a / b and the remainder a - b * (a / b).
+        lhs, rhs = _render(expr.lhs, _UNARY_PRECEDENCE, nonneg), _render(expr.rhs, _UNARY_PRECEDENCE, nonneg)
+        text = f"{lhs} / {rhs}" if expr.op == "//" else f"{lhs} - {rhs} * ({lhs} / {rhs})"
+        prec = _PRECEDENCE["/" if expr.op == "//" else "-"]
+        return f"({text})" if prec < parent else text
     if isinstance(expr, ast.BinOp) and expr.op in _PRECEDENCE:
         prec = _PRECEDENCE[expr.op]
         # Operators are left-associative: the right operand needs parentheses at equal strength.
-        text = f"{_render(expr.lhs, prec)} {expr.op} {_render(expr.rhs, prec + 1)}"
+        text = f"{_render(expr.lhs, prec, nonneg)} {expr.op} {_render(expr.rhs, prec + 1, nonneg)}"
         return f"({text})" if prec < parent else text
     if isinstance(expr, ast.Call) and expr.func in _FUNCS and not expr.kwargs:
-        return f"{expr.func}({', '.join(_render(a, 0) for a in expr.args)})"
+        return f"{expr.func}({', '.join(_render(a, 0, nonneg) for a in expr.args)})"
     raise _unrenderable(expr, f"{type(expr).__name__} is not allowed in a grid expression")
 
 
@@ -59,15 +83,16 @@ _CONDITION_OPS = {"<", "<=", ">", ">=", "==", "!="}
 _LOGIC_OPS = {"and": "and", "or": "or", "&": "and", "|": "or"}
 
 
-def render_condition(expr: ast.Expr) -> str:
+def render_condition(expr: ast.Expr, nonneg: frozenset[str] = frozenset()) -> str:
     """A requires(...) condition -> Python-syntax text, every comparison and logic operation in
-    parentheses (Python binds `&` tighter than `<`; the kernel language does not)."""
+    parentheses (Python binds `&` tighter than `<`; the kernel language does not). `nonneg` as
+    for render_expr."""
     if isinstance(expr, ast.BinOp) and expr.op in _CONDITION_OPS:
-        return f"({_render(expr.lhs, 0)} {expr.op} {_render(expr.rhs, 0)})"
+        return f"({_render(expr.lhs, 0, nonneg)} {expr.op} {_render(expr.rhs, 0, nonneg)})"
     if isinstance(expr, ast.BinOp) and expr.op in _LOGIC_OPS:
-        return f"({render_condition(expr.lhs)} {_LOGIC_OPS[expr.op]} {render_condition(expr.rhs)})"
+        return f"({render_condition(expr.lhs, nonneg)} {_LOGIC_OPS[expr.op]} {render_condition(expr.rhs, nonneg)})"
     if isinstance(expr, ast.UnaryOp) and expr.op == "not":
-        return f"(not {render_condition(expr.operand)})"
+        return f"(not {render_condition(expr.operand, nonneg)})"
     raise SourceError("cannot use this requires(...) condition: expected comparisons of integer expressions "
                       "joined by and/or/not", expr.loc, hint="e.g. requires(D % 8 == 0, N <= 4096)")
 

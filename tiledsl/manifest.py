@@ -124,9 +124,11 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
         # occupancy(N): the waves per SIMD the registers were capped for (0: no target)
         "occupancy_target": bound.occupancy,
         "workgroup_size": [bound.waves * arch.wave_size, 1, 1],
-        "grid": render_grid(kernel.grid),
+        # The kernel language's // and % truncate, the formulas' floor: the same for shape symbols
+        # (sizes, never negative), rewritten where an operand may be negative (grid.render_expr).
+        "grid": render_grid(kernel.grid, frozenset(bound.shape_symbols)),
         # Conditions the launcher checks before a launch (requires(...)), as host expressions.
-        "requires": [render_condition(r) for r in kernel.requires],
+        "requires": [render_condition(r, frozenset(bound.shape_symbols)) for r in kernel.requires],
         "kernargs": [f.to_json() for f in layout],
         "kernarg_size": kernarg_size(layout),
         "tensors": tensors,
