@@ -96,3 +96,15 @@ def test_host_formulas_truncate_like_the_kernel_language() -> None:
     launch(k, x, y, device=EmulatorDevice("gfx942"))
     assert x.tolist() == [7]
 
+
+def test_a_formula_too_long_for_the_launcher_is_a_located_error() -> None:
+    """The launchers read formulas of at most 2000 characters: a longer grid is refused where it is
+    written (it compiled, and then no launcher could load it)."""
+    terms = " + ".join(["N"] * 600)  # nested 600 deep: under the parser's limit of 1000
+    src = (f"kernel k(x: tensor[f32](N)) grid(cdiv({terms}, 64)) {{\n"
+           "    store(x[arange(0, 64)], zeros([64], f32));\n}\n")
+    with pytest.raises(SourceError, match=r"long.tile:1:34: error: this grid expression is 2407 characters as a host "
+                                          r"formula, more than the 2000 a launcher reads") as info:
+        compile_source(src, "long.tile", "gfx942")
+    assert "^" in str(info.value)
+

@@ -412,9 +412,14 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
 
     t0 = time.perf_counter()
     if ctx.bound is not None:
-        manifest = mf.build_manifest(ctx.bound, arch_row, hsaco, clean, opts.unit_last_stride,
-                                     dict(opts.stride_units), dict(opts.dim_units),
-                                     ctx.facts.get("buffer_args", ()), ctx.facts.get("row_bounds", ()))
+        try:
+            manifest = mf.build_manifest(ctx.bound, arch_row, hsaco, clean, opts.unit_last_stride,
+                                         dict(opts.stride_units), dict(opts.dim_units),
+                                         ctx.facts.get("buffer_args", ()), ctx.facts.get("row_bounds", ()))
+        except SourceError as exc:  # a grid or requires formula the host could not read: show its line
+            if exc.source is not None:
+                raise
+            raise SourceError(exc.message, exc.loc, ctx.source, exc.hint) from None
     else:
         manifest = mf.manifest_from_code_object(hsaco, arch_row)
     if opts.schedule:

@@ -31,8 +31,16 @@ def render_expr(expr: ast.Expr, nonneg: frozenset[str] = frozenset()) -> str:
 
 def render_grid(exprs: Sequence[ast.Expr], nonneg: frozenset[str] = frozenset()) -> list[str]:
     """The 1-3 grid expressions of a bound kernel, padded to three dims with "1"."""
-    texts = [render_expr(e, nonneg) for e in exprs]
+    texts = [_readable(render_expr(e, nonneg), e, "grid expression") for e in exprs]
     return texts + ["1"] * (3 - len(texts))
+
+
+def _readable(text: str, expr: ast.Expr, what: str) -> str:
+    """`text`, if a launcher will read it: formulas are bounded (_MAX_FORMULA) where they are read."""
+    if len(text) > _MAX_FORMULA:
+        raise SourceError(f"this {what} is {len(text)} characters as a host formula, more than the {_MAX_FORMULA} a "
+                          "launcher reads", expr.loc, hint="compute the value on the host and pass it as an argument")
+    return text
 
 
 def _nonnegative(expr: ast.Expr, nonneg: frozenset[str]) -> bool:
@@ -87,12 +95,16 @@ def render_condition(expr: ast.Expr, nonneg: frozenset[str] = frozenset()) -> st
     """A requires(...) condition -> Python-syntax text, every comparison and logic operation in
     parentheses (Python binds `&` tighter than `<`; the kernel language does not). `nonneg` as
     for render_expr."""
+    return _readable(_condition(expr, nonneg), expr, "requires(...) condition")
+
+
+def _condition(expr: ast.Expr, nonneg: frozenset[str]) -> str:
     if isinstance(expr, ast.BinOp) and expr.op in _CONDITION_OPS:
         return f"({_render(expr.lhs, 0, nonneg)} {expr.op} {_render(expr.rhs, 0, nonneg)})"
     if isinstance(expr, ast.BinOp) and expr.op in _LOGIC_OPS:
-        return f"({render_condition(expr.lhs, nonneg)} {_LOGIC_OPS[expr.op]} {render_condition(expr.rhs, nonneg)})"
+        return f"({_condition(expr.lhs, nonneg)} {_LOGIC_OPS[expr.op]} {_condition(expr.rhs, nonneg)})"
     if isinstance(expr, ast.UnaryOp) and expr.op == "not":
-        return f"(not {render_condition(expr.operand, nonneg)})"
+        return f"(not {_condition(expr.operand, nonneg)})"
     raise SourceError("cannot use this requires(...) condition: expected comparisons of integer expressions "
                       "joined by and/or/not", expr.loc, hint="e.g. requires(D % 8 == 0, N <= 4096)")
 

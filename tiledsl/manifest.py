@@ -487,10 +487,13 @@ def _check_formula(where: str, text: Any, known: set[str]) -> None:
     evaluator has and values a launch binds (shape symbols, scalars, integer constexprs)."""
     import ast as pyast
 
-    from tiledsl.grid import _FUNCS  # the evaluator's functions: the one list of them
+    from tiledsl.grid import _FUNCS, _MAX_FORMULA  # the evaluator's functions and bound: one list of them
 
-    if not isinstance(text, str) or not text.strip() or len(text) > 2000:
+    if not isinstance(text, str) or not text.strip():
         raise _must(where, "a formula (a non-empty string)", text)
+    if len(text) > _MAX_FORMULA:
+        raise ValueError(f"field '{where}': a formula of {len(text)} characters, more than the {_MAX_FORMULA} a "
+                         "launcher reads")
     try:
         tree = pyast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError) as exc:
