@@ -20,6 +20,8 @@ CASES = [
     ("fp8_dot.tile", "gfx1100", ":4:19: error: load: 'a' holds f8e4m3: gfx1100 has no 8-bit float instructions",
      "fp8 needs gfx942, gfx950 or gfx1201"),
     ("lds_too_large.tile", "gfx942", ":4:15: error: this tile needs 133120 bytes of LDS", "65536 bytes"),
+    ("literal_range.tile", "gfx942", ":4:30: error: 70000.0 is out of range for f16 (with '+'): it would round to "
+     "infinity", "write inf if infinity is meant"),
     ("rank3.tile", "gfx1100", ":4:20: error: tiles have at most 2 dims, this is tile[4, 1, 1] of i32",
      "fold two axes into one"),
     # gfx950 has the LDS (160 KiB) but not the registers for a 256x256 tile over 4 waves.

@@ -327,8 +327,15 @@ def test_unknown_define_lists_known():
 
 
 @pytest.mark.parametrize("defines, message, col", [
-    ({"BLOCK_M": "sixty"}, "-D BLOCK_M=sixty: BLOCK_M is an int constexpr, expected an integer, got 'sixty'",
-     30),
+    ({"BLOCK_M": "sixty"}, "-D BLOCK_M=sixty: BLOCK_M is an int constexpr, expected an integer (such as 64, -3 or "
+     "0x40), got 'sixty'", 30),
+    # int() alone would take other scripts' digits, underscores and fail on leading zeros
+    ({"BLOCK_M": "\u0666\u0664"}, "-D BLOCK_M=\u0666\u0664: BLOCK_M is an int constexpr, expected an integer (such "
+     "as 64, -3 or 0x40), got '\u0666\u0664'", 30),
+    ({"BLOCK_M": "6_4"}, "-D BLOCK_M=6_4: BLOCK_M is an int constexpr, expected an integer (such as 64, -3 or "
+     "0x40), got '6_4'", 30),
+    ({"BLOCK_M": "064"}, "-D BLOCK_M=064: BLOCK_M is an int constexpr, expected an integer (such as 64, -3 or "
+     "0x40), got '064'", 30),
     ({"DT": "f64"}, "-D DT=f64: DT is a dtype constexpr, expected a dtype (i1, i32, f32, f16, bf16, "
      "f8e4m3, f8e5m2), got 'f64'", 13),
     ({"EPILOGUE": "gelu"}, "-D EPILOGUE=gelu: EPILOGUE is an enum(none, relu) constexpr, expected one of "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import difflib
 import math
+import re
 from collections.abc import Callable, Iterable
 from typing import NoReturn
 
@@ -63,6 +64,8 @@ ConstexprValue = int | bool | str
 # Names that can never be declared: they are spelled as literals by the parser.
 _LITERAL_NAMES = {**{a: "a dtype name" for a in DTYPE_ALIASES}, "inf": "a float constant",
                   "nan": "a float constant"}
+# A -D int value: decimal, or 0x / 0o / 0b with ASCII digits, an optional sign, no underscores.
+_INT_TEXT = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0|[1-9][0-9]*)", re.ASCII)
 # Builtins allowed in grid(...), which is evaluated on the host from kernel arguments.
 _GRID_BUILTINS = ("cdiv", "minimum", "maximum")
 
@@ -176,10 +179,12 @@ def _coerce(kernel: Kernel, p: ConstexprParam, raw: object, origin: str) -> Cons
         if isinstance(raw, bool):
             bad("an integer")
         if isinstance(raw, str):
-            try:
-                raw = int(raw.strip(), 0)
-            except ValueError:
-                bad("an integer")
+            # ASCII digits only, as the language writes them (int(s, 0) alone would also take
+            # '6_4' and other scripts' digits, each a cache key and manifest entry of its own).
+            text = raw.strip()
+            if not _INT_TEXT.fullmatch(text):
+                bad("an integer (such as 64, -3 or 0x40)")
+            raw = int(text, 0)
         if not isinstance(raw, int):
             bad("an integer")
         if not I32_MIN <= raw <= I32_MAX:

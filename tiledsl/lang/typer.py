@@ -112,6 +112,18 @@ def _weak(e: Expr) -> bool:
 MAX_TILE_RANK = 2
 
 
+def _overflows(value: float, dtype: str) -> bool:
+    """Does the finite `value` round to infinity in the 16/32-bit float `dtype`?"""
+    import ml_dtypes
+    import numpy as np
+
+    if value != value or abs(value) == float("inf"):
+        return False
+    np_dtype = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}[dtype]
+    with np.errstate(over="ignore"):
+        return bool(np.isinf(np.array(value, np.float64).astype(np_dtype)))
+
+
 def _make(shape: tuple[int, ...] | None, dtype: str) -> ScalarType | TileType:
     return ScalarType(dtype) if shape is None else TileType(shape, dtype)
 
@@ -274,6 +286,9 @@ class Typer:
             c.value = float(c.value)
         if dtype in F8_DTYPES:
             self.f8_literal(c, dtype, context)
+        elif dtype in FLOAT_DTYPES and _overflows(c.value, dtype):
+            self.fail(f"{c.value} is out of range for {dtype} (with {context}): it would round to infinity", c.loc,
+                      hint="use a value within range, write inf if infinity is meant, or work in f32")
         c.type = ScalarType(dtype)
         return c.type
 
