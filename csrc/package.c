@@ -23,6 +23,18 @@ static const char *str_field(const js_value *obj, const char *key) {
 }
 
 /* ---- opening ---------------------------------------------------------------------------------- */
+/* A relative path with no '..' component: index.json's files stay inside the package directory. */
+static int inside_package(const char *path) {
+    if (!*path || *path == '/') return 0;
+    for (const char *p = path; *p;) {
+        const char *end = strchr(p, '/');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.') return 0;
+        p += n + (end != NULL);
+    }
+    return 1;
+}
+
 td_status td_package_open(const char *dir, td_package **out) {
     if (!dir || !out) return td__fail(TD_ERROR_ARGUMENT, "td_package_open: dir and out must not be NULL");
     *out = NULL;
@@ -60,12 +72,20 @@ td_status td_package_open(const char *dir, td_package **out) {
     }
     static const char *needed[] = {"arch", "kernel", "hsaco", "manifest", "sha256"};
     for (size_t i = 0; s == TD_OK && i < kernels->n; i++)
-        for (size_t f = 0; f < sizeof needed / sizeof needed[0]; f++)
-            if (!str_field(kernels->items[i], needed[f])) {
+        for (size_t f = 0; f < sizeof needed / sizeof needed[0]; f++) {
+            const char *value = str_field(kernels->items[i], needed[f]);
+            if (!value) {
                 s = td__fail(TD_ERROR_PACKAGE, "kernel package %s: index.json entry %.16s... lacks '%s'", dir,
                              kernels->keys[i], needed[f]);
                 break;
             }
+            if ((f == 2 || f == 3) && !inside_package(value)) { /* hsaco, manifest: files of the package */
+                s = td__fail(TD_ERROR_PACKAGE, "kernel package %s: index.json entry %.16s... names the %s file "
+                             "'%s', which is not a path inside the package; rebuild the package", dir,
+                             kernels->keys[i], needed[f], value);
+                break;
+            }
+        }
     td_package *p = s == TD_OK ? calloc(1, sizeof *p) : NULL;
     if (s == TD_OK && (!p || !(p->root = strdup(dir)))) {
         free(p);

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,11 @@ int td__hex_digit(int c) {
 
 /* ---- files ---------------------------------------------------------------------------------- */
 td_status td__read_file(const char *path, const char *what, char **data, size_t *size) {
+    /* Only a regular file of a plausible size: a FIFO would block, /dev/zero never end. */
+    struct stat st;
+    if (stat(path, &st) == 0 && (!S_ISREG(st.st_mode) || st.st_size > ((off_t)1 << 30)))
+        return td__fail(TD_ERROR_PACKAGE, "cannot read the %s %s (%s)", what, path,
+                        S_ISREG(st.st_mode) ? "larger than 1 GiB" : "not a regular file");
     FILE *f = fopen(path, "rb");
     if (!f) return td__fail(errno == ENOENT ? TD_ERROR_NOT_FOUND : TD_ERROR_PACKAGE, "cannot read the %s %s (%s)",
                             what, path, strerror(errno));

@@ -659,6 +659,23 @@ def test_bad_package_index(rt, tmp_path, bwd_package):
         rt.open(tmp_path / "empty")
 
 
+def test_package_files_outside_or_irregular_are_refused(rt, tmp_path, bwd_package):
+    """As tiledsl.load_package: index.json's files are paths inside the package ('..' and absolute
+    paths refused when it opens), and only regular files are read (a FIFO would block)."""
+    index = json.loads((bwd_package / "index.json").read_text())
+    key = next(iter(index["kernels"]))
+    for path in ("../../elsewhere.hsaco", "/dev/zero"):
+        bad = json.loads(json.dumps(index))
+        bad["kernels"][key]["hsaco"] = path
+        (bwd_package / "index.json").write_text(json.dumps(bad))
+        with pytest.raises(TdError, match=f"names the hsaco file '{path}', which is not a path inside the package"):
+            rt.open(bwd_package)
+    (bwd_package / "index.json").unlink()
+    os.mkfifo(bwd_package / "index.json")
+    with pytest.raises(TdError, match=r"cannot read the .*index.json \(not a regular file\)"):
+        rt.open(bwd_package)
+
+
 def test_init_twice(rt):
     assert rt.lib.td_init(None) == TD_OK
     assert rt.lib.td_init(b"/elsewhere/libamdhip64.so") == 5  # TD_ERROR_STATE

@@ -146,6 +146,31 @@ def test_corrupted_packages_are_errors_not_crashes(package, no_packages, tmp_pat
         tiledsl.load_package(package, strict="yes")
 
 
+def test_package_files_stay_inside_and_are_regular(package, no_packages, tmp_path):
+    """index.json names its files by paths inside the package: '..' and absolute paths are refused
+    when it is loaded; a code object that is a FIFO (it would block) or not a regular file is
+    refused when read, not read."""
+    for name, path in (("dotdot", "../elsewhere.hsaco"), ("absolute", "/dev/zero")):
+        bad = tmp_path / name
+        shutil.copytree(package, bad)
+        index = json.loads((bad / "index.json").read_text())
+        entry = index["kernels"][index["variants"][FWD]["kernels"][0]]
+        entry["hsaco"] = path
+        (bad / "index.json").write_text(json.dumps(index))
+        with pytest.raises(PackageError, match=f"names the hsaco file '{path}', which is not a path inside"):
+            tiledsl.load_package(bad)
+    fifo = tmp_path / "fifo"
+    shutil.copytree(package, fifo)
+    index = json.loads((fifo / "index.json").read_text())
+    victim = index["kernels"][index["variants"][FWD]["kernels"][0]]["hsaco"]
+    (fifo / victim).unlink()
+    os.mkfifo(fifo / victim)
+    tiledsl.load_package(fifo, strict=True)
+    q, k, v, _ = _inputs(3)
+    with pytest.raises(PackageError, match=f"the code object {victim} is not a regular file"):
+        fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(ARCH))
+
+
 def test_prebuild_variant_errors(tmp_path, capsys):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from tiledsl.errors import TileError
 FORMAT = "tiledsl-kernel-package"
 VERSION = 1
 INDEX = "index.json"
+MAX_FILE_BYTES = 1 << 30  # far above any code object or manifest: bounds what a bad entry makes us read
 
 
 class PackageError(TileError):
@@ -135,6 +137,11 @@ class Package:
     def _read(self, relative: str, what: str) -> bytes:
         path = self.root / relative
         try:
+            # Only a regular file of a plausible size: a FIFO would block, /dev/zero never end.
+            st = path.stat()
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+                raise PackageError(f"kernel package {self.root}: the {what} {relative} is "
+                                   f"{'larger than 1 GiB' if stat.S_ISREG(st.st_mode) else 'not a regular file'}")
             return path.read_bytes()
         except OSError as exc:
             raise PackageError(f"kernel package {self.root}: cannot read the {what} {relative} "
@@ -184,10 +191,20 @@ def read_index(root: Path) -> dict[str, Any]:
     for key, entry in kernels.items():
         if not isinstance(entry, dict) or any(not isinstance(entry.get(f), str) for f in needed):
             raise PackageError(f"kernel package {root}: {INDEX} entry {key[:16]}... lacks one of {', '.join(needed)}")
+        for field in ("hsaco", "manifest"):
+            if not _inside_package(entry[field]):
+                raise PackageError(f"kernel package {root}: {INDEX} entry {key[:16]}... names the {field} file "
+                                   f"{entry[field]!r}, which is not a path inside the package; rebuild the package")
         if not isinstance(entry.get("manifest_sha256", ""), str):  # absent in packages written before it
             raise PackageError(f"kernel package {root}: {INDEX} entry {key[:16]}... has a manifest_sha256 that is "
                                "not a string; rebuild the package")
     return data
+
+
+def _inside_package(relative: str) -> bool:
+    """A relative path with no '..' component: index.json's files stay inside the package."""
+    parts = relative.split("/")
+    return bool(relative) and not relative.startswith("/") and ".." not in parts and "\\" not in relative
 
 
 def _empty_index() -> dict[str, Any]:
