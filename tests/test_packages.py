@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,6 +139,19 @@ def test_corrupted_packages_are_errors_not_crashes(package, no_packages, tmp_pat
                           ('{"format": "tiledsl-kernel-package", "version": 99}', "format version 99")):
         (bad / "index.json").write_text(text)
         with pytest.raises(PackageError, match=problem):
+            tiledsl.load_package(bad)
+    good = json.loads((package / "index.json").read_text())
+    name, key = FWD, next(iter(good["kernels"]))
+    for edit, problem in ((lambda ix: ix["variants"].__setitem__("x", 5), "variant 'x': expected an object with a "
+                           "'signature' object and a 'kernels' list, got 5"),
+                          (lambda ix: ix["variants"][name]["kernels"].append("f" * 64), f"variant '{name}' lists "
+                           "kernel ffffffffffffffff..., which the package does not have"),
+                          (lambda ix: ix["kernels"][key].__setitem__("bytes", "12"),
+                           "has bytes '12'; expected an int")):
+        index = json.loads(json.dumps(good))
+        edit(index)
+        (bad / "index.json").write_text(json.dumps(index))
+        with pytest.raises(PackageError, match=re.escape(problem)):
             tiledsl.load_package(bad)
     (bad / "index.json").unlink()
     with pytest.raises(PackageError, match="no index.json"):

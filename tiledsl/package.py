@@ -198,6 +198,18 @@ def read_index(root: Path) -> dict[str, Any]:
         if not isinstance(entry.get("manifest_sha256", ""), str):  # absent in packages written before it
             raise PackageError(f"kernel package {root}: {INDEX} entry {key[:16]}... has a manifest_sha256 that is "
                                "not a string; rebuild the package")
+        if "bytes" in entry and (not isinstance(entry["bytes"], int) or isinstance(entry["bytes"], bool)):
+            raise PackageError(f"kernel package {root}: {INDEX} entry {key[:16]}... has bytes {entry['bytes']!r}; "
+                               "expected an int")
+    for name, variant in variants.items():
+        if not (isinstance(variant, dict) and isinstance(variant.get("signature"), dict)
+                and isinstance(variant.get("kernels"), list)):
+            raise PackageError(f"kernel package {root}: {INDEX} variant {name!r}: expected an object with a "
+                               f"'signature' object and a 'kernels' list, got {str(variant)[:80]}; rebuild the package")
+        missing = [k for k in variant["kernels"] if not isinstance(k, str) or k not in kernels]
+        if missing:
+            raise PackageError(f"kernel package {root}: {INDEX} variant {name!r} lists kernel "
+                               f"{str(missing[0])[:16]}..., which the package does not have; rebuild the package")
     return data
 
 
