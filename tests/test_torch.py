@@ -278,10 +278,32 @@ def test_default_device_setting_and_context():
     (lambda q: tt.flash_attn_func(q, q, q, softcap=1e6, arch="gfx942"), ValueError, "softcap: expected at most"),
     (lambda q: tt.flash_attn_with_kvcache(q, q, q, cache_seqlens=4, return_softmax_lse="no", arch="gfx942"),
      ValueError, "return_softmax_lse: expected a bool"),
+    # Session 47's audit: meta index and rotary tensors gave torch's own error, naming nothing.
+    (lambda q: tt.flash_attn_with_kvcache(q, q, q, cache_seqlens=torch.ones(1, dtype=torch.int32, device="meta"),
+                                          arch="gfx942"), ValueError, "cache_seqlens: on meta"),
+    (lambda q: tt.flash_attn_with_kvcache(q, q, q, cache_seqlens=4, rotary_cos=torch.ones(8, 8, device="meta"),
+                                          rotary_sin=torch.ones(8, 8), arch="gfx942"),
+     ValueError, "rotary_cos: on meta"),
+    (lambda q: torch.jit.trace(lambda x: tt.flash_attn_func(x, x, x, arch="gfx942"), (q,)), RuntimeError,
+     "cannot be traced with torch.jit.trace"),
 ])
 def test_unsupported_and_bad_arguments_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):
         call(randn(1, 4, 2, 32))
+
+
+def test_numpy_and_0d_scalars_are_taken_as_flash_attention_takes_them():
+    """np.float32 / 0-d tensor soft-caps and dropout rates, numpy int windows and numpy bools give
+    the same results as Python's numbers."""
+    q, k, v = randn(1, 12, 2, 32), randn(1, 12, 2, 32), randn(1, 12, 2, 32)
+    want = tt.flash_attn_func(q, k, v, softcap=5.0, window_size=(4, 0), causal=True, arch="gfx942")
+    got = tt.flash_attn_func(q, k, v, softcap=torch.tensor(5.0), window_size=(np.int64(4), np.int64(0)),
+                             causal=np.bool_(True), deterministic=np.bool_(False), arch="gfx942")
+    assert torch.equal(got, want)
+    torch.manual_seed(3)
+    want = tt.flash_attn_func(q, k, v, dropout_p=0.25, arch="gfx942")
+    torch.manual_seed(3)
+    assert torch.equal(tt.flash_attn_func(q, k, v, dropout_p=np.float32(0.25), arch="gfx942"), want)
 
 
 # -- the ROCm path, against the HIP stand-in ---------------------------------------------------

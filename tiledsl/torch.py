@@ -344,9 +344,18 @@ def _int_arg(name: str, x: Any, device: Device) -> Any:
     if not isinstance(x, torch.Tensor) or x.dtype not in (torch.int32, torch.int64):
         got = f"a tensor of {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"{name}: expected an int32 tensor, got {got}")
+    if x.is_meta:
+        raise ValueError(f"{name}: on meta, which holds no values; pass a tensor on the CPU or the GPU")
     if _on_gpu(device) and _is_rocm(x) and x.dtype == torch.int32:
         return tensor_array(device, x.detach(), name)
     return _host_view(x.cpu())
+
+
+def _number(x: Any) -> Any:
+    """A 0-d or one-element tensor's value, numpy's scalars as Python's: flash-attention takes them."""
+    if isinstance(x, torch.Tensor) and x.numel() == 1 and not x.is_meta:
+        x = x.item()
+    return x.item() if isinstance(x, np.generic) else x
 
 
 # -- checks of flash-attention's arguments -----------------------------------------------------
@@ -368,10 +377,18 @@ def _alibi(alibi_slopes: Any) -> np.ndarray | None:
 
 def _check_common(q: Any, softmax_scale: Any, causal: Any, window_size: Any,
                   softcap: Any) -> tuple[float | None, tuple[int, int], float]:
+    if torch.jit.is_tracing():
+        # The call runs through numpy: a trace would record this call's output as a constant.
+        raise RuntimeError("tiledsl.torch cannot be traced with torch.jit.trace (its kernels run outside the "
+                           "traced graph, so the trace would replay this call's output for any input); call it "
+                           "eagerly, or use torch.compile, which breaks the graph around it (docs/torch.md)")
     if isinstance(q, torch.Tensor) and q.dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"q: expected dtype torch.float16 or torch.bfloat16, got {q.dtype}")
     if isinstance(softmax_scale, torch.Tensor) and softmax_scale.numel() == 1 and softmax_scale.is_floating_point():
         softmax_scale = float(softmax_scale.item())  # a 0-d tensor, as some models keep it
+    causal, softcap = _number(causal), _number(softcap)
+    if isinstance(window_size, tuple | list):
+        window_size = tuple(_number(w) for w in window_size)
     if softmax_scale is not None and (isinstance(softmax_scale, bool | np.bool_)
                                       or not isinstance(softmax_scale, int | float | np.floating | np.integer)
                                       or not math.isfinite(softmax_scale)):
@@ -393,6 +410,7 @@ def _check_dropout(dropout_p: Any, return_attn_probs: Any, deterministic: Any) -
     `torch.manual_seed` reproduces it); the backward regenerates the same keep bits from it."""
     from tiledsl.fmha_dropout import check_dropout
 
+    deterministic, dropout_p = _number(deterministic), _number(dropout_p)
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
     if return_attn_probs:
@@ -615,7 +633,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
             if not isinstance(x, torch.Tensor) or not x.is_floating_point():
                 got = f"a tensor of {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
                 raise ValueError(f"{name}: expected a float tensor [S_ro, rotary_dim / 2], got {got}")
-            rotary[name] = x.detach().float().cpu().numpy()
+            rotary[name] = _host_copy(name, x.detach().float())
     with _scope(dev):
         got = fmha_fwd_kvcache(
             _lib(q, dev, "q"), _lib(k_cache, dev, "k_cache"), _lib(v_cache, dev, "v_cache"),
