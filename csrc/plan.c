@@ -50,6 +50,7 @@ struct td_plan {
     size_t host_size;
     void **standins; /* device memory of the PA_ZEROS arguments */
     int nstandins;
+    const js_value *shapes; /* the inputs' shapes the plan was made for, by name (NULL: none recorded) */
 };
 
 #define BAD(...) td__fail(TD_ERROR_PACKAGE, __VA_ARGS__)
@@ -219,6 +220,14 @@ static td_status load(td_plan *plan, td_package *package, const js_value *root) 
         return BAD("a plan needs 'op', 'stages' and 'workspace'");
     td_status s = load_workspace(plan, ws);
     if (s != TD_OK) return s;
+    plan->shapes = js_get(root, "shapes");
+    if (plan->shapes && plan->shapes->type != JS_OBJECT) return BAD("'shapes' is not an object of input shapes");
+    for (size_t i = 0; plan->shapes && i < plan->shapes->n; i++) {
+        const js_value *dims = plan->shapes->items[i];
+        int ok = dims->type == JS_ARRAY && dims->n <= TD_MAX_DIMS;
+        for (size_t d = 0; ok && d < dims->n; d++) ok = dims->items[d]->is_int && dims->items[d]->i >= 0;
+        if (!ok) return BAD("shapes: '%s' is not a list of at most %d sizes", plan->shapes->keys[i], TD_MAX_DIMS);
+    }
     size_t nargs = 0;
     for (size_t i = 0; i < stages->n; i++) {
         const js_value *args = js_get(stages->items[i], "args");
@@ -350,6 +359,34 @@ static td_status bind(const plan_stage *st, const td_arg *args, int nargs, const
     return TD_OK;
 }
 
+/* "[2, 90, 2, 64]" into buf. */
+static const char *dims_text(const int64_t *dims, size_t n, char *buf, size_t len) {
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (size_t d = 0; d < n && at < len; d++) at += (size_t)snprintf(buf + at, len - at, "%s%lld", d ? ", " : "",
+                                                                       (long long)dims[d]);
+    if (at < len) snprintf(buf + at, len - at, "]");
+    return buf;
+}
+
+/* A plan's workspace, host segment and fixed scalars follow from the sizes it was made for: a
+ * tensor of another shape would run and give wrong results, so it is refused. */
+static td_status check_made_for(const td_plan *plan, const td_arg *arg) {
+    const js_value *want = plan->shapes ? js_get(plan->shapes, arg->name) : NULL;
+    if (!want) return TD_OK;
+    int64_t dims[TD_MAX_DIMS];
+    int same = arg->tensor.ndim == (int)want->n;
+    for (size_t d = 0; d < want->n; d++) {
+        dims[d] = want->items[d]->i;
+        same = same && arg->tensor.shape[d] == dims[d];
+    }
+    if (same) return TD_OK;
+    char got[160], made[160];
+    int ndim = arg->tensor.ndim < 0 ? 0 : arg->tensor.ndim > TD_MAX_DIMS ? TD_MAX_DIMS : arg->tensor.ndim;
+    return td__fail(TD_ERROR_ARGUMENT, "argument '%s': shape %s, but this plan was made for %s; make a plan for "
+                    "these sizes (tiledsl plan ... --json)", arg->name, dims_text(arg->tensor.shape, (size_t)ndim, got,
+                    sizeof got), dims_text(dims, want->n, made, sizeof made));
+}
+
 td_status td_plan_run(td_plan *plan, const td_arg *args, int nargs, void *workspace, void *stream) {
     td_status s = td__need_init();
     if (s != TD_OK) return s;
@@ -374,6 +411,7 @@ td_status td_plan_run(td_plan *plan, const td_arg *args, int nargs, void *worksp
             s = td__fail(TD_ERROR_ARGUMENT, "argument '%s' has the name of the plan's workspace region", args[i].name);
         else if (lookup(args, i, args[i].name))
             s = td__fail(TD_ERROR_ARGUMENT, "argument '%s' given twice", args[i].name);
+        else if (args[i].kind == TD_ARG_TENSOR) s = check_made_for(plan, &args[i]);
     }
     /* Everything is checked and packed before the first launch, so a bad argument of the last
      * stage does not leave the first stages' outputs half written. */

@@ -566,13 +566,16 @@ def test_wrong_arguments_are_refused_before_any_launch(rt, hip, hip_backend, bwd
     refused({"q": Dev(q.ptr, q.shape, np.dtype(np.float32), q.strides)},
             r"plan fmha_bwd: stage dq_dk_dv \(fmha_bwd_dq_dk_dv\): argument 'q': expected dtype f16, got f32")
     k = env["k"]
+    # The plan's split counts and workspace follow from its sizes: a tensor of others would run and give
+    # wrong gradients (session 47's audit: 200 keys on a plan made for 90 returned TD_OK).
     refused({"k": Dev(k.ptr, (1, 91, 2, 64), k.dtype, k.strides)},
-            r"stage dq_dk_dv .*argument 'v': dim 1 is SK = 90, but SK = 91 from k.shape\[1\]")
+            r"plan fmha_bwd: argument 'k': shape \[1, 91, 2, 64\], but this plan was made for \[1, 90, 2, 64\]; "
+            r"make a plan for these sizes")
     refused({"k": Dev(k.ptr, k.shape, k.dtype, (k.strides[0], 0, *k.strides[2:]))},  # keys broadcast
             r"stage dq_dk_dv .*argument 'k': this kernel variant bounds its dim 1 with a buffer descriptor, which "
             r"needs that dim's stride \(0 elements\) above the last dim's span \(63\).*--overlapping-rows")
     refused({"lse": Dev(env["lse"].ptr, (1, 4), np.dtype(np.float32), (280, 70))},
-            r"stage dot_do_o .*argument 'lse': expected 3 dims \(BQ, HQ, SQ\), got shape \[1, 4\]")
+            r"argument 'lse': shape \[1, 4\], but this plan was made for \[1, 4, 70\]")
     refused({"out": Dev(env["out"].ptr, (1, 70, 4, 64), np.dtype(np.float16), (17920, 256, 64, 2))},
             r"stage dot_do_o \(fmha_bwd_dot_do_o\): argument 'o' \(input 'out'\): the kernel was compiled for a "
             r"contiguous last dim \(stride 1, the default\), got stride 2")
@@ -637,6 +640,8 @@ def test_kernel_launch_checks_its_arguments(rt, hip, hip_backend, bwd_gfx942, bw
     ('{"format": "tiledsl-plan", "version": 1, "op": "x", "stages": [{"name": "s", "kernel": "%s", "args": [{"param": '
      '"batch", "value": 1.5, "dtype": "i32"}]}], "workspace": {"size": 0, "host": "", "regions": []}}',
      r"plan x: stage s: parameter 'batch': the value 1.5 is not an i32"),
+    ('{"format": "tiledsl-plan", "version": 1, "op": "x", "stages": [], "shapes": {"q": [1, -2]}, "workspace": '
+     '{"size": 0, "host": "", "regions": []}}', r"plan x: shapes: 'q' is not a list of at most 8 sizes"),
 ])
 def test_bad_plan_json(rt, hip_backend, bwd_gfx942, bwd_package, text, pattern):
     pkg = rt.open(bwd_package)

@@ -424,7 +424,21 @@ def build_plan(shape: BwdShape) -> Plan:
         info["dropout"] = True
     if shape.dbias != "none":
         info.update(dbias=shape.dbias, dbias_zeroed=dbias_zeroed(shape))
-    return Plan("fmha_bwd", stages, workspace, info)
+    return Plan("fmha_bwd", stages, workspace, info, made_for_shapes(shape))
+
+
+def made_for_shapes(shape: BwdShape) -> dict[str, tuple[int, ...]]:
+    """The inputs' shapes (the kernels' [B, S, H, D] views) that the plan's host segment, split
+    counts and workspace follow from: Plan.shapes, which the C runtime holds a call to. In group
+    mode the key tensors may hold rows past the last sequence, so only the query side's are fixed
+    (and cu_seqlens' lengths: their values live on the device)."""
+    b, sq, hq, hk, d, dv = shape.b, shape.sq, shape.hq, shape.hk, shape.hdim_q, shape.hdim_v
+    out = {"q": (b, sq, hq, d), "dq": (b, sq, hq, d), "do": (b, sq, hq, dv), "out": (b, sq, hq, dv),
+           "lse": (b, hq, sq)}
+    if shape.varlen:
+        return {**out, "cu_seqlens_q": (len(shape.seqlens_q) + 1,), "cu_seqlens_k": (len(shape.seqlens_k) + 1,)}
+    sk = shape.seqlens_k[0] if shape.seqlens_k else 0
+    return {**out, "k": (b, sk, hk, d), "dk": (b, sk, hk, d), "v": (b, sk, hk, dv), "dv": (b, sk, hk, dv)}
 
 
 def pair_key_blocks(shape: BwdShape, cfg: BwdConfig, kernel: Any) -> bool:

@@ -134,6 +134,9 @@ class Plan:
     stages: list[Stage]
     workspace: WorkspaceLayout
     info: dict[str, Any] = field(default_factory=dict)  # facts of the plan worth printing (nsplits, ...)
+    # The inputs' shapes the plan was made for, by name (its workspace and host segment follow from
+    # them): the C runtime refuses a call with other shapes (Plan.run's calls build a plan each).
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def workspace_size(self) -> int:
@@ -220,8 +223,9 @@ class Plan:
             stages.append({"name": s.name, "kernel": key, "kernel_name": s.kernel.manifest["kernel"],
                            "arch": s.kernel.manifest["arch"], "args": args})
         ws = self.workspace
+        shapes = {name: list(dims) for name, dims in self.shapes.items() if name in inputs}
         return {"format": "tiledsl-plan", "version": 1, "op": self.op, "info": _json_ready(self.info),
-                "inputs": inputs, "stages": stages,
+                "inputs": inputs, **({"shapes": shapes} if shapes else {}), "stages": stages,
                 "workspace": {"size": ws.size, "host": ws.host.hex(),
                               "regions": [{"name": r.name, "offset": r.offset, "words": r.words, "dtype": r.dtype,
                                            "shape": list(r.shape), "zero": r.zero} for r in ws.regions]}}
