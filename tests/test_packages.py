@@ -185,6 +185,23 @@ def test_package_files_stay_inside_and_are_regular(package, no_packages, tmp_pat
         fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(ARCH))
 
 
+def test_an_entry_filed_under_another_variants_key_is_refused(package, no_packages, tmp_path):
+    """Keys are digests of what was asked: swapping two entries' keys in index.json (each entry
+    consistent in itself) would run one variant's code for the other; the lookup refuses it."""
+    bad = tmp_path / "swapped"
+    shutil.copytree(package, bad)
+    index = json.loads((bad / "index.json").read_text())
+    fwd_key = index["variants"][FWD]["kernels"][0]
+    other = next(k for k in index["kernels"] if k != fwd_key and index["kernels"][k]["kernel"] != "fmha_fwd")
+    index["kernels"][fwd_key], index["kernels"][other] = index["kernels"][other], index["kernels"][fwd_key]
+    (bad / "index.json").write_text(json.dumps(index))
+    tiledsl.load_package(bad, strict=True)
+    q, k, v, _ = _inputs(4)
+    with pytest.raises(PackageError, match=f"the entry under key {fwd_key[:16]}... holds fmha_bwd_.* with other "
+                                           "defines than the fmha_fwd variant asked for"):
+        fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(ARCH))
+
+
 def test_prebuild_variant_errors(tmp_path, capsys):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")

@@ -167,6 +167,14 @@ def library_kernel(source_path: Path, arch: str, defines: Mapping[str, Any], opt
         found = pkg.get(key)
         if found is not None:
             hsaco, manifest = found
+            if manifest.get("kernel") != source_path.stem or manifest.get("defines") != clean:
+                # The key is a digest of what was asked; an entry filed under another's key (an
+                # edited index.json) would run another variant's code.
+                from tiledsl.package import PackageError
+
+                raise PackageError(f"kernel package {pkg.root}: the entry under key {key[:16]}... holds "
+                                   f"{manifest.get('kernel')} with other defines than the {source_path.stem} "
+                                   f"variant asked for (index.json was edited?); rebuild the package")
             return CompiledKernel(manifest["kernel"], arch, hsaco, "", manifest, from_cache=True, key=key)
     if s.strict:
         raise KernelNotPrebuilt(_not_prebuilt(source_path.stem, arch, clean, key, s))
