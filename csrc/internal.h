@@ -95,6 +95,7 @@ typedef struct {
     int64_t stride_unit;            /* passed strides are multiples of this, passed divided by it */
     int buffer;                     /* addressed with buffer instructions: its byte span must be <= 2 GiB */
     uint32_t row_bounds;            /* bit d: a buffer descriptor bounds dim d's rows (stride > last dim's span) */
+    int written;                    /* the kernel writes it: its elements must be distinct */
 } td_tensor_spec;
 
 typedef struct {

@@ -45,12 +45,61 @@ static const char *kind_text(const td_arg *a, char *buf, size_t size) {
     return buf;
 }
 
-static const char *shape_text(const td_tensor *t, char *buf, size_t size) {
+static const char *ints_text(const int64_t *v, int n, char *buf, size_t size) {
     size_t used = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < t->ndim && i < TD_MAX_DIMS && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    for (int i = 0; i < n && i < TD_MAX_DIMS && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "", (long long)v[i]);
     if (used < size) snprintf(buf + used, size - used, "]");
     return buf;
+}
+
+static const char *shape_text(const td_tensor *t, char *buf, size_t size) {
+    return ints_text(t->shape, t->ndim, buf, size);
+}
+
+static int by_value(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Whether two elements of a (non-empty) strided tensor share memory, as tiledsl.launcher's
+ * elements_overlap: dims sorted by stride must each step past everything the smaller ones reach;
+ * a tensor that fails that test (interleaved dims) has its offsets enumerated, and one with too
+ * many to enumerate is taken to overlap. */
+static int elements_overlap(const td_tensor *t) {
+    int64_t size[TD_MAX_DIMS], stride[TD_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 0) return 0;
+        if (t->shape[d] < 2) continue;
+        int at = n++;
+        while (at > 0 && stride[at - 1] > t->strides[d]) { stride[at] = stride[at - 1]; size[at] = size[at - 1]; at--; }
+        stride[at] = t->strides[d];
+        size[at] = t->shape[d];
+    }
+    int64_t reach = 0, count = 1;
+    int apart = 1;
+    for (int d = 0; d < n && apart; d++) {
+        if (stride[d] <= reach) apart = 0;
+        else reach += (size[d] - 1) * stride[d];
+    }
+    if (apart) return 0;
+    for (int d = 0; d < n; d++)
+        if ((count *= size[d]) > (1 << 20)) return 1;
+    int64_t *offsets = malloc((size_t)count * sizeof *offsets);
+    if (!offsets) return 1;
+    int64_t filled = 1;
+    offsets[0] = 0;
+    for (int d = 0; d < n; d++) {
+        for (int64_t k = size[d] - 1; k >= 0; k--)
+            for (int64_t j = 0; j < filled; j++) offsets[k * filled + j] = offsets[j] + k * stride[d];
+        filled *= size[d];
+    }
+    qsort(offsets, (size_t)filled, sizeof *offsets, by_value);
+    int overlap = 0;
+    for (int64_t j = 1; j < filled && !overlap; j++) overlap = offsets[j] == offsets[j - 1];
+    free(offsets);
+    return overlap;
 }
 
 static const char *dims_text(const td_tensor_spec *spec, char *buf, size_t size) {
@@ -110,6 +159,12 @@ static td_status check_tensor(checker *c, int p) {
         if (t->strides[axis] < 0)
             return FAIL("argument %s: stride %lld on dim %d is negative", name, (long long)t->strides[axis], axis);
     int n = t->ndim;
+    if (spec->written && elements_overlap(t)) {
+        char strides[160];
+        return FAIL("argument %s: the kernel writes it, but its elements overlap in memory (shape %s, strides %s "
+                    "elements); pass a tensor whose elements are distinct", name, shape,
+                    ints_text(t->strides, t->ndim, strides, sizeof strides));
+    }
     if (spec->unit_last_stride && t->shape[n - 1] > 1 && t->strides[n - 1] != 1)
         return FAIL("argument %s: the kernel was compiled for a contiguous last dim (stride 1, the default), got "
                     "stride %lld", name, (long long)t->strides[n - 1]);

@@ -164,6 +164,8 @@ static td_status read_tensors(td_kernel *k, const js_value *m, const char *path)
         spec->unit_last_stride = ulast && ulast->type == JS_BOOL && ulast->boolean;
         spec->stride_unit = unit && unit->is_int ? unit->i : 1;
         spec->buffer = buffer && buffer->type == JS_BOOL && buffer->boolean;
+        const js_value *written = js_get(t, "written");
+        spec->written = written && written->type == JS_BOOL && written->boolean;
         if (spec->stride_unit < 1) return BAD("manifest %s: tensor '%s' has stride_unit < 1", path, spec->name);
         const js_value *rows = js_get(t, "row_bounds");
         if (rows && rows->type != JS_ARRAY) return BAD("manifest %s: tensor '%s' row_bounds is not a list", path, spec->name);

@@ -579,6 +579,10 @@ def test_wrong_arguments_are_refused_before_any_launch(rt, hip, hip_backend, bwd
     refused({"out": Dev(env["out"].ptr, (1, 70, 4, 64), np.dtype(np.float16), (17920, 256, 64, 2))},
             r"stage dot_do_o \(fmha_bwd_dot_do_o\): argument 'o' \(input 'out'\): the kernel was compiled for a "
             r"contiguous last dim \(stride 1, the default\), got stride 2")
+    dk = env["dk"]  # written with its two heads on one address (as tiledsl.launcher refuses too)
+    refused({"dk": Dev(dk.ptr, dk.shape, dk.dtype, (*dk.strides[:2], 0, dk.strides[3]))},
+            r"stage dq_dk_dv .*argument 'dk': the kernel writes it, but its elements overlap in memory \(shape "
+            r"\[1, 90, 2, 64\], strides \[\d+, \d+, 0, 1\] elements\)")
     refused({"softcap": env["q"]}, r"argument 'softcap': expected an f32 number, got a tensor of f16 with 4 dims")
     missing = {n: v for n, v in env.items() if n != "dv"}
     with pytest.raises(TdError, match=r"plan fmha_bwd: stage dq_dk_dv \(fmha_bwd_dq_dk_dv\): no value for input "
