@@ -229,8 +229,13 @@ static js_value *parse_container(parser *ps, int depth, int object) {
         skip_space(ps);
         if (object) {
             if (ps->p >= ps->end || *ps->p != '"') { fail(ps, "expected a member name in quotes"); break; }
+            const char *at = ps->p;
             key = parse_string(ps);
             if (!key) break;
+            /* Readers disagree on a repeated name (first or last wins): refused, as tiledsl's are. */
+            size_t seen = 0;
+            while (seen < n && strcmp(keys[seen], key)) seen++;
+            if (seen < n) { ps->p = at; fail(ps, "a member name repeated in one object"); break; }
             skip_space(ps);
             if (ps->p >= ps->end || *ps->p != ':') { fail(ps, "expected ':' after a member name"); break; }
             ps->p++;

@@ -644,6 +644,8 @@ def test_kernel_launch_checks_its_arguments(rt, hip, hip_backend, bwd_gfx942, bw
     ('{"format": "tiledsl-plan", "version": 1, "op": "x", "stages": [{"name": "s", "kernel": "%s", "args": [{"param": '
      '"batch", "value": 1.5, "dtype": "i32"}]}], "workspace": {"size": 0, "host": "", "regions": []}}',
      r"plan x: stage s: parameter 'batch': the value 1.5 is not an i32"),
+    ('{"format": "tiledsl-plan", "version": 1, "op": "x", "op": "y", "stages": []}',
+     r"plan: not valid JSON \(a member name repeated in one object at line 1, column 53\)"),
     ('{"format": "tiledsl-plan", "version": 1, "op": "x", "stages": [], "shapes": {"q": [1, -2]}, "workspace": '
      '{"size": 0, "host": "", "regions": []}}', r"plan x: shapes: 'q' is not a list of at most 8 sizes"),
 ])

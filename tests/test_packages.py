@@ -136,6 +136,7 @@ def test_corrupted_packages_are_errors_not_crashes(package, no_packages, tmp_pat
         fmha_bwd(do, q, k, v, out, lse, causal=True, device=EmulatorDevice(ARCH))
 
     for text, problem in (("{not json", "is not valid JSON"), ('{"format": "zip"}', "not a tiledsl kernel package"),
+                          ('{"format": "x", "format": "y"}', "the member name 'format' is repeated in one object"),
                           ('{"format": "tiledsl-kernel-package", "version": 99}', "format version 99")):
         (bad / "index.json").write_text(text)
         with pytest.raises(PackageError, match=problem):

@@ -14,7 +14,6 @@ skip those checks), and the two agree (`check_manifest`). Every problem is a Val
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -85,6 +84,7 @@ def _read_bytes(path: Path) -> bytes:
 def _read_manifest(manifest_path: Path) -> dict[str, Any]:
     """The manifest at `manifest_path`, with every field a launch reads checked."""
     from tiledsl.manifest import manifest_digest_problem, validate_manifest
+    from tiledsl.package import loads_unique
 
     raw = _read_bytes(manifest_path)
     try:
@@ -93,7 +93,7 @@ def _read_manifest(manifest_path: Path) -> dict[str, Any]:
         raise ValueError(f"path: {manifest_path} is not a tiledsl manifest: not UTF-8 text (byte "
                          f"0x{raw[exc.start]:02x} at offset {exc.start})") from None
     try:
-        manifest = json.loads(text)
+        manifest = loads_unique(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise ValueError(f"path: {manifest_path} is not valid JSON ({exc})") from None
     try:

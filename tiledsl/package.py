@@ -108,7 +108,7 @@ class Package:
             raise self._bad_manifest(entry, "does not match the package (its sha256 differs from index.json's "
                                             "manifest_sha256): it was edited or damaged")
         try:
-            manifest = json.loads(raw)
+            manifest = loads_unique(raw)
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise self._bad_manifest(entry, f"is not valid JSON ({exc})") from None
         self._check_manifest(entry, manifest, hsaco)
@@ -171,7 +171,7 @@ def read_index(root: Path) -> dict[str, Any]:
     if path.is_dir():
         raise PackageError(f"kernel package {root}: its {INDEX} is a directory, not the package's index file")
     try:
-        data = json.loads(path.read_text())
+        data = loads_unique(path.read_text())
     except FileNotFoundError:
         raise PackageError(f"kernel package {root}: no {INDEX} (write one with `tiledsl prebuild --receipt NAME "
                            f"--arch ARCH -o {root}`)") from None
@@ -211,6 +211,19 @@ def read_index(root: Path) -> dict[str, Any]:
             raise PackageError(f"kernel package {root}: {INDEX} variant {name!r} lists kernel "
                                f"{str(missing[0])[:16]}..., which the package does not have; rebuild the package")
     return data
+
+
+def loads_unique(text: str | bytes) -> Any:
+    """json.loads, refusing an object that repeats a member name (ValueError): readers disagree on
+    which one wins (Python's the last, the C runtime's json.c would take the first)."""
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ValueError(f"the member name {key!r} is repeated in one object")
+            out[key] = value
+        return out
+    return json.loads(text, object_pairs_hook=unique)
 
 
 def _inside_package(relative: str) -> bool:
