@@ -1,5 +1,6 @@
 /* Kernel packages: index.json, code objects checked by sha256, manifests read into td_kernel. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,6 +336,25 @@ static td_status find_entry(td_package *p, const char *key, const char **full, c
     return TD_OK;
 }
 
+static uint64_t le(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* What HIP would be handed blind: a 64-bit little-endian AMDGPU ELF whose header tables lie in the
+ * file (what tiledsl's elf.read_code_object checks first), or why not (NULL: it is one). */
+static const char *elf_problem(const unsigned char *image, size_t size) {
+    if (size < 64 || memcmp(image, "\x7f" "ELF", 4)) return "no ELF header";
+    if (image[4] != 2 || image[5] != 1) return "not a 64-bit little-endian ELF";
+    if (le(image + 18, 2) != 224) return "not for an AMDGPU machine";
+    uint64_t phoff = le(image + 32, 8), shoff = le(image + 40, 8);
+    uint64_t phsize = le(image + 54, 2) * le(image + 56, 2), shsize = le(image + 58, 2) * le(image + 60, 2);
+    if (phoff > size || phsize > size - phoff) return "its program headers lie past its end: truncated";
+    if (shoff > size || shsize > size - shoff) return "its section headers lie past its end: truncated";
+    return NULL;
+}
+
 /* Read, check and load one kernel (the package lock is held). */
 static td_status load_kernel(td_package *p, const char *key, const js_value *entry, int device, td_kernel **out) {
     const char *hsaco = str_field(entry, "hsaco"), *manifest = str_field(entry, "manifest");
@@ -349,6 +369,12 @@ static td_status load_kernel(td_package *p, const char *key, const js_value *ent
         free(image);
         return td__fail(TD_ERROR_PACKAGE, "kernel package %s: %s is corrupted (its sha256 does not match index.json); "
                         "rebuild the package with `tiledsl prebuild ... -o %s`", p->root, hsaco, p->root);
+    }
+    const char *problem = elf_problem((const unsigned char *)image, size);
+    if (problem) {
+        free(image);
+        return td__fail(TD_ERROR_PACKAGE, "kernel package %s: %s is not an AMDGPU code object (%s); rebuild the "
+                        "package with `tiledsl prebuild ... -o %s`", p->root, hsaco, problem, p->root);
     }
     loaded_kernel *lk = calloc(1, sizeof *lk);
     if (!lk) { free(image); return td__fail(TD_ERROR_MEMORY, "out of memory"); }

@@ -508,6 +508,27 @@ def test_corrupted_code_object(rt, hip_backend, bwd_gfx942, bwd_package):
         rt.lib.td_package_close(pkg)
 
 
+def test_truncated_code_object_with_its_digest_updated(rt, hip_backend, bwd_gfx942, bwd_package):
+    """A code object cut short whose sha256 index.json was updated to match: refused as no AMDGPU
+    code object (its section headers lie past its end) before HIP sees it, as Python refuses it."""
+    plan = bwd_gfx942[0]
+    key = plan.stages[1].kernel.key
+    index = json.loads((bwd_package / "index.json").read_text())
+    hsaco = bwd_package / index["kernels"][key]["hsaco"]
+    data = hsaco.read_bytes()[:-64]
+    hsaco.write_bytes(data)
+    index["kernels"][key]["sha256"] = hashlib.sha256(data).hexdigest()
+    (bwd_package / "index.json").write_text(json.dumps(index))
+    pkg = rt.open(bwd_package)
+    try:
+        with pytest.raises(TdError, match=r"is not an AMDGPU code object \(its section headers lie past its end: "
+                                          r"truncated\)") as info:
+            rt.kernel(pkg, key, ordinal(hip_backend, "gfx942"))
+        assert info.value.status == TD_ERROR_PACKAGE
+    finally:
+        rt.lib.td_package_close(pkg)
+
+
 def test_edited_manifest(rt, hip_backend, bwd_gfx942, bwd_package):
     """A package manifest edited by hand (still valid JSON, still a valid manifest) is refused by
     its sha256 in index.json, as tiledsl.load_package refuses it."""
