@@ -67,7 +67,7 @@ td_status td_package_open(const char *dir, td_package **out) {
         s = td__fail(TD_ERROR_PACKAGE, "kernel package %s: index.json is not a tiledsl kernel package index", dir);
     } else if (!version || !version->is_int || version->i != 1) {
         s = td__fail(TD_ERROR_PACKAGE, "kernel package %s: format version %s, this runtime reads version 1; rebuild "
-                     "the package", dir, version && version->is_int ? "other than 1" : "missing");
+                     "the package", dir, !version ? "missing" : version->is_int ? "other than 1" : "not an integer");
     } else if (!kernels || kernels->type != JS_OBJECT || !variants || variants->type != JS_OBJECT) {
         s = td__fail(TD_ERROR_PACKAGE, "kernel package %s: index.json lacks its 'kernels' or 'variants' table", dir);
     }

@@ -203,6 +203,30 @@ def test_an_entry_filed_under_another_variants_key_is_refused(package, no_packag
         fmha_fwd(q, k, v, causal=True, return_lse=True, device=EmulatorDevice(ARCH))
 
 
+def test_package_arguments_and_targets_are_checked_first(package, no_packages, tmp_path, capsys):
+    """A bad strict flag loads nothing; an index whose version is true (== 1 in Python) is refused
+    as the C runtime refuses it; prebuild -o into an unreadable package is refused before it
+    compiles anything (which takes minutes for a receipt)."""
+    from tiledsl.cli import main
+    from tiledsl.library import settings
+
+    with pytest.raises(ValueError, match="strict: expected a bool"):
+        tiledsl.load_package(package, strict="yes")
+    assert not settings().packages
+    with pytest.raises(ValueError, match="path: expected the directory of a kernel package, got None"):
+        tiledsl.load_package(None)
+    bad = tmp_path / "version"
+    shutil.copytree(package, bad)
+    index = json.loads((bad / "index.json").read_text())
+    (bad / "index.json").write_text(json.dumps({**index, "version": True}))
+    with pytest.raises(PackageError, match="format version True"):
+        tiledsl.load_package(bad)
+    (bad / "index.json").write_text("{")
+    assert main(["prebuild", "--variant", MISSING, "-q", "-o", str(bad)]) == 2
+    assert "index.json is not valid JSON" in capsys.readouterr().err
+    assert main(["list", "--package", str(package), "--family", "nosuch"]) == 2
+
+
 def test_prebuild_variant_errors(tmp_path, capsys):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")

@@ -351,6 +351,8 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
                         + (f", not {' and '.join(chosen)}" if chosen else ""))
     if args.arch is None and not args.variant:
         raise TileError("prebuild: --arch is required (e.g. --arch gfx942,gfx950 or --arch all)")
+    if args.jobs < 1:
+        raise TileError(f"--jobs: expected at least 1, got {args.jobs}")
     if args.receipt is not None or args.variant or args.output:
         return _prebuild_registry(args)
     variants = fmha_variants(_parse_archs(args.arch), args.dtype or ["f16", "bf16"], args.hdim or ["64", "128"],
@@ -487,7 +489,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _list_package(package: Any, args: argparse.Namespace) -> int:
     """Every variant a kernel package holds (optionally of some archs and families)."""
+    from tiledsl.registry import FAMILIES
+
     archs = set(_parse_archs(args.arch)) if args.arch else None
+    for f in args.family or ():
+        if f not in FAMILIES:
+            raise TileError(f"--family {f!r}: expected one of {', '.join(FAMILIES)}")
     rows = []
     for key, v in sorted(package.variants.items()):
         arch = key.partition("/")[0]

@@ -55,11 +55,13 @@ def load_package(path: str | os.PathLike[str], *, strict: bool | None = None) ->
     the packages lack is a `KernelNotPrebuilt` error. Returns the Package (its `variants` and
     `kernels` say what it holds). Loading a directory again re-reads its index."""
     global _strict_override
+    if strict is not None and not isinstance(strict, bool):  # before anything is loaded
+        raise ValueError(f"strict: expected a bool, got {strict!r}")
+    if not isinstance(path, str | os.PathLike) or not str(path):
+        raise ValueError(f"path: expected the directory of a kernel package, got {path!r}")
     pkg = Package(path)
     _loaded[:] = [p for p in _loaded if p.root.resolve() != pkg.root.resolve()] + [pkg]
     if strict is not None:
-        if not isinstance(strict, bool):
-            raise ValueError(f"strict: expected a bool, got {strict!r}")
         _strict_override = strict
     clear_plan_caches()
     return pkg

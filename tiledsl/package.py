@@ -181,7 +181,7 @@ def read_index(root: Path) -> dict[str, Any]:
         raise PackageError(f"kernel package {root}: {INDEX} is not valid JSON ({exc}); rebuild the package") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PackageError(f"kernel package {root}: {INDEX} is not a tiledsl kernel package index")
-    if data.get("version") != VERSION:
+    if type(data.get("version")) is not int or data.get("version") != VERSION:  # not true, not 1.0
         raise PackageError(f"kernel package {root}: format version {data.get('version')!r}, this tiledsl reads "
                            f"version {VERSION}; rebuild the package with this tiledsl")
     kernels, variants = data.get("kernels"), data.get("variants")
@@ -243,6 +243,11 @@ def check_package_dir(root: Path) -> None:
     if root.is_dir() and not (root / INDEX).exists() and any(root.iterdir()):
         raise PackageError(f"kernel package {root}: the directory holds other files and no {INDEX}; write the "
                            "package to a new or empty directory")
+    if (root / INDEX).exists():  # a package to extend: readable, and this tiledsl's
+        index = read_index(root)
+        if index.get("tiledsl") != tiledsl.__version__:
+            raise PackageError(f"kernel package {root}: built by tiledsl {index.get('tiledsl')}, this is "
+                               f"{tiledsl.__version__}; write the new kernels to a new directory")
 
 
 def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel],
@@ -256,9 +261,6 @@ def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel
     root.mkdir(parents=True, exist_ok=True)
     check_package_dir(root)
     index = read_index(root) if (root / INDEX).exists() else _empty_index()
-    if index.get("tiledsl") != tiledsl.__version__:
-        raise PackageError(f"kernel package {root}: built by tiledsl {index.get('tiledsl')}, this is "
-                           f"{tiledsl.__version__}; write the new kernels to a new directory")
     for k in kernels:
         arch, name = k.manifest["arch"], k.manifest["kernel"]
         stem = f"{arch}/{name}-{k.key[:12]}"
