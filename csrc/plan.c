@@ -120,7 +120,18 @@ static td_status load_workspace(td_plan *plan, const js_value *ws) {
             !dims_of(js_get(r, "shape"), pr->shape, &pr->ndim))
             return BAD("workspace region %zu: needs a name, a known dtype, an offset and words within the workspace, "
                        "and a shape", i);
-        pr->zero = zero && zero->type == JS_BOOL && zero->boolean;
+        if (zero && zero->type != JS_BOOL)
+            return BAD("workspace region '%s': 'zero' is %s, not a bool", pr->name, js_type_name(zero->type));
+        pr->zero = zero && zero->boolean;
+        for (int j = 0; j + 1 < plan->nregions; j++) {
+            const plan_region *other = &plan->regions[j];
+            if (!strcmp(other->name, pr->name)) return BAD("workspace: two regions named '%s'", pr->name);
+            if (pr->words && other->words && pr->offset < other->offset + other->words &&
+                other->offset < pr->offset + pr->words)
+                return BAD("workspace regions '%s' and '%s' overlap (words %lld..%lld and %lld..%lld)", other->name,
+                           pr->name, (long long)other->offset, (long long)(other->offset + other->words),
+                           (long long)pr->offset, (long long)(pr->offset + pr->words));
+        }
         uint64_t bytes = item;
         int overflow = 0;
         for (int d = 0; d < pr->ndim; d++) overflow |= __builtin_mul_overflow(bytes, (uint64_t)pr->shape[d], &bytes);

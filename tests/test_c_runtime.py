@@ -665,6 +665,13 @@ def test_kernel_launch_checks_its_arguments(rt, hip, hip_backend, bwd_gfx942, bw
     ('{"format": "tiledsl-plan", "version": 1, "op": "x", "stages": [{"name": "s", "kernel": "%s", "args": [{"param": '
      '"batch", "value": 1.5, "dtype": "i32"}]}], "workspace": {"size": 0, "host": "", "regions": []}}',
      r"plan x: stage s: parameter 'batch': the value 1.5 is not an i32"),
+    ('{"format": "tiledsl-plan", "version": 1, "op": "x", "stages": [], "workspace": {"size": 64, "host": "", '
+     '"regions": [{"name": "a", "offset": 0, "words": 8, "dtype": "f32", "shape": [8]}, {"name": "b", "offset": 4, '
+     '"words": 8, "dtype": "f32", "shape": [8]}]}}', r"plan x: workspace regions 'a' and 'b' overlap \(words 0..8 "
+     r"and 4..12\)"),
+    ('{"format": "tiledsl-plan", "version": 1, "op": "x", "stages": [], "workspace": {"size": 64, "host": "", '
+     '"regions": [{"name": "a", "offset": 0, "words": 8, "dtype": "f32", "shape": [8], "zero": "yes"}]}}',
+     r"plan x: workspace region 'a': 'zero' is a string, not a bool"),
     ('{"format": "tiledsl-plan", "version": 1, "op": "x", "op": "y", "stages": []}',
      r"plan: not valid JSON \(a member name repeated in one object at line 1, column 53\)"),
     ('{"format": "tiledsl-plan", "version": 1, "op": "x", "stages": [], "shapes": {"q": [1, -2]}, "workspace": '
