@@ -94,7 +94,9 @@ def test_fmha_manifest_abi() -> None:
                                                  "max_seqlen_q", "num_splits", "seqlen_new", "page_shift",
                                                  "heads_per_block", "seed_lo", "seed_hi", "rng_offset",
                                                  "drop_threshold", "drop_scale", "p_scale", "o_scale"]
-    assert m["grid"] == [f"cdiv(max_seqlen_q * heads_per_block, {defines['BLOCK_M']})", "HQ // heads_per_block",
+    # heads_per_block is an i32 argument, which may be negative for all the manifest knows: the
+    # language's truncating // is written as the formulas' truncating / (grid.render_expr).
+    assert m["grid"] == [f"cdiv(max_seqlen_q * heads_per_block, {defines['BLOCK_M']})", "HQ / heads_per_block",
                          "batch * num_splits"]
 
 
