@@ -213,6 +213,20 @@ def test_caller_workspace_is_used_and_too_small_is_refused():
         fmha_bwd(*on_dev, workspace=other)
 
 
+def test_a_plan_refuses_tensors_of_other_sizes():
+    """A plan's workspace and split counts follow from the sizes it was made for (Plan.shapes):
+    run on others it would give wrong gradients, so it refuses them by name (as the C runtime)."""
+    from tiledsl.fmha_bwd import plan_from_sizes
+    from tiledsl.reference import MaskParams
+
+    plan = plan_from_sizes("gfx942", dtype="f16", hdim_q=64, hdim_v=64, hq=4, hk=2, seqlens_q=(70,),
+                           seqlens_k=(90,), varlen=False, mask=MaskParams("none", -1, -1))
+    assert plan.shapes["k"] == (1, 90, 2, 64) and plan.to_json()["shapes"]["lse"] == [1, 4, 70]
+    with pytest.raises(ValueError, match=r"argument 'k': shape \[1, 200, 2, 64\], but this plan was made for "
+                                         r"\[1, 90, 2, 64\]; make a plan for these sizes"):
+        plan.run(EmulatorDevice("gfx942"), {"k": np.zeros((1, 200, 2, 64), np.float16)})
+
+
 def _bad_lse(args):
     args["lse"] = args["lse"][:, :1]
 

@@ -179,6 +179,11 @@ class Plan:
         _check_device(device)
         if not isinstance(env, Mapping):
             raise ValueError(f"env: expected a mapping of the call's arguments by name, got {type(env).__name__}")
+        for name, dims in self.shapes.items():  # the sizes its workspace and host segment follow from
+            got = getattr(env.get(name), "shape", None)
+            if got is not None and tuple(got) != tuple(dims):
+                raise ValueError(f"argument '{name}': shape {list(got)}, but this plan was made for {list(dims)}; "
+                                 "make a plan for these sizes")
         if workspace is not None:
             buf = self.check_workspace(device, workspace)
         else:
