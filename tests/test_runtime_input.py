@@ -160,8 +160,9 @@ def test_plan_misuse_is_refused_before_any_launch(arch: str) -> None:
            "dk": DeviceArray.empty(dev, kv.shape, kv.dtype), "dv": DeviceArray.empty(dev, kv.shape, kv.dtype),
            "cu_seqlens_q": np.zeros(1, np.int32), "cu_seqlens_k": np.zeros(1, np.int32), "scale": 0.125,
            "softcap": 1.0}
-    # dq's head dim is not the plan's: the last stage's precondition says so before the first runs.
-    with pytest.raises(ValueError, match=r"fmha_bwd_convert_dq\(\) requires \(D_QK == 64\), but D_QK = 32"):
+    # dq's head dim is not the plan's: refused by name before the first stage runs (Plan.shapes).
+    with pytest.raises(ValueError, match=r"argument 'dq': shape \[1, 9, 2, 32\], but this plan was made for "
+                                         r"\[1, 9, 2, 64\]"):
         plan.run(dev, env)
     assert dev.launches == []
 
