@@ -45,6 +45,9 @@ td_status td__need_init(void);
  * acts on one (HIP's current device is per thread), and leaves it set. */
 td_status td__set_device(int device);
 
+/* "[2, 90, 2, 64]": the first n (at most TD_MAX_DIMS) of v, into buf (launch.c). */
+const char *td__ints_text(const int64_t *v, int n, char *buf, size_t size);
+
 /* ---- JSON (json.c) ------------------------------------------------------------------------- */
 typedef enum { JS_NULL, JS_BOOL, JS_NUMBER, JS_STRING, JS_ARRAY, JS_OBJECT } js_type;
 typedef struct js_value {

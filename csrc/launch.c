@@ -45,7 +45,7 @@ static const char *kind_text(const td_arg *a, char *buf, size_t size) {
     return buf;
 }
 
-static const char *ints_text(const int64_t *v, int n, char *buf, size_t size) {
+const char *td__ints_text(const int64_t *v, int n, char *buf, size_t size) {
     size_t used = (size_t)snprintf(buf, size, "[");
     for (int i = 0; i < n && i < TD_MAX_DIMS && used < size; i++)
         used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "", (long long)v[i]);
@@ -54,7 +54,7 @@ static const char *ints_text(const int64_t *v, int n, char *buf, size_t size) {
 }
 
 static const char *shape_text(const td_tensor *t, char *buf, size_t size) {
-    return ints_text(t->shape, t->ndim, buf, size);
+    return td__ints_text(t->shape, t->ndim, buf, size);
 }
 
 static int by_value(const void *a, const void *b) {
@@ -163,7 +163,7 @@ static td_status check_tensor(checker *c, int p) {
         char strides[160];
         return FAIL("argument %s: the kernel writes it, but its elements overlap in memory (shape %s, strides %s "
                     "elements); pass a tensor whose elements are distinct", name, shape,
-                    ints_text(t->strides, t->ndim, strides, sizeof strides));
+                    td__ints_text(t->strides, t->ndim, strides, sizeof strides));
     }
     if (spec->unit_last_stride && t->shape[n - 1] > 1 && t->strides[n - 1] != 1)
         return FAIL("argument %s: the kernel was compiled for a contiguous last dim (stride 1, the default), got "

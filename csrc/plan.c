@@ -370,15 +370,6 @@ static td_status bind(const plan_stage *st, const td_arg *args, int nargs, const
     return TD_OK;
 }
 
-/* "[2, 90, 2, 64]" into buf. */
-static const char *dims_text(const int64_t *dims, size_t n, char *buf, size_t len) {
-    size_t at = (size_t)snprintf(buf, len, "[");
-    for (size_t d = 0; d < n && at < len; d++) at += (size_t)snprintf(buf + at, len - at, "%s%lld", d ? ", " : "",
-                                                                       (long long)dims[d]);
-    if (at < len) snprintf(buf + at, len - at, "]");
-    return buf;
-}
-
 /* A plan's workspace, host segment and fixed scalars follow from the sizes it was made for: a
  * tensor of another shape would run and give wrong results, so it is refused. */
 static td_status check_made_for(const td_plan *plan, const td_arg *arg) {
@@ -392,10 +383,10 @@ static td_status check_made_for(const td_plan *plan, const td_arg *arg) {
     }
     if (same) return TD_OK;
     char got[160], made[160];
-    int ndim = arg->tensor.ndim < 0 ? 0 : arg->tensor.ndim > TD_MAX_DIMS ? TD_MAX_DIMS : arg->tensor.ndim;
     return td__fail(TD_ERROR_ARGUMENT, "argument '%s': shape %s, but this plan was made for %s; make a plan for "
-                    "these sizes (tiledsl plan ... --json)", arg->name, dims_text(arg->tensor.shape, (size_t)ndim, got,
-                    sizeof got), dims_text(dims, want->n, made, sizeof made));
+                    "these sizes (tiledsl plan ... --json)", arg->name,
+                    td__ints_text(arg->tensor.shape, arg->tensor.ndim, got, sizeof got),
+                    td__ints_text(dims, (int)want->n, made, sizeof made));
 }
 
 td_status td_plan_run(td_plan *plan, const td_arg *args, int nargs, void *workspace, void *stream) {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import random
 import re
 import shutil
@@ -205,6 +206,17 @@ def test_truncated_code_object_says_truncated(gemm, tmp_path, size):
     text = _load_error(_write(tmp_path / "k", hsaco[:n], manifest))
     assert "not a valid AMDGPU code object: " in text
     assert ("the file is empty" if n == 0 else "truncated") in text, text
+
+
+@pytest.mark.parametrize("which", ["hsaco", "json"])
+def test_a_fifo_in_place_of_a_file_is_refused_not_read(gemm, tmp_path, which):
+    """load_kernel reads only regular files (as packages and the compile cache do): a FIFO would
+    block the read for ever."""
+    hsaco, manifest = gemm
+    where = _write(tmp_path / "k", hsaco, manifest)
+    (where / f"{STEM}.{which}").unlink()
+    os.mkfifo(where / f"{STEM}.{which}")
+    assert f"{STEM}.{which}: not a regular file" in _load_error(where)
 
 
 def test_flipped_code_objects_never_crash(gemm, tmp_path):

@@ -519,10 +519,15 @@ def test_truncated_code_object_with_its_digest_updated(rt, hip_backend, bwd_gfx9
     hsaco.write_bytes(data)
     index["kernels"][key]["sha256"] = hashlib.sha256(data).hexdigest()
     (bwd_package / "index.json").write_text(json.dumps(index))
-    pkg = rt.open(bwd_package)
+    _kernel_refused(rt, hip_backend, bwd_package, key, r"is not an AMDGPU code object \(its section headers lie past "
+                                                       r"its end: truncated\)")
+
+
+def _kernel_refused(rt, hip_backend, package, key: str, pattern: str) -> None:
+    """Loading kernel `key` of `package` is a TD_ERROR_PACKAGE whose message matches `pattern`."""
+    pkg = rt.open(package)
     try:
-        with pytest.raises(TdError, match=r"is not an AMDGPU code object \(its section headers lie past its end: "
-                                          r"truncated\)") as info:
+        with pytest.raises(TdError, match=pattern) as info:
             rt.kernel(pkg, key, ordinal(hip_backend, "gfx942"))
         assert info.value.status == TD_ERROR_PACKAGE
     finally:
@@ -539,14 +544,8 @@ def test_edited_manifest(rt, hip_backend, bwd_gfx942, bwd_package):
     edited = json.loads(manifest.read_text())
     edited["grid"][0] = "1"
     manifest.write_text(json.dumps(edited))
-    pkg = rt.open(bwd_package)
-    try:
-        with pytest.raises(TdError, match=rf"{entry['manifest']} is corrupted \(its sha256 does not match "
-                                          r"index.json: it was edited or damaged\)") as info:
-            rt.kernel(pkg, key, ordinal(hip_backend, "gfx942"))
-        assert info.value.status == TD_ERROR_PACKAGE
-    finally:
-        rt.lib.td_package_close(pkg)
+    _kernel_refused(rt, hip_backend, bwd_package, key, rf"{entry['manifest']} is corrupted \(its sha256 does not "
+                                                       r"match index.json: it was edited or damaged\)")
 
 
 def test_kernel_for_another_arch_is_a_hip_error(rt, hip_backend, bwd_gfx942, bwd_package):

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -35,7 +34,6 @@ from tiledsl.options import CompileOptions
 
 MAGIC = b"TILEDSL-CACHE\x01\n"
 _HEADER = len(MAGIC) + 32 + 8
-MAX_ENTRY_BYTES = 1 << 30  # far above any entry: a bound on what a bad file can make get() read
 
 
 def _file_mode() -> int:
@@ -175,12 +173,11 @@ class Cache:
 
     def get(self, key: str) -> CacheEntry | None:
         """The entry under `key`, or None when it is missing, truncated or corrupted."""
+        from tiledsl.package import regular_file_problem
+
         path = self.path(key)
         try:
-            # Only a regular file of a plausible size is read: a FIFO would block and /dev/zero
-            # never end (an entry is a code object, its assembly and a manifest: a few MB).
-            st = path.stat()
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+            if regular_file_problem(path):  # an entry is a code object, its assembly and a manifest
                 return None
             blob = path.read_bytes()
         except OSError:

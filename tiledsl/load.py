@@ -75,7 +75,12 @@ def _read_pair(hsaco_path: Path, name: str | None, arch: str | None) -> Any:
 
 
 def _read_bytes(path: Path) -> bytes:
+    from tiledsl.package import regular_file_problem
+
     try:
+        problem = regular_file_problem(path)
+        if problem:
+            raise ValueError(f"path: cannot read {path}: {problem}")
         return path.read_bytes()
     except OSError as exc:
         raise ValueError(f"path: cannot read {exc.filename or path}: {exc.strerror or exc}") from None

@@ -114,6 +114,9 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
                             **({"row_bounds": bounded[arg.name]} if arg.name in bounded else {})})
         elif isinstance(arg.type, ScalarType):
             scalars.append({"name": arg.name, "dtype": arg.type.dtype})
+    # The kernel language's // and % truncate, the formulas' floor: the same for shape symbols
+    # (sizes, never negative), rewritten where an operand may be negative (grid.render_expr).
+    sizes = frozenset(bound.shape_symbols)
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
         "compiler": f"tiledsl {__version__}",
@@ -124,11 +127,9 @@ def build_manifest(bound: BoundKernel, arch: Arch, hsaco: bytes,
         # occupancy(N): the waves per SIMD the registers were capped for (0: no target)
         "occupancy_target": bound.occupancy,
         "workgroup_size": [bound.waves * arch.wave_size, 1, 1],
-        # The kernel language's // and % truncate, the formulas' floor: the same for shape symbols
-        # (sizes, never negative), rewritten where an operand may be negative (grid.render_expr).
-        "grid": render_grid(kernel.grid, frozenset(bound.shape_symbols)),
+        "grid": render_grid(kernel.grid, sizes),
         # Conditions the launcher checks before a launch (requires(...)), as host expressions.
-        "requires": [render_condition(r, frozenset(bound.shape_symbols)) for r in kernel.requires],
+        "requires": [render_condition(r, sizes) for r in kernel.requires],
         "kernargs": [f.to_json() for f in layout],
         "kernarg_size": kernarg_size(layout),
         "tensors": tensors,

@@ -44,7 +44,7 @@ from tiledsl.errors import TileError
 FORMAT = "tiledsl-kernel-package"
 VERSION = 1
 INDEX = "index.json"
-MAX_FILE_BYTES = 1 << 30  # far above any code object or manifest: bounds what a bad entry makes us read
+MAX_FILE_BYTES = 1 << 30  # far above any code object, manifest or cache entry: bounds what a bad file makes us read
 
 
 class PackageError(TileError):
@@ -137,11 +137,9 @@ class Package:
     def _read(self, relative: str, what: str) -> bytes:
         path = self.root / relative
         try:
-            # Only a regular file of a plausible size: a FIFO would block, /dev/zero never end.
-            st = path.stat()
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
-                raise PackageError(f"kernel package {self.root}: the {what} {relative} is "
-                                   f"{'larger than 1 GiB' if stat.S_ISREG(st.st_mode) else 'not a regular file'}")
+            problem = regular_file_problem(path)
+            if problem:
+                raise PackageError(f"kernel package {self.root}: the {what} {relative} is {problem}")
             return path.read_bytes()
         except OSError as exc:
             raise PackageError(f"kernel package {self.root}: cannot read the {what} {relative} "
@@ -213,6 +211,15 @@ def read_index(root: Path) -> dict[str, Any]:
     return data
 
 
+def regular_file_problem(path: Path) -> str | None:
+    """Why `path` is not read ("not a regular file", "larger than 1 GiB"), or None: a FIFO would
+    block a read and /dev/zero never end it. OSError (a missing file) is the caller's to report."""
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    return "larger than 1 GiB" if st.st_size > MAX_FILE_BYTES else None
+
+
 def loads_unique(text: str | bytes) -> Any:
     """json.loads, refusing an object that repeats a member name (ValueError): readers disagree on
     which one wins (Python's the last, the C runtime's json.c would take the first)."""
@@ -237,17 +244,20 @@ def _empty_index() -> dict[str, Any]:
             "archs": [], "kernels": {}, "variants": {}}
 
 
-def check_package_dir(root: Path) -> None:
+def check_package_dir(root: Path) -> dict[str, Any] | None:
     """A package goes into a new or empty directory, or extends one: never into a directory of
-    other files (such as a `tiledsl compile -o` directory, which load_kernel would then refuse)."""
+    other files (such as a `tiledsl compile -o` directory, which load_kernel would then refuse).
+    Returns the index of the package it extends (None for a new one)."""
     if root.is_dir() and not (root / INDEX).exists() and any(root.iterdir()):
         raise PackageError(f"kernel package {root}: the directory holds other files and no {INDEX}; write the "
                            "package to a new or empty directory")
-    if (root / INDEX).exists():  # a package to extend: readable, and this tiledsl's
-        index = read_index(root)
-        if index.get("tiledsl") != tiledsl.__version__:
-            raise PackageError(f"kernel package {root}: built by tiledsl {index.get('tiledsl')}, this is "
-                               f"{tiledsl.__version__}; write the new kernels to a new directory")
+    if not (root / INDEX).exists():
+        return None
+    index = read_index(root)  # a package to extend: readable, and this tiledsl's
+    if index.get("tiledsl") != tiledsl.__version__:
+        raise PackageError(f"kernel package {root}: built by tiledsl {index.get('tiledsl')}, this is "
+                           f"{tiledsl.__version__}; write the new kernels to a new directory")
+    return index
 
 
 def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel],
@@ -259,8 +269,7 @@ def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel
 
     root = Path(root).expanduser()
     root.mkdir(parents=True, exist_ok=True)
-    check_package_dir(root)
-    index = read_index(root) if (root / INDEX).exists() else _empty_index()
+    index = check_package_dir(root) or _empty_index()
     for k in kernels:
         arch, name = k.manifest["arch"], k.manifest["kernel"]
         stem = f"{arch}/{name}-{k.key[:12]}"
