@@ -436,3 +436,14 @@ td_status td_plan_run(td_plan *plan, const td_arg *args, int nargs, void *worksp
     free(notes);
     return s == TD_OK ? s : td__context(s, "plan %s", plan->op);
 }
+
+td_status td_plan_run_sized(td_plan *plan, const td_arg *args, int nargs, void *workspace, size_t workspace_bytes,
+                            void *stream) {
+    td_status s = td__need_init();
+    if (s != TD_OK) return s;
+    if (!plan) return td__fail(TD_ERROR_ARGUMENT, "td_plan_run_sized: plan is NULL");
+    if (workspace && workspace_bytes < plan->ws_size)
+        return td__fail(TD_ERROR_ARGUMENT, "plan %s: workspace: the plan needs %zu bytes, got %zu", plan->op,
+                        plan->ws_size, workspace_bytes);
+    return td_plan_run(plan, args, nargs, workspace, stream);
+}

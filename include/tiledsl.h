@@ -118,6 +118,10 @@ td_status td_plan_prepare_workspace(td_plan *plan, void *workspace, void *stream
  * the workspace and launches the stages in order on `stream`. `workspace`: device memory of at
  * least td_plan_workspace_size bytes (may be NULL when that is 0). */
 td_status td_plan_run(td_plan *plan, const td_arg *args, int nargs, void *workspace, void *stream);
+/* td_plan_run, told the workspace's size: one smaller than the plan needs is refused (td_plan_run
+ * cannot know it, and a kernel would write past its end). */
+td_status td_plan_run_sized(td_plan *plan, const td_arg *args, int nargs, void *workspace, size_t workspace_bytes,
+                            void *stream);
 
 /* Helpers to build arguments. */
 static inline td_arg td_tensor_arg(const char *name, td_tensor tensor) {

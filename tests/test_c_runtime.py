@@ -159,6 +159,7 @@ class Runtime:
         lib.td_plan_stage_name.restype = ctypes.c_char_p
         lib.td_plan_prepare_workspace.argtypes = [vp, vp, vp]
         lib.td_plan_run.argtypes = [vp, ctypes.POINTER(Arg), ctypes.c_int, vp, vp]
+        lib.td_plan_run_sized.argtypes = [vp, ctypes.POINTER(Arg), ctypes.c_int, vp, ctypes.c_size_t, vp]
         self.check(lib.td_init(hip_path.encode()))
 
     def check(self, status: int) -> None:
@@ -180,9 +181,13 @@ class Runtime:
         self.check(self.lib.td_plan_load(pkg, text_or_path.encode(), device, ctypes.byref(plan)))
         return plan.value
 
-    def run(self, plan: int, env: dict, workspace: int | None) -> None:
+    def run(self, plan: int, env: dict, workspace: int | None, size: int | None = None) -> None:
+        """td_plan_run, or td_plan_run_sized when the workspace's `size` is given."""
         args = make_args(env)
-        self.check(self.lib.td_plan_run(plan, args, len(env), workspace, None))
+        if size is None:
+            self.check(self.lib.td_plan_run(plan, args, len(env), workspace, None))
+        else:
+            self.check(self.lib.td_plan_run_sized(plan, args, len(env), workspace, size, None))
 
     def launch(self, kernel: int, env: dict) -> None:
         args = make_args(env)
@@ -298,6 +303,11 @@ def test_forward_plan_from_c(rt, hip, hip_backend, monkeypatch, tmp_path, arch):
     p = rt.plan(pkg, json.dumps(spec), dev)
     try:
         assert rt.lib.td_plan_workspace_size(p) == 0 and rt.lib.td_plan_stage_name(p, 0) == b"attention"
+        # Scalars the caller passes by hand must agree with the tensors (the kernel's requires).
+        for change, pattern in (({"batch": 2}, r"requires \(batch == BQ\), but batch = 2, BQ = 1"),
+                                ({"max_seqlen_q": 69}, r"requires \(max_seqlen_q == SQ\)")):
+            with pytest.raises(TdError, match=r"stage attention \(fmha_fwd\): .*" + pattern):
+                rt.run(p, {**env, **change}, None)
         rt.run(p, env, None)
         out, lse = hip.download(env["o"]), hip.download(env["lse"])
     finally:
@@ -325,8 +335,12 @@ def test_split_kv_forward_plan_from_c(rt, hip, hip_backend, monkeypatch, tmp_pat
     pkg = rt.open(write_plan_package(tmp_path / "pkg", plan))
     p = rt.plan(pkg, json.dumps(plan.to_json()), dev)
     try:
-        ws = hip.alloc(dev, rt.lib.td_plan_workspace_size(p))
-        rt.run(p, env, ws)
+        size = rt.lib.td_plan_workspace_size(p)
+        ws = hip.alloc(dev, size)
+        with pytest.raises(TdError, match=rf"plan fmha_fwd split-KV: workspace: the plan needs {size} bytes, got "
+                                          rf"{size - 4}"):
+            rt.run(p, env, ws, size - 4)
+        rt.run(p, env, ws, size)
         out = hip.download(env["o"])
     finally:
         rt.lib.td_plan_free(p)

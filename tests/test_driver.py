@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -348,9 +349,15 @@ def test_entry_with_a_recomputed_checksum_or_no_file_is_a_miss(fake, tmp_path, t
 
 
 def test_cache_unwritable_does_not_fail(fake, tmp_path):
+    """The compile succeeds; a warning says, once per directory, that nothing is kept."""
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    assert not _compile(cache=Cache(blocker / "cache")).from_cache
+    with pytest.warns(RuntimeWarning, match=r"compile cache .*/file/cache is not writable \(.*\): compiled kernels "
+                                            r"are not kept; set TILEDSL_CACHE_DIR"):
+        assert not _compile(cache=Cache(blocker / "cache")).from_cache
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not _compile(cache=Cache(blocker / "cache")).from_cache
 
 
 def _hammer(root: str, key: str, seed: int, rounds: int) -> list[str]:

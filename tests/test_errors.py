@@ -24,6 +24,8 @@ CASES = [
      "infinity", "write inf if infinity is meant"),
     ("rank3.tile", "gfx1100", ":4:20: error: tiles have at most 2 dims, this is tile[4, 1, 1] of i32",
      "fold two axes into one"),
+    ("static_dim.tile", "gfx1201", ":2:19: error: tensor 'x': static dim 4294967296 is above the i32 limit 2147483647",
+     "kernel static_dim("),
     # gfx950 has the LDS (160 KiB) but not the registers for a 256x256 tile over 4 waves.
     ("lds_too_large.tile", "gfx950", ":1:1: error: the kernel spills",
      "hint: tiledsl compile --allow-spills, or CompileOptions(allow_spills=True), accepts it anyway"),

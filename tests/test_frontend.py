@@ -471,6 +471,27 @@ def test_constant_cdiv_by_zero_is_an_error():
                  "store(o[0], cdiv(7, 0));")
 
 
+def test_constant_shifts_drop_the_bits_past_31_as_at_run_time():
+    """`1 << 31` folds to the i32 the hardware's shift gives (-2^31), where it was refused as an
+    overflow; the count is taken modulo 32, and other operations still may not overflow."""
+    src = "kernel k(o: tensor[i32](4)) grid(1) {\n    store(o[arange(0, 4)], full([4], %s, i32));\n}\n"
+    for expr, value in (("1 << 31", -2**31), ("3 << 31", -2**31), ("-1 << 31", -2**31), ("1 << 32", 1),
+                        ("2147483647 << 1", -2), ("1 << 30", 2**30)):
+        mlir = emit_tile_mlir(bind_src(src % expr), get_arch("gfx942"), CompileOptions(arch="gfx942"))
+        assert f"arith.constant {value} : i32" in mlir, expr
+    err = error_of(src % "(1 << 30) * 2")
+    assert_error(err, "t.tile:2:38", "constant expression 1073741824 * 2 = 2147483648 overflows i32",
+                 "store(o[arange(0, 4)], full([4], (1 << 30) * 2, i32));")
+
+
+def test_kernel_names_that_would_not_fit_a_file_name_are_an_error():
+    src = "kernel %s(o: tensor[i32](1)) grid(1) {\n    store(o[0], 1);\n}\n"
+    bind_src(src % ("k" * 128))
+    err = error_of(src % ("k" * 129))
+    assert err.loc.line == 1 and err.loc.col == 1
+    assert "kernel name of 129 characters: at most 128" in str(err)
+
+
 def test_loop_index_that_would_wrap_is_an_error():
     err = error_of("kernel k(o: tensor[i32](1)) grid(1) {\n    for i in range(0, 2147483647, 4) {\n"
                    "        store(o[0], i);\n    }\n}\n")

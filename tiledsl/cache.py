@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,13 +199,20 @@ class Cache:
                 f.write(blob)
             os.replace(tmp, path)
             return path
-        except OSError:
+        except OSError as e:
             if tmp is not None:
                 try:
                     os.unlink(tmp)
                 except OSError:
                     pass
+            if self.root not in _UNWRITABLE_WARNED:  # once per directory: the compile itself went fine
+                _UNWRITABLE_WARNED.add(self.root)
+                warnings.warn(f"compile cache {self.root} is not writable ({e.strerror or e}): compiled kernels are "
+                              "not kept; set TILEDSL_CACHE_DIR to a writable directory", RuntimeWarning, stacklevel=2)
             return None
+
+
+_UNWRITABLE_WARNED: set[Path] = set()
 
 
 def encode_entry(entry: CacheEntry) -> bytes:

@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
-from tiledsl.fmha_splitkv import SplitShape, attention_stages, splitkv_workspace
+from tiledsl.fmha_splitkv import SplitShape, attention_stages, made_for_shapes, splitkv_workspace
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, head_dim_units, pack_gqa, padded_hdim, unit_defines
 from tiledsl.launcher import BUFFER_REACH, arrays_share_memory, check_live_arrays, elements_overlap, span_bytes
 from tiledsl.library import plan_builder
@@ -95,7 +95,11 @@ def build_kvcache_plan(shape: KvCacheShape) -> Plan:
             ("batch", Ref("batch")), ("max_rows", Ref("max_seqlen_q")))))
     stages.extend(attention_stages(a))
     info = {"arch": a.arch, "kv_cache": a.kv_cache, "num_splits": a.num_splits, "heads_per_block": a.heads_per_block}
-    return Plan("fmha_fwd_kvcache", stages, kvcache_workspace(shape), info)
+    shapes = {**made_for_shapes(a), "q": (a.b, a.sq, a.hq, a.hdim_q)}
+    if shape.s_new:
+        new = (shape.batch, shape.s_new, shape.hk)
+        shapes.update(k_new=(*new, a.hdim_q), v_new=(*new, a.hdim_v))
+    return Plan("fmha_fwd_kvcache", stages, kvcache_workspace(shape), info, shapes)
 
 
 def kvcache_workspace(shape: KvCacheShape) -> WorkspaceLayout:

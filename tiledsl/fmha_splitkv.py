@@ -272,4 +272,13 @@ def build_attention_plan(shape: SplitShape) -> Plan:
     info = {"arch": shape.arch, "num_splits": shape.num_splits, "heads_per_block": shape.heads_per_block}
     if stages[0].kernel.manifest["constexprs"].get("PASSES", 1) == 2:
         info["query_blocks_per_workgroup"] = 2
-    return Plan(op, stages, WorkspaceLayout(splitkv_workspace(shape)), info)
+    return Plan(op, stages, WorkspaceLayout(splitkv_workspace(shape)), info, made_for_shapes(shape))
+
+
+def made_for_shapes(shape: SplitShape) -> dict[str, tuple[int, ...]]:
+    """The inputs' shapes (the kernels' [B, S, H, D] views) that the plan's workspace and stand-ins
+    follow from: Plan.shapes, which the C runtime holds a call to. The keys may be longer or shorter
+    (a cache, another call's keys): the kernels' preconditions check what must agree with them."""
+    b, sq, hq = shape.b, shape.sq, shape.hq
+    out = {shape.q_name: (b, sq, hq, shape.hdim_q), "o": (b, sq, hq, shape.hdim_v)}
+    return {**out, "lse": (b, hq, sq)} if shape.lse else out

@@ -76,12 +76,13 @@ int main(int argc, char **argv) {
         td_f32_arg("softcap", 1.0f),                /* unused without a soft-cap */
     };
     /* One workspace for the plan; td_plan_run prepares it (host segment, zeroed regions) each run. */
-    if (hipMalloc(&mem[11], td_plan_workspace_size(plan))) {
-        fprintf(stderr, "hipMalloc of the %zu-byte workspace failed\n", td_plan_workspace_size(plan));
+    size_t ws_bytes = td_plan_workspace_size(plan);
+    if (hipMalloc(&mem[11], ws_bytes)) {
+        fprintf(stderr, "hipMalloc of the %zu-byte workspace failed\n", ws_bytes);
         return 1;
     }
 
-    CHECK(td_plan_run(plan, args, (int)(sizeof args / sizeof args[0]), mem[11], NULL));
+    CHECK(td_plan_run_sized(plan, args, (int)(sizeof args / sizeof args[0]), mem[11], ws_bytes, NULL));
     hipDeviceSynchronize();
     printf("ran %d stages:", td_plan_num_stages(plan));
     for (int i = 0; i < td_plan_num_stages(plan); i++) printf(" %s", td_plan_stage_name(plan, i));

@@ -70,8 +70,16 @@ _INT_TEXT = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0|[1-9][
 _GRID_BUILTINS = ("cdiv", "minimum", "maximum")
 
 
+# Kernel names become file names (NAME.ARCH.hsaco, NAME-KEY12.json in packages, the --dump-ir stages),
+# which most file systems cap at 255 bytes.
+MAX_KERNEL_NAME = 128
+
+
 def bind(kernel: Kernel, constexprs: dict[str, str | int | bool], arch: Arch) -> BoundKernel:
     """Bind `constexprs` (from `-D NAME=VALUE`, strings or Python values) and type-check for `arch`."""
+    if len(kernel.name) > MAX_KERNEL_NAME:
+        _fail(kernel.source, f"kernel name of {len(kernel.name)} characters: at most {MAX_KERNEL_NAME}", kernel.loc,
+              hint="the name is the code object's symbol and the start of its file names")
     values = resolve_constexprs(kernel, constexprs)
     k = copy.deepcopy(kernel)
     substitute_constexprs(k, values)
@@ -303,6 +311,8 @@ def _fold(source: str, e: BinOp) -> Expr:
         if op not in table:
             return e  # `/` on integers: the type checker explains
         r = table[op]()
+        if op == "<<":  # a shift moves bits: those past bit 31 are gone, as at run time (1 << 31 is I32_MIN)
+            r = (r - I32_MIN) % (1 << 32) + I32_MIN
         if not I32_MIN <= r <= I32_MAX:
             _fail(source, f"constant expression {x} {op} {y} = {r} overflows i32", e.loc)
         return Const(e.loc, r)
@@ -454,6 +464,8 @@ def resolve_args(kernel: Kernel, values: dict[str, ConstexprValue]) -> list[str]
             if isinstance(d, int):
                 if d <= 0:
                     _fail(src, f"tensor '{a.name}': static dims must be positive, got {d}", a.loc)
+                if d > I32_MAX:  # sizes are i32 (the launchers refuse larger run-time ones alike)
+                    _fail(src, f"tensor '{a.name}': static dim {d} is above the i32 limit {I32_MAX}", a.loc)
             else:
                 why = (_LITERAL_NAMES.get(d) or ("an argument" if d in arg_names else None)
                        or (f"a member of enum {members[d]}" if d in members else None))
