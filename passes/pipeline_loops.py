@@ -3,7 +3,8 @@
 The global loads of iteration i+S-1 are issued at the top of iteration i and carried in registers
 through the loop, so their latency overlaps the math of S-1 iterations:
 
-    prologue:  p0 = load(it 0) ... p(S-2) = load(it S-2)     (masked off past the end)
+    prologue:  p0 = load(it 0) ... p(S-2) = load(it S-2)     (masked off past the end, with the
+                                                               loads their addresses depend on)
     loop i:    next = load(it min(i+S-1, last))
                body, using p0 instead of load(it i)
                yield ..., p1, ..., p(S-2), next
@@ -96,19 +97,25 @@ def _written_ptrs(body: ir.Block) -> list[ir.Value]:
 def _issue(load: ir.Operation, deps: list[ir.Operation], iv_value: ir.Value, iv: ir.Value,
            ub: ir.Value | None) -> ir.Value:
     """Clone the load and its address computation with `iv` := iv_value, masked off past `ub`
-    (None: iv_value is a valid iteration, no mask)."""
+    (None: iv_value is a valid iteration, no mask). Loads the address depends on (a paged table's
+    entries) are masked too: an iteration past `ub` may not exist at all (a loop that runs none),
+    and its indices may lie outside their tensor."""
+    in_range = arith.CmpIOp(arith.CmpIPredicate.slt, iv_value, ub).result if ub is not None else None
     mapping: dict = {iv: iv_value}
-    for op in deps:
+    for op in deps + [load]:
+        if in_range is not None and op.name == "tile.load":
+            _mask_with(op, mapping, in_range)
         new = clone_op(op, mapping)
         for old, nv in zip(op.results, new.results, strict=True):
             mapping[old] = nv
-    if ub is not None:
-        in_range = arith.CmpIOp(arith.CmpIPredicate.slt, iv_value, ub).result
-        mask = mapping.get(load.operands[2], load.operands[2])
-        if is_tile(mask):
-            in_range = tile_op("splat", [in_range], [mask.type]).result
-        mapping[load.operands[2]] = arith.AndIOp(mask, in_range).result
-    return clone_op(load, mapping).result
+    return mapping[load.result]
+
+
+def _mask_with(load: ir.Operation, mapping: dict, in_range: ir.Value) -> None:
+    """Map the load's mask, in the clone about to be made, to itself and `in_range`."""
+    mask = mapping.get(load.operands[2], load.operands[2])
+    cond = tile_op("splat", [in_range], [mask.type]).result if is_tile(mask) else in_range
+    mapping[load.operands[2]] = arith.AndIOp(mask, cond).result
 
 
 def _positive_constant(v: ir.Value) -> bool:
