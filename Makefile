@@ -19,8 +19,6 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n $${TEST_WORKERS:-2} tests
 
-# tiledsl.torch's tests: installs torch (PyPI's wheel; for the CPU-only build pass
-# TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu") and runs them.
 test-fast: $(STAMP)  # the inner loop: front end, passes, arch table, fuzz sample (no emulation), < 1 minute
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n $${TEST_WORKERS:-2} -m "frontend or passes" tests
@@ -28,6 +26,8 @@ test-fast: $(STAMP)  # the inner loop: front end, passes, arch table, fuzz sampl
 fuzz: $(STAMP)  # a larger run of the fuzzer than make test's sample (tests/fuzz.py)
 	$(PY) tests/fuzz.py --count $${FUZZ_COUNT:-3000} --seed $${FUZZ_SEED:-1}
 
+# tiledsl.torch's tests: installs torch (PyPI's wheel; for the CPU-only build pass
+# TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu") and runs them.
 test-torch: $(STAMP)
 	$(PY) -m pip install --quiet $(TORCH_PIP_ARGS) torch
 	$(PY) -m pytest -q tests/test_torch.py

@@ -3,8 +3,9 @@ docs/dropout.md, docs/fp8.md).
 
 Per arch, head dim 64/128, f16, causal or not, forward variants: plain, a bias tensor of q's dtype,
 an f32 bias tensor, ALiBi, dropout (p 0.1), and on the fp8 archs (gfx942, gfx950, gfx1201) bf16
-beside fp8 (e4m3 q/k/v, bf16 out; docs/fp8.md: an fp8 MFMA/WMMA does twice the K of a 16-bit one,
-so compare instructions and executed counts, not instructions per MFMA); and the backward's
+beside fp8 (e4m3 q/k/v, bf16 out; docs/fp8.md: an fp8 MFMA does twice the K of a 16-bit one on
+gfx942, four times on gfx950, and gfx1201's WMMA the same K, so compare instructions and executed
+counts, not instructions per MFMA); and the backward's
 dq_dk_dv: plain, with a bias tensor, with its gradient (dbias), with ALiBi, with dropout.
 Columns: the tile, instructions, MFMA/WMMA count, instructions per MFMA/WMMA, VGPRs (CDNA: the
 unified count) and AGPRs, VGPR/SGPR spills, and, with emulation, the executed wave-instructions per

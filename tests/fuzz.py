@@ -8,7 +8,7 @@ the mutated source so it can become a test. API calls: `fmha_fwd` and `fmha_num_
 bad arguments must raise ValueError or TileError, never anything else; `fmha_bwd` and
 `fmha_fwd_kvcache` calls with one or two arguments from a table of bad values must be refused.
 
-    python tests/fuzz.py --count 2000 --seed 1     (`make fuzz`; tests/test_fuzz.py runs a sample)
+    python tests/fuzz.py --count 3000 --seed 1     (`make fuzz`; tests/test_fuzz.py runs a sample)
 """
 
 from __future__ import annotations

@@ -89,6 +89,10 @@ def test_registry_export_and_list_commands(tmp_path, capsys):
                                                              "interleave": True,
                                                              "lazy_rescale": True, "lane_exchange": False,
                                                              "overlap": False, "fused_scale": None, "loop_arena": False}
+    assert specs["supports"]["fp8"] == {"dtype": "f8e4m3", "flavour": "fnuz", "families": ["fmha_fwd",
+                                                                                      "fmha_fwd_splitkv"]}
+    assert main(["registry", "export", "--arch", "gfx1100", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["supports"]["fp8"] is None  # no fp8 matrix instructions
     assert main(["registry", "export", "--arch", "gfx9000"]) == 2
     assert "arch: expected one of" in capsys.readouterr().err
 

@@ -364,7 +364,10 @@ def arch_specs(arch: str) -> dict[str, Any]:
     bwd = {"tiles": {str(h): asdict(c) for h, c in BWD_CONFIGS[arch].items()},
            "dbias_tiles": {str(h): asdict(c) for h, c in BWD_DBIAS_CONFIGS.get(arch, {}).items()}}
     supports = {"dtypes": list(DTYPES), "modes": list(MODES), "masks": list(MASKS), "biases": list(BIASES),
-                "max_hdim": MAX_HDIM, "padded_hdims": list(HDIMS), "not_yet": NOT_YET}
+                "max_hdim": MAX_HDIM, "padded_hdims": list(HDIMS), "not_yet": NOT_YET,
+                # the fp8 forward (docs/fp8.md): its dtype and families where the arch has fp8 matrix ops
+                "fp8": {"dtype": FP8, "flavour": a.fp8_flavour, "families": list(FP8_FAMILIES)} if a.fp8_flavour
+                else None}
     return {"arch": arch, "facts": facts, "supports": supports,
             "families": {"fmha_fwd": fwd, "fmha_fwd_splitkv": fwd, "fmha_fwd_kvcache": fwd, "fmha_bwd": bwd}}
 
