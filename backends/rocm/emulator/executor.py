@@ -46,6 +46,8 @@ class Ctx:
     m0: int = 124
     index: int = 0  # index of the instruction being bound
     nxt: int = 0
+    mode0: int = 0  # the MODE register at wave launch (kernel descriptor), see kernel_mode
+    dx10_clamp: bool = True  # clamp turns NaN into 0 (MODE.DX10_CLAMP; always so on gfx12)
 
     def target(self, inst: Inst, simm16: int) -> int:
         off = simm16 - (1 << 16) if simm16 & 0x8000 else simm16
@@ -85,7 +87,7 @@ class Wave:
         self.ctx = ctx
         self.lane_ids = np.arange(W)
         self.count = 0
-        self.mode = 0
+        self.mode = ctx.mode0  # the MODE hardware register (s_getreg/s_setreg, salu.py)
 
     def set_exec(self, value: int) -> None:
         value &= self.fullmask
@@ -159,8 +161,9 @@ def bind(image: KernelImage, code_base: int) -> BoundKernel:
     matrix.register_names(name for name, _ in opcode_table(image.arch.name).values())
 
     arch = image.arch
+    mode0, unsupported_mode = kernel_mode(image.kd.rsrc1, arch.isa_generation)
     ctx = Ctx(image, code_base, arch.name, arch.isa_generation, image.wave_size, null_sgpr=arch.null_sgpr,
-              m0=arch.m0_sgpr)
+              m0=arch.m0_sgpr, mode0=mode0, dx10_clamp=arch.isa_generation == "gfx12" or bool(mode0 >> 8 & 1))
     handlers = []
     for i, inst in enumerate(image.insts):
         ctx.index, ctx.nxt = i, i + 1
@@ -173,7 +176,26 @@ def bind(image: KernelImage, code_base: int) -> BoundKernel:
         except UnsupportedInstruction as exc:
             h = _unsupported(inst, ctx, str(exc))
         handlers.append(h)
+    if unsupported_mode and handlers:  # every FP result would be rounded the wrong way: refuse the kernel
+        handlers[0] = _unsupported(image.insts[0], ctx, unsupported_mode)
     return BoundKernel(image, handlers, ctx, arch.vgprs_per_lane)
+
+
+def kernel_mode(rsrc1: int, gen: str) -> tuple[int, str]:
+    """(MODE register at wave launch, why the emulator cannot run under it or ""). COMPUTE_PGM_RSRC1
+    holds FLOAT_MODE in bits 19:12 (MODE[7:0]: round modes [3:0], denormal modes [7:4]) and, up to
+    gfx11, DX10_CLAMP (bit 21 -> MODE[8]), IEEE_MODE (23 -> MODE[9]) and FP16_OVFL (26 -> MODE[23]);
+    gfx12 reuses bits 21 and 23 for other things. The emulator rounds to nearest even and does not
+    saturate f16 overflows, so a kernel asking otherwise is refused."""
+    mode = (rsrc1 >> 12) & 0xFF
+    if gen != "gfx12":
+        mode |= ((rsrc1 >> 21) & 1) << 8 | ((rsrc1 >> 23) & 1) << 9 | ((rsrc1 >> 26) & 1) << 23
+    why = ""
+    if mode & 0xF:
+        why = f"the kernel descriptor sets FP round mode 0x{mode & 0xF:x}; only round-to-nearest-even is modelled"
+    elif mode >> 23 & 1:
+        why = "the kernel descriptor sets FP16_OVFL (f16 overflow saturation), which is not modelled"
+    return mode, why
 
 
 def _unsupported(inst: Inst, ctx: Ctx, why: str = ""):

@@ -25,6 +25,7 @@ import functools
 
 import numpy as np
 
+from tiledsl.backends.rocm.emulator import crosslane
 from tiledsl.backends.rocm.emulator.executor import builder
 from tiledsl.backends.rocm.emulator.matrix import fp8_table
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
@@ -103,12 +104,17 @@ def _b_narrow(inst, ctx):
     b = _reader(inst, ctx, 1, f["src1"], "f32")
     saturate = bool(f["clamp"])
     wr = vdst(f["vdst"], "u16", ctx, hi=bool(f["opsel"] & 8))
+    # gfx12's _e64_dpp form: source 0 is permuted by _reader; the write obeys the DPP lane mask
+    dm = crosslane.dpp_write_mask(inst, ctx) if inst.dpp is not None else None
     W = ctx.wave_size
 
     def h(w):
         lo = narrow(np.broadcast_to(a(w), (W,)), kind, flavour, saturate).astype(np.uint16)
         hi = narrow(np.broadcast_to(b(w), (W,)), kind, flavour, saturate).astype(np.uint16)
-        wr(w, lo | (hi << np.uint16(8)))
+        if dm is None:
+            wr(w, lo | (hi << np.uint16(8)))
+        else:
+            wr(w, lo | (hi << np.uint16(8)), dm(w))
         return nxt
     return h
 

@@ -96,13 +96,8 @@ def _build_ds(inst, ctx):
 
 def _build_permute(name, inst, ctx, addr_r, d0, vd, off):
     nxt, W = ctx.nxt, ctx.wave_size
-    lanes_all = np.arange(W)
     if name == "ds_swizzle_b32":
-        if off & 0x8000:  # quad permute mode
-            src = (lanes_all & ~3) | ((off >> (2 * (lanes_all & 3))) & 3)
-        else:  # bitmask mode: and, or, xor masks on the lane id within groups of 32
-            and_m, or_m, xor_m = off & 0x1F, (off >> 5) & 0x1F, (off >> 10) & 0x1F
-            src = (lanes_all & ~31) | ((((lanes_all & 31) & and_m) | or_m) ^ xor_m)
+        src = swizzle_source(off, W)
 
         def h_sw(w):
             val = w.v[addr_r][src]  # ds_swizzle's source is the ADDR operand
@@ -129,6 +124,32 @@ def _build_permute(name, inst, ctx, addr_r, d0, vd, off):
             np.copyto(w.v[vd], out, where=w.mask)
         return nxt
     return h_perm
+
+
+def swizzle_source(off: int, W: int) -> np.ndarray:
+    """The lane each lane of ds_swizzle_b32 reads, for the 16-bit offset (the ISA's four modes, each
+    within groups of 32 lanes except the quad mode's groups of 4):
+    - offset >= 0xE000, FFT: lane i reads reverse5(i % 32) >> popcount(mask) | (i & mask), mask =
+      offset[4:0];
+    - 0xC000 <= offset < 0xE000, rotate: lane i reads (i & mask) | ((i +- n) & ~mask) within its 32,
+      n = offset[9:5], towards higher lanes (a left rotation) when offset[10] is 0, lower when 1;
+    - offset[15] (below 0xC000), quad permute: lane i reads lane offset[2k+1:2k] of its quad, k = i % 4;
+    - otherwise bitmask: ((i % 32) & and) | or) ^ xor with the masks offset[4:0], [9:5], [14:10].
+    The rotation wraps within the 32 (the ISA's examples: rotating left by 1, lane 31 reads lane 0)."""
+    lanes = np.arange(W)
+    group, i = lanes & ~31, lanes & 31
+    if off >= 0xE000:
+        mask = off & 0x1F
+        rev = np.array([int(f"{k:05b}"[::-1], 2) for k in range(32)])[i]
+        return group | (rev >> bin(mask).count("1")) | (i & mask)
+    if off >= 0xC000:
+        mask, n = off & 0x1F, (off >> 5) & 0x1F
+        step = -n if off & 0x400 else n
+        return group | (i & mask) | ((i + step) & ~mask & 31)
+    if off & 0x8000:
+        return (lanes & ~3) | ((off >> (2 * (lanes & 3))) & 3)
+    and_m, or_m, xor_m = off & 0x1F, (off >> 5) & 0x1F, (off >> 10) & 0x1F
+    return group | (((i & and_m) | or_m) ^ xor_m)
 
 
 def _build_read_tr(inst, ctx, addr_r, vd, off, bits):

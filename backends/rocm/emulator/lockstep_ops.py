@@ -82,7 +82,7 @@ def _matrix(ordinary, nxt):
     (ra, (ai, ak), ta), (rb, (bi, bk), tb) = plan["a"], plan["b"]
     ce, cval = plan["c"]
     de, dl = plan["d"]
-    neg = plan["neg"]
+    neg, cmod = plan["neg"], plan.get("cmod", 0)
     replicated, nrep, sa, sb = plan["replicated"]
     W = plan["W"]
     perm = _row_order(de, dl, W)
@@ -115,7 +115,10 @@ def _matrix(ordinary, nxt):
         D = np.matmul(A, B.transpose(0, 2, 1)).reshape(-1, nd, W)  # [wave, register, lane]
         Vf = V3.view(np.float32)
         if ce is not None:
-            D += (Vf[c0:c0 + nd] if all_in else Vf[c0:c0 + nd, km]).transpose(1, 0, 2)
+            C = (Vf[c0:c0 + nd] if all_in else Vf[c0:c0 + nd, km]).transpose(1, 0, 2)
+            if cmod & 2:  # WMMA's {NEG_HI[2], NEG[2]} = {ABS, NEG} on C (matrix._c_modified)
+                C = np.abs(C)
+            D += -C if cmod & 1 else C
         else:
             D += cval
         if all_in:
@@ -499,23 +502,29 @@ def carry(inst, ctx, wctx):
 
 
 def mad64(inst, ctx, wctx):
-    """v_mad_u64_u32 and friends: the ordinary builder over the chunk's lanes, then each member
-    wave's carry-out SGPR written as the ordinary handler writes it (0)."""
+    """v_mad_u64_u32 and friends: the ordinary builder's arithmetic over the chunk's lanes, then
+    each member wave's carry-out lanes into its SGPR (pair) (as valu_fast._mad64 per wave)."""
     from tiledsl.backends.rocm.emulator.executor import BUILDERS
     from tiledsl.backends.rocm.emulator.operands import scalar_writer
 
     b = BUILDERS.get(inst.name)
     if b is None or inst.dpp is not None or inst.sdwa is not None:
         return None
-    h0 = b(inst, ctx)
+    core = getattr(b(inst, ctx), "core", None)
+    if core is None:
+        return None
     swr = scalar_writer(inst.f["sdst"], wctx, wctx.wave_size == 64)
+    nxt, W = ctx.nxt, wctx.wave_size
 
     def h(w):
-        npc = h0(w)
-        waves = w.waves
-        for k in w.kl:
-            swr(waves[k], 0)
-        return npc
+        co = core(w)
+        if co is not None:
+            if not w.full:
+                co = co & w.mask
+            waves = w.waves
+            for k, bits in zip(w.kl, _lane_bits(co, w, W), strict=True):
+                swr(waves[k], bits)
+        return nxt
     return h
 
 

@@ -245,10 +245,11 @@ def _flat_index(lane, elem, bits, W):
 
 
 def _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, nb, nd, acc_a, acc_b, acc_cd, a_lane, a_elem, d_lane, d_elem,
-                 W, nxt, neg=0, check_rep=None):
+                 W, nxt, neg=0, check_rep=None, cmod=0):
     """MFMA/WMMA with float (f16/bf16/f32) A/B in registers and an f32 accumulator: the same
     float64 `A @ B.T + C` as the generic path (so the same rounding), with every operand moved
-    by one precomputed fancy index. None when the form is not covered."""
+    by one precomputed fancy index. `neg` bit 0/1 negates all of A/B; `cmod` bit 0 negates C,
+    bit 1 takes its absolute value first. None when the form is not covered."""
     if out_t != "f32" or ta not in ("f16", "bf16", "f32") or tb not in ("f16", "bf16", "f32"):
         return None
     ia, ib = _flat_index(a_lane, a_elem, _ELEM_BITS[ta], W), _flat_index(a_lane, a_elem, _ELEM_BITS[tb], W)
@@ -261,12 +262,12 @@ def _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, nb, nd, acc_a, acc_b, acc_cd
         ce = s2 - 256 + (256 if acc_cd else 0) + ie
 
         def rd_c(w):
-            return w.vf[ce, il]  # float32: exact in the float64 sum below
+            return _c_modified(w.vf[ce, il], cmod)  # float32: exact in the float64 sum below
     else:
         bits = inline_bits(s2, "f32")
         if bits is None:
             return None
-        cval = np.float64(np.uint32(bits).view(np.float32))
+        cval = _c_modified(np.float64(np.uint32(bits).view(np.float32)), cmod)
 
         def rd_c(w):
             return cval
@@ -284,9 +285,16 @@ def _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, nb, nd, acc_a, acc_b, acc_cd
         return nxt
     # What lockstep.py needs to run the same product for many waves at once.
     h.plan = {"a": (s0 - 256 + (256 if acc_a else 0), ia, ta), "b": (s1 - 256 + (256 if acc_b else 0), ib, tb),
-              "c": (ce, cval), "d": (de, il), "neg": neg,
+              "c": (ce, cval), "d": (de, il), "neg": neg, "cmod": cmod,
               "replicated": (check_rep is not None, na, s0 - 256, s1 - 256), "W": W}
     return h
+
+
+def _c_modified(c, cmod):
+    """C with WMMA's source-2 modifiers: {NEG_HI[2], NEG[2]} act as {ABS, NEG}."""
+    if cmod & 2:
+        c = np.abs(c)
+    return -c if cmod & 1 else c
 
 
 # -- WMMA ---------------------------------------------------------------------------------
@@ -325,18 +333,27 @@ def _b_wmma(inst, ctx):
     d16 = out_t in ("f16", "bf16")
     nd = nd_vals if (gen == "gfx11" or not d16) else 4
     s0, s1, s2, vd = f["src0"], f["src1"], f["src2"], f["vdst"]
-    neg = f["neg"]
-    signed_a, signed_b = bool(neg & 1), bool(neg & 2)
-    opsel_hi = bool(f["opsel"] & 4) if gen == "gfx11" else False
     intmode = out_t == "i32"
+    neg, _, cmod, sign_a, sign_b = _wmma_modifiers(inst, ta, intmode)
+    signed_a, signed_b = bool(neg & 1), bool(neg & 2)  # iu8: the signedness of A and B
+    opsel_hi = bool(f["opsel"] & 4) if gen == "gfx11" else False
+    if f["opsel"] & ~(4 if gen == "gfx11" and d16 else 0):
+        raise UnsupportedInstruction(f"{inst.raw_name} with op_sel {f['opsel']:#x}")
+    if f["clamp"] and not intmode:
+        raise UnsupportedInstruction(f"{inst.raw_name}: clamp on a float WMMA is not modelled")
+    clamp = bool(f["clamp"])
     fast = None
-    if not d16 and not intmode and ta in ("f16", "bf16"):
+    # each of A, B negated as a whole (both halves of every register) or not at all
+    whole = all(sg is None or (sg < 0).all() for sg in (sign_a, sign_b))
+    if not d16 and not intmode and ta in ("f16", "bf16") and whole:
         check = _replication_check(inst, s0, s1, na, ta, tb) if gen == "gfx11" else None
         if check is not None or gen != "gfx11":
+            whole_neg = (sign_a is not None) | (sign_b is not None) << 1
             fast = _fast_matmul(ta, tb, out_t, s0, s1, s2, vd, na, na, nd, False, False, False, a_lane, a_elem,
-                                d_lane, d_elem, 32, nxt, neg, check)
+                                d_lane, d_elem, 32, nxt, whole_neg, check, cmod)
     if fast is not None:
         return fast
+    signs = [None if sg is None else sg[a_elem] for sg in (sign_a, sign_b)]  # per element of A / B
 
     def operand(w, enc, typ, signed):
         vals = _elements(_read_regs(w, enc, na, False, ctx, typ), typ, flavour, signed)
@@ -349,19 +366,45 @@ def _b_wmma(inst, ctx):
     def h(w):
         A = operand(w, s0, ta, signed_a)
         B = operand(w, s1, tb, signed_b)  # [N, K]
-        if not intmode and ta in ("f16", "bf16"):
-            if neg & 1:
-                A = -A
-            if neg & 2:
-                B = -B
+        if signs[0] is not None:
+            A = A * signs[0]
+        if signs[1] is not None:
+            B = B * signs[1]
         craw = _read_regs(w, s2, nd, False, ctx, "f16" if d16 else "f32")
-        C = _unpack_d(craw, out_t, gen, opsel_hi)[d_lane, d_elem]
+        C = _c_modified(_unpack_d(craw, out_t, gen, opsel_hi)[d_lane, d_elem], cmod)
         D = A @ B.T + C
+        if clamp:  # iu8: the exact sum saturated to i32
+            D = np.clip(D, -2**31, 2**31 - 1)
         out = np.zeros((32, nd_vals), dtype=np.int64 if intmode else np.float64)
         out[d_lane, d_elem] = D
         w.v[vd:vd + nd] = _pack_d(out, out_t, gen, opsel_hi, w.v[vd:vd + nd])
         return nxt
     return h
+
+
+def _wmma_modifiers(inst, ta, intmode):
+    """(neg, neg_hi, C modifier bits, per-element sign of A or None, of B or None), checked against
+    the RDNA3/RDNA4 rules (AMD's ISA and matrix instruction calculator): for f16/bf16 inputs
+    NEG[0]/NEG[1] negate the low 16-bit half of every A/B register and NEG_HI[0]/NEG_HI[1] the high
+    half, and {NEG_HI[2], NEG[2]} act as {ABS, NEG} on C; for the integer types NEG[1:0] is the
+    signedness of A/B and NEG[2], NEG_HI must be 0; the fp8/bf8 forms take no NEG bits."""
+    f = inst.f
+    neg, neg_hi = f["neg"], f["neg_hi"]
+    if intmode:
+        if neg & 4 or neg_hi:
+            raise UnsupportedInstruction(f"{inst.raw_name}: neg_lo[2]/neg_hi on an integer WMMA")
+        return neg, 0, 0, None, None
+    if ta not in ("f16", "bf16"):
+        if neg or neg_hi:
+            raise UnsupportedInstruction(f"{inst.raw_name}: neg_lo/neg_hi on an 8-bit float WMMA")
+        return 0, 0, 0, None, None
+    cmod = (neg >> 2 & 1) | (neg_hi >> 2 & 1) << 1
+    signs = []
+    for i in (0, 1):
+        lo, hi = neg >> i & 1, neg_hi >> i & 1
+        # element e of a lane sits in register e // 2, half e % 2 (16-bit elements)
+        signs.append(np.array([-1.0 if lo else 1.0, -1.0 if hi else 1.0] * 8) if lo or hi else None)
+    return neg, neg_hi, cmod, signs[0], signs[1]
 
 
 def _replication_check(inst, s0, s1, na, ta, tb):

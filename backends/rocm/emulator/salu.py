@@ -23,6 +23,7 @@ from tiledsl.backends.rocm.emulator.operands import (
     scalar_writer,
     u2f,
 )
+from tiledsl.backends.rocm.emulator.valu_ops import clamp01
 
 # name -> (wide, fn(a, b) -> (result, scc or None)); scc None leaves SCC unchanged.
 _SOP2 = {
@@ -103,6 +104,8 @@ def _bfe(a: int, b: int, signed: bool, bits: int):
     off, width = b & (bits - 1), (b >> 16) & 0x7F
     if width == 0:
         return 0, 0
+    if signed:  # the ISA shifts S0 as a signed value: a field past the top fills with the sign bit
+        a = _s32(a) if bits == 32 else _s64(a)
     v = (a >> off) & ((1 << width) - 1)
     if signed and width < bits and v >> (width - 1):
         v -= 1 << width
@@ -379,12 +382,17 @@ def _b_sopk(inst, ctx):
     imm = f["simm16"]
     simm = imm - 0x10000 if imm & 0x8000 else imm
     d = f["sdst"]
-    if name in ("s_version", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt",
-                "s_setreg_b32", "s_setreg_imm32_b32"):
-        return lambda w: nxt  # ordering and mode bits: nothing to model functionally
+    if name in ("s_version", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt"):
+        return lambda w: nxt  # ordering only: nothing to model functionally
+    if name in ("s_setreg_b32", "s_setreg_imm32_b32"):
+        return _b_setreg(inst, ctx)
     wr = scalar_writer(d, ctx)
     if name == "s_getreg_b32":
-        return lambda w: (wr(w, 0), nxt)[1]
+        reg, off, size = _hwreg(imm)
+        if reg != HW_REG_MODE:  # other registers (status, ids, allocations) read as 0, as before
+            return lambda w: (wr(w, 0), nxt)[1]
+        field = (1 << size) - 1
+        return lambda w: (wr(w, (w.mode >> off) & field), nxt)[1]
     if name == "s_movk_i32":
         return lambda w: (wr(w, simm & M32), nxt)[1]
     if name == "s_cmovk_i32":
@@ -413,12 +421,76 @@ def _b_sopk(inst, ctx):
     return h_cu
 
 
+# -- the MODE register ---------------------------------------------------------------------
+# Each wave keeps MODE (executor.kernel_mode: its launch value from the kernel descriptor);
+# s_getreg reads it back. The arithmetic rounds to nearest even and keeps denormals whatever MODE
+# says, so a write is refused unless the result still describes that: round mode 0, each denormal
+# mode either 3 (denormals kept, what is computed) or the launch value (what the kernel already
+# ran under), and -- up to gfx11 -- DX10_CLAMP and IEEE as at launch (clamp's NaN handling is bound
+# from the launch value) and FP16_OVFL clear.
+HW_REG_MODE = 1
+
+
+def _hwreg(simm16: int) -> tuple[int, int, int]:
+    """(register id, bit offset, size) of a SOPK hwreg operand: {size-1[15:11], offset[10:6], id[5:0]}."""
+    return simm16 & 0x3F, (simm16 >> 6) & 0x1F, ((simm16 >> 11) & 0x1F) + 1
+
+
+def mode_problem(mode: int, mode0: int, gen: str) -> str:
+    """Why the emulator cannot compute under MODE value `mode` (launch value `mode0`), or ""."""
+    if mode & 0xF:
+        return f"FP round mode 0x{mode & 0xF:x} (only round-to-nearest-even is modelled)"
+    for shift, what in ((4, "f32"), (6, "f16/f64")):
+        dm = (mode >> shift) & 3
+        if dm not in (3, (mode0 >> shift) & 3):
+            return f"{what} denormal mode {dm} (denormals are always kept)"
+    if gen != "gfx12":
+        if (mode ^ mode0) & 0x300:
+            return "a change of DX10_CLAMP or IEEE mode"
+        if mode >> 23 & 1:
+            return "FP16_OVFL (f16 overflow saturation)"
+    return ""
+
+
+def _write_mode(w, inst, ctx, mode: int) -> None:
+    why = mode_problem(mode, ctx.mode0, ctx.gen)
+    if why:
+        raise UnsupportedInstruction(f"{inst.raw_name} sets MODE to 0x{mode:x}: {why} is not modelled")
+    w.mode = mode
+
+
+def _b_setreg(inst, ctx):
+    reg, off, size = _hwreg(inst.f["simm16"])
+    if reg != HW_REG_MODE:
+        raise UnsupportedInstruction(f"{inst.raw_name} writes hardware register {reg}; only MODE is modelled")
+    field = ((1 << size) - 1) << off
+    src = (lambda w: inst.lit) if inst.name == "s_setreg_imm32_b32" else scalar_reader(inst.f["sdst"], ctx, None)
+    nxt = ctx.nxt
+
+    def h(w):
+        _write_mode(w, inst, ctx, (w.mode & ~field) | ((src(w) << off) & field))
+        return nxt
+    return h
+
+
+@builder("s_round_mode", "s_denorm_mode")
+def _b_mode_imm(inst, ctx):
+    """gfx10+ shortcuts: s_round_mode writes MODE[3:0], s_denorm_mode MODE[7:4], from simm16[3:0]."""
+    shift = 0 if inst.name == "s_round_mode" else 4
+    value, nxt = (inst.f["simm16"] & 0xF) << shift, ctx.nxt
+
+    def h(w):
+        _write_mode(w, inst, ctx, (w.mode & ~(0xF << shift)) | value)
+        return nxt
+    return h
+
+
 # -- SOPP ---------------------------------------------------------------------------------
 _NOPS = ("s_nop", "s_waitcnt", "s_wait_loadcnt", "s_wait_dscnt", "s_wait_kmcnt", "s_wait_storecnt",
          "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt", "s_wait_expcnt", "s_wait_samplecnt", "s_wait_bvhcnt",
          "s_wait_alu", "s_wait_idle", "s_clause", "s_delay_alu", "s_waitcnt_depctr", "s_sleep", "s_setprio",
          "s_set_inst_prefetch_distance", "s_icache_inv", "s_incperflevel", "s_decperflevel", "s_ttracedata",
-         "s_ttracedata_imm", "s_denorm_mode", "s_round_mode", "s_sendmsg", "s_barrier_signal", "s_wakeup",
+         "s_ttracedata_imm", "s_sendmsg", "s_barrier_signal", "s_wakeup",
          "s_dcache_inv", "s_dcache_wb", "s_dcache_inv_vol", "s_dcache_wb_vol", "s_sleep_var", "s_setkill",
          "s_wait_event", "v_nop")  # v_nop: a VALU no-op the compiler inserts for hazards
 
@@ -526,8 +598,8 @@ def _b_v_s(inst, ctx):
         r = fn(x)
         if scale is not None:
             r = r * r.dtype.type(scale)
-        if clamp:
-            r = min(max(r, r.dtype.type(0)), r.dtype.type(1))  # NaN stays NaN (max(nan, 0) is nan)
+        if clamp:  # gfx12 only: DX10-style, a NaN clamps to 0 (valu_ops.clamp01)
+            r = clamp01(r, ctx.dx10_clamp)[()]
         wr(w, int(r.view(np.uint16)) if half else int(r.view(np.uint32)))
         return nxt
     return h

@@ -17,7 +17,7 @@ from tiledsl.backends.rocm.emulator.operands import (
     vsrc,
 )
 from tiledsl.backends.rocm.emulator.valu_fast import FAST
-from tiledsl.backends.rocm.emulator.valu_ops import CARRY, FCMP, ICMP, OPS
+from tiledsl.backends.rocm.emulator.valu_ops import CARRY, FCMP, ICMP, OPS, clamp01
 
 FLOATS = ("f32", "f16", "f64", "bf16")
 HALF = ("f16", "u16", "i16", "bf16")
@@ -143,6 +143,13 @@ def _mask_reader(inst, ctx, enc):
     return lambda w: _mask_cache(w.vcc() & w.fullmask, W)
 
 
+# gfx9 16-bit results clear the high half of the destination, except these (CDNA3/CDNA4 ISA: "If
+# OPSEL[3] is 0 Result is written to 16 LSBs of destination VGPR and hi 16 bits are preserved";
+# LLVM's GCNSubtarget::zeroesHigh16BitsOfDest agrees) -- their _legacy forms do clear it.
+GFX9_KEEP_HI = {"v_mad_f16", "v_mad_u16", "v_mad_i16", "v_fma_f16", "v_div_fixup_f16", "v_mac_f16", "v_madak_f16",
+                "v_madmk_f16", "v_fmac_f16", "v_fmamk_f16", "v_fmaak_f16"}
+
+
 def _writer(inst, ctx, typ):
     f, gen = inst.f, ctx.gen
     d = f.get("vdst", 0)
@@ -155,7 +162,8 @@ def _writer(inst, ctx, typ):
             hi = bool(f.get("opsel", 0) >> 3 & 1)
         elif gen != "gfx9":
             hi, d = bool(d & 0x80), d & 0x7F
-        zero_hi = gen == "gfx9" and not hi and not inst.name.startswith(("v_mov_b16", "v_fma_mix"))
+        zero_hi = gen == "gfx9" and not hi and not inst.name.startswith(("v_mov_b16", "v_fma_mix")) \
+            and inst.name not in GFX9_KEEP_HI
     wr = vdst(d, typ, ctx, hi, zero_hi)
     if inst.dpp is not None:
         dm = crosslane.dpp_write_mask(inst, ctx)
@@ -186,24 +194,48 @@ def _sdwa_writer(inst, ctx, typ):
     return wr
 
 
-def _post(inst, dt, fn):
-    """Output modifiers: omod and clamp (float results)."""
+# Integer ops whose clamp bit saturates the result (ISA "ALU clamp bit usage": integer results are
+# clamped to the largest / smallest representable value) -- LLVM's [us]add.sat / [us]sub.sat.
+# Their sources are widened to int64 first, so the sum cannot wrap before it is saturated.
+INT_CLAMP = {"v_add_u32", "v_sub_u32", "v_subrev_u32", "v_add_nc_u32", "v_sub_nc_u32", "v_subrev_nc_u32",
+             "v_add_i32", "v_sub_i32", "v_add_nc_i32", "v_sub_nc_i32", "v_add3_u32", "v_add_u16", "v_sub_u16",
+             "v_add_nc_u16", "v_sub_nc_u16", "v_mad_u32_u24", "v_mad_i32_i24"}
+# Float -> integer conversions saturate anyway; their clamp bit only enables the INEXACT exception
+# (the ISA's notes on each of these).
+_CLAMP_IS_EXCEPTION_ONLY = {"v_cvt_i32_f32", "v_cvt_u32_f32", "v_cvt_i32_f64", "v_cvt_u32_f64", "v_cvt_u16_f16",
+                            "v_cvt_i16_f16"}
+_INT_RANGE = {"u32": (0, M32), "i32": (-2**31, 2**31 - 1), "u16": (0, 65535), "i16": (-32768, 32767)}
+
+
+def _post(inst, ctx, dt, fn):
+    """Output modifiers: omod and clamp. Float results: omod scales, clamp goes to [0, 1] (valu_ops.
+    clamp01); integer results: clamp saturates (INT_CLAMP). Anything else is refused."""
     f = inst.f
     omod = f.get("omod", 0) if inst.fam == "VOP3" else (inst.sdwa or {}).get("omod", 0)
     clamp = f.get("clamp", 0) if inst.fam in ("VOP3", "VOP3P") else (inst.sdwa or {}).get("clamp", 0)
-    if dt not in FLOATS or not (omod or clamp):
-        if clamp and dt in ("u32", "i32", "u16", "i16"):
-            lo, hi = {"u32": (0, M32), "i32": (-2**31, 2**31 - 1), "u16": (0, 65535), "i16": (-32768, 32767)}[dt]
-            return lambda *a: np.clip(np.asarray(fn(*a), dtype=np.int64), lo, hi)
+    if not (omod or clamp):
         return fn
+    if clamp and not omod and inst.name in _CLAMP_IS_EXCEPTION_ONLY:
+        return fn
+    if dt not in FLOATS:
+        if omod or dt not in _INT_RANGE or inst.name not in INT_CLAMP:
+            raise UnsupportedInstruction(f"{inst.raw_name}: {'omod' if omod else 'clamp'} on a {dt} result "
+                                         "is not modelled")
+        lo, hi = _INT_RANGE[dt]
+
+        def sat(*a):
+            wide = [x.astype(np.int64) if isinstance(x, np.ndarray) else int(x) for x in a]
+            return np.clip(np.asarray(fn(*wide), dtype=np.int64), lo, hi)
+        return sat
     scale = {0: None, 1: 2.0, 2: 4.0, 3: 0.5}[omod]
+    nan_to_zero = ctx.dx10_clamp
 
     def post(*a):
         r = fn(*a)
         if scale is not None:
             r = r * r.dtype.type(scale) if isinstance(r, np.ndarray) else r * scale
         if clamp:
-            r = np.clip(r, 0, 1)
+            r = clamp01(r, nan_to_zero)
         return r
     return post
 
@@ -232,7 +264,7 @@ def build_alu(inst, ctx, spec):
         else:
             readers.append(_reader(inst, ctx, i, encs[i], typ))
     ufunc = fn if fn in _OUT_UFUNCS and len(readers) < 3 else None
-    fn = _post(inst, dt, fn)
+    fn = _post(inst, ctx, dt, fn)
     wr = _writer(inst, ctx, dt)
     if ufunc is not None and fn is ufunc and dt in _ROWS and inst.dpp is None and inst.sdwa is None \
             and name not in VOP3B:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiledsl.backends.rocm.emulator.operands import M64, scalar_reader, scalar_writer, vdst, vsrc
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
+from tiledsl.backends.rocm.emulator.operands import M64, mask_to_int, scalar_reader, scalar_writer, vdst, vsrc
 from tiledsl.backends.rocm.emulator.valu_ops import OPS
 from tiledsl.backends.rocm.emulator.valu_ops import _perm as _perm_generic
 
@@ -73,29 +74,57 @@ def write64(d: int, ctx):
     return out, store
 
 
-@fast("v_mad_u64_u32", "v_mad_co_u64_u32")
-def _mad_u64(inst, ctx):
-    if not plain(inst, vop3b=True):
-        return None
-    f, nxt = inst.f, ctx.nxt
-    a, b = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
-    c = read64(f["src2"], ctx, inst.lit)
-    out, store = write64(f["vdst"], ctx)
-    swr = scalar_writer(f["sdst"], ctx, ctx.wave_size == 64)
+@fast("v_mad_u64_u32", "v_mad_co_u64_u32", "v_mad_i64_i32", "v_mad_co_i64_i32")
+def _mad64(inst, ctx):
+    """v_mad_u64_u32 / v_mad_i64_i32: D = S0 * S1 + S2 in 64 bits, and the carry-out -- bit 64 of
+    the 65-bit result ({D1.u1, D0.u64} = 65'B(S0 * S1 + S2) in the ISA) -- into the SGPR (pair)
+    sdst. Every form is bound here (never the generic VOP3B path, which has no carry)."""
+    core = mad64_core(inst, ctx)
+    swr = scalar_writer(inst.f["sdst"], ctx, ctx.wave_size == 64)
+    nxt = ctx.nxt
 
     def h(w):
-        x, y = a(w), b(w)
-        if isinstance(x, np.ndarray):
-            np.multiply(x, y, out=out, dtype=np.uint64)
-        elif isinstance(y, np.ndarray):
-            np.multiply(y, x, out=out, dtype=np.uint64)
-        else:
-            out[...] = x * y
-        np.add(out, c(w), out=out)  # wraps modulo 2**64
-        store(w)
-        swr(w, 0)  # carry-out: modelled as 0, as the generic VOP3B path does
+        co = core(w)
+        if co is not None:
+            swr(w, mask_to_int(co if w.full else co & w.mask))
         return nxt
+    h.core = core  # lockstep_ops.mad64 spreads the carries over the member waves itself
     return h
+
+
+def mad64_core(inst, ctx):
+    """`core(w)`: computes and writes D, returns the carry-out lanes (bool array), or None when
+    sdst is the null register. clamp saturates D to the 64-bit range (carry / signed overflow)."""
+    f, W = inst.f, ctx.wave_size
+    if inst.dpp is not None or inst.sdwa is not None or f["neg"] or f["omod"]:
+        raise UnsupportedInstruction(f"{inst.raw_name}: DPP/SDWA, neg or omod on a 64-bit integer mad")
+    signed = "i64" in inst.name
+    a = vsrc(f["src0"], "i32" if signed else "u32", ctx, inst.lit)
+    b = vsrc(f["src1"], "i32" if signed else "u32", ctx, inst.lit)
+    c = read64(f["src2"], ctx, inst.lit)
+    out, store = write64(f["vdst"], ctx)
+    prod = np.empty(W, np.int64 if signed else np.uint64)
+    cbuf = np.empty(W, np.uint64)
+    clamp, no_co = bool(f["clamp"]), f["sdst"] == ctx.null_sgpr
+
+    def core(w):
+        np.multiply(a(w), b(w), out=prod, dtype=prod.dtype)  # exact: |S0 * S1| < 2**64 (2**62 signed)
+        cbuf[...] = c(w)  # (an int operand is a 64-bit pattern; uint64 arithmetic wraps silently)
+        p = prod.view(np.uint64)
+        np.add(p, cbuf, out=out)
+        if signed:  # bit 64 of the 65-bit sum is its sign: the wrapped sign, flipped by an overflow
+            sp, sc, so = (x.view(np.int64) < 0 for x in (p, cbuf, out))
+            ovf = (sp == sc) & (so != sp)
+            co = so ^ ovf
+            if clamp:
+                out[...] = np.where(ovf, np.where(sp, np.uint64(1 << 63), np.uint64((1 << 63) - 1)), out)
+        else:
+            co = out < p
+            if clamp:
+                out[co] = np.uint64(M64)
+        store(w)
+        return None if no_co else co
+    return core
 
 
 def _shift64(inst, ctx, src, amt, mask, left, add=None):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tiledsl.backends.rocm.emulator.fma64 import fma64
+
 U32, U64 = np.uint32, np.uint64
 
 
@@ -90,7 +92,24 @@ def _med3(a, b, c):
 
 
 def _fmed3(a, b, c):
-    return np.fmax(np.fmin(a, b), np.fmin(np.fmax(a, b), c))
+    """v_med3_f32/f16 (and gfx12's _num forms): the median, except that a NaN among the inputs
+    makes it v_min3 of the three (the ISA's pseudo-code; v_min ignores a quiet NaN operand)."""
+    med = np.fmax(np.fmin(a, b), np.fmin(np.fmax(a, b), c))
+    nan = np.isnan(a) | np.isnan(b) | np.isnan(c)
+    if not np.any(nan):
+        return med
+    return np.where(nan, np.fmin(np.fmin(a, b), c), med)
+
+
+def clamp01(r, nan_to_zero: bool = True):
+    """The VALU clamp of a float result: into [0, 1], -0 to +0 (as LLVM folds clamp(-0)), and a
+    NaN to 0 under MODE.DX10_CLAMP (HSA kernels' default, and always on gfx12) or kept otherwise."""
+    r = np.asarray(r)
+    t = r.dtype.type
+    out = np.where(r > 0, np.minimum(r, t(1)), t(0))
+    if not nan_to_zero:
+        out = np.where(np.isnan(r), r, out)
+    return out
 
 
 def _bfe_u(a, off, w):
@@ -102,8 +121,9 @@ def _bfe_u(a, off, w):
 
 
 def _bfe_i(a, off, w):
+    # The ISA shifts S0 as a signed value: a field reaching past bit 31 fills with the sign bit.
     o, n = _i(off) & 31, _i(w) & 31
-    v = (_i(_u(a)) >> o) & ((np.int64(1) << n) - 1)
+    v = (_i(np.asarray(_u(a)).astype(np.int32)) >> o) & ((np.int64(1) << n) - 1)
     sign = np.int64(1) << np.maximum(n - 1, 0)
     return np.where(n == 0, 0, (v ^ sign) - sign)
 
@@ -404,15 +424,14 @@ OPS: dict[str, tuple[str, tuple[str, ...], object]] = {
     "v_cndmask_b16": ("u16", ("u16", "u16", "mask"), lambda a, b, m: np.where(m, b, a)),
     # f64
     "v_add_f64": ("f64", ("f64", "f64"), np.add), "v_mul_f64": ("f64", ("f64", "f64"), np.multiply),
-    "v_fma_f64": ("f64", ("f64",) * 3, lambda a, b, c: np.asarray(a) * b + c),
+    "v_fma_f64": ("f64", ("f64",) * 3, fma64), "v_fmac_f64": ("f64", ("f64",) * 3, fma64),
     "v_max_f64": ("f64", ("f64", "f64"), np.fmax), "v_min_f64": ("f64", ("f64", "f64"), np.fmin),
     "v_rcp_f64": ("f64", ("f64",), lambda a: 1.0 / np.asarray(a)),
     "v_sqrt_f64": ("f64", ("f64",), np.sqrt), "v_rsq_f64": ("f64", ("f64",), lambda a: 1.0 / np.sqrt(a)),
     "v_floor_f64": ("f64", ("f64",), np.floor), "v_trunc_f64": ("f64", ("f64",), np.trunc),
     "v_ceil_f64": ("f64", ("f64",), np.ceil), "v_rndne_f64": ("f64", ("f64",), _rndne),
     "v_fract_f64": ("f64", ("f64",), _fract), "v_ldexp_f64": ("f64", ("f64", "i32"), _ldexp),
-    "v_div_fixup_f64": ("f64", ("f64",) * 3, _div_fixup), "v_div_fmas_f64": ("f64", ("f64",) * 3,
-                                                                           lambda a, b, c: np.asarray(a) * b + c),
+    "v_div_fixup_f64": ("f64", ("f64",) * 3, _div_fixup), "v_div_fmas_f64": ("f64", ("f64",) * 3, fma64),
     "v_div_scale_f64": ("f64", ("f64",) * 3, _div_scale),
     "v_frexp_mant_f64": ("f64", ("f64",), _frexp_mant), "v_frexp_exp_i32_f64": ("i32", ("f64",), _frexp_exp),
 }

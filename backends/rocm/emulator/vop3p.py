@@ -1,7 +1,9 @@
 """VOP3P: packed 16-bit math, packed f32 (gfx90a+), dot products and mixed-precision FMA.
 
 Each source supplies a low and a high half: op_sel picks the half used for the low result,
-op_sel_hi the half for the high result; neg / neg_hi negate them (floats)."""
+op_sel_hi the half for the high result; neg / neg_hi negate them (floats). clamp: float results
+go to [0, 1] (valu_ops.clamp01), integer results saturate. gfx11+ VOP3P DPP (v_dot2_*_e64_dpp,
+v_fma_mix*_e64_dpp, ...) permutes source 0 and masks the write like any DPP instruction."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import struct
 
 import numpy as np
 
+from tiledsl.backends.rocm.emulator import crosslane
 from tiledsl.backends.rocm.emulator.executor import builder
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
-from tiledsl.backends.rocm.emulator.operands import inline_bits, vdst
+from tiledsl.backends.rocm.emulator.operands import M32, inline_bits, vdst
+from tiledsl.backends.rocm.emulator.valu_ops import clamp01
 
 _PK16 = {
     "v_pk_add_f16": ("f16", np.add), "v_pk_mul_f16": ("f16", np.multiply),
@@ -36,6 +40,10 @@ _PK32 = {"v_pk_add_f32": np.add, "v_pk_mul_f32": np.multiply,
          "v_pk_fma_f32": lambda a, b, c: (a.astype(np.float64) * b + c), "v_pk_mov_b32": None}
 _NARGS = {n: (3 if "fma" in n or "mad" in n else 2) for n in (*_PK16, *_PK32)}
 _NARGS["v_pk_mov_b32"] = 2
+# Packed integer ops whose clamp saturates each half (the min/max cannot overflow, so it is a no-op
+# there); shifts and the low-half multiply have no saturating meaning and are refused with clamp.
+_PK_SAT = {"v_pk_add_u16", "v_pk_sub_u16", "v_pk_add_i16", "v_pk_sub_i16", "v_pk_mad_u16", "v_pk_mad_i16",
+           "v_pk_max_u16", "v_pk_min_u16", "v_pk_max_i16", "v_pk_min_i16"}
 
 
 def _raw32(enc, ctx, lit, typ="pk16"):
@@ -54,6 +62,19 @@ def _raw32(enc, ctx, lit, typ="pk16"):
     return lambda w: c
 
 
+def _src(inst, ctx, i, typ="pk16"):
+    """Source i's 32 bits per lane; source 0 of a DPP form comes through the lane permutation."""
+    enc = inst.f[f"src{i}"]
+    if i == 0 and inst.dpp is not None:
+        return crosslane.dpp_reader(inst, ctx, enc, "u32", False)
+    return _raw32(enc, ctx, inst.lit, typ)
+
+
+def _dpp_mask(inst, ctx):
+    """The lanes a DPP form writes (EXEC, row/bank masks, bound_ctrl), or None without DPP."""
+    return crosslane.dpp_write_mask(inst, ctx) if inst.dpp is not None else None
+
+
 def _half(x, hi, typ):
     v = (np.asarray(x, dtype=np.uint32) >> np.uint32(16 if hi else 0)) & np.uint32(0xFFFF)
     v = v.astype(np.uint16)
@@ -70,10 +91,17 @@ def _halves(inst, i):
 def _b_pk16(inst, ctx):
     typ, fn = _PK16[inst.name]
     f, nxt, n = inst.f, ctx.nxt, _NARGS[inst.name]
-    srcs = [(_raw32(f[f"src{i}"], ctx, inst.lit), *_halves(inst, i)) for i in range(n)]
-    wr = vdst(f["vdst"], "u32", ctx)
     isf = typ == "f16"
     clamp = f["clamp"]
+    if not isf and (f["neg"] or f["neg_hi"]):
+        raise UnsupportedInstruction(f"{inst.raw_name}: neg_lo/neg_hi on an integer packed op")
+    if clamp and not isf and inst.name not in _PK_SAT:
+        raise UnsupportedInstruction(f"{inst.raw_name}: clamp (saturation) is not modelled for this op")
+    srcs = [(_src(inst, ctx, i), *_halves(inst, i)) for i in range(n)]
+    wr = vdst(f["vdst"], "u32", ctx)
+    dm = _dpp_mask(inst, ctx)
+    lo_sat, hi_sat = (-32768, 32767) if typ == "i16" else (0, 65535)
+    nan_to_zero = ctx.dx10_clamp
 
     def h(w):
         lo, hi = [], []
@@ -87,13 +115,19 @@ def _b_pk16(inst, ctx):
         rl, rh = fn(*lo), fn(*hi)
         if isf:
             if clamp:
-                rl, rh = np.clip(rl, 0, 1), np.clip(rh, 0, 1)
+                rl, rh = clamp01(rl, nan_to_zero), clamp01(rh, nan_to_zero)
             bl = np.asarray(rl, dtype=np.float16).view(np.uint16).astype(np.uint32)
             bh = np.asarray(rh, dtype=np.float16).view(np.uint16).astype(np.uint32)
         else:
-            bl = (np.asarray(rl).astype(np.int64) & 0xFFFF).astype(np.uint32)
-            bh = (np.asarray(rh).astype(np.int64) & 0xFFFF).astype(np.uint32)
-        wr(w, bl | (bh << np.uint32(16)))
+            rl, rh = np.asarray(rl).astype(np.int64), np.asarray(rh).astype(np.int64)
+            if clamp:  # the exact int64 result, saturated (not the wrapped 16 bits)
+                rl, rh = np.clip(rl, lo_sat, hi_sat), np.clip(rh, lo_sat, hi_sat)
+            bl = (rl & 0xFFFF).astype(np.uint32)
+            bh = (rh & 0xFFFF).astype(np.uint32)
+        if dm is None:
+            wr(w, bl | (bh << np.uint32(16)))
+        else:
+            wr(w, bl | (bh << np.uint32(16)), dm(w))
         return nxt
     return h
 
@@ -102,6 +136,9 @@ def _b_pk16(inst, ctx):
 def _b_pk32(inst, ctx):
     f, nxt, n = inst.f, ctx.nxt, _NARGS[inst.name]
     fn = _PK32[inst.name]
+    if inst.dpp is not None or (fn is None and (f["neg"] or f["neg_hi"] or f["clamp"])):
+        raise UnsupportedInstruction(f"{inst.raw_name}: DPP, or neg/clamp on the move, is not modelled")
+    clamp, nan_to_zero = f["clamp"], ctx.dx10_clamp
     rds = []
     for i in range(n):
         enc = f[f"src{i}"]
@@ -143,6 +180,8 @@ def _b_pk32(inst, ctx):
             lo.append(-a if nl else a)
             hi.append(-b if nh else b)
         rl, rh = fn(*lo), fn(*hi)  # fresh arrays: both computed before either half is written
+        if clamp:  # in float64 for the fma: clamping before the f32 rounding gives the same value
+            rl, rh = clamp01(rl, nan_to_zero), clamp01(rh, nan_to_zero)
         if w.full:  # the assignment rounds to f32 like astype (v_pk_fma computes in f64)
             w.vf[d] = rl
             w.vf[d + 1] = rh
@@ -153,44 +192,115 @@ def _b_pk32(inst, ctx):
     return h
 
 
-@builder("v_dot2_f32_f16", "v_dot2c_f32_f16", "v_dot2_f32_bf16", "v_dot2c_f32_bf16", "v_dot4_i32_i8",
-         "v_dot4c_i32_i8", "v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot2_i32_i16", "v_dot2_u32_u16")
+# Dot products: name -> element kind. The accumulating forms (dot2c/dot4c, gfx11's dot2acc) add
+# into VDST; the others take S2.
+_DOT = {"v_dot2_f32_f16": "f16", "v_dot2c_f32_f16": "f16", "v_dot2acc_f32_f16": "f16", "v_dot2_f32_bf16": "bf16",
+        "v_dot2c_f32_bf16": "bf16", "v_dot4_i32_i8": "i8", "v_dot4c_i32_i8": "i8", "v_dot4_i32_iu8": "iu8",
+        "v_dot4_u32_u8": "u8", "v_dot2_i32_i16": "i16", "v_dot2_u32_u16": "u16"}
+
+
+def _dot_parts(x, kind):
+    """The elements of packed u32 lanes as float64 / int64, lowest first."""
+    x = np.asarray(x, dtype=np.uint32)
+    if kind == "f16":
+        return [_half(x, False, "f16").astype(np.float64), _half(x, True, "f16").astype(np.float64)]
+    if kind == "bf16":
+        return [((x << np.uint32(16)).view(np.float32)).astype(np.float64),
+                ((x & np.uint32(0xFFFF0000)).view(np.float32)).astype(np.float64)]
+    if kind in ("i8", "u8"):
+        bs = [((x >> np.uint32(8 * k)) & np.uint32(0xFF)).astype(np.int64) for k in range(4)]
+        return [(b ^ 0x80) - 0x80 for b in bs] if kind == "i8" else bs
+    bs = [((x >> np.uint32(16 * k)) & np.uint32(0xFFFF)).astype(np.int64) for k in range(2)]
+    return [(b ^ 0x8000) - 0x8000 for b in bs] if kind == "i16" else bs
+
+
+def _dot_source(inst, ctx, i, kind):
+    """Reader of source i (0 or 1) as its list of elements, with the VOP3P modifiers applied:
+    two-element kinds take op_sel / op_sel_hi (which half feeds element 0 / 1) and, for floats,
+    neg_lo / neg_hi (negate element 0 / 1); the byte forms take neither (iu8's neg_lo[i] is the
+    signedness of source i, read by the caller)."""
+    rd = _src(inst, ctx, i)
+    if inst.fam != "VOP3P":
+        return lambda w: _dot_parts(rd(w), kind)
+    sl, sh, nl, nh = _halves(inst, i)
+    isf = kind in ("f16", "bf16")
+    if kind in ("i8", "u8"):
+        if sl or not sh:
+            raise UnsupportedInstruction(f"{inst.raw_name}: op_sel on a byte dot product")
+        if nh or (nl and inst.name != "v_dot4_i32_iu8"):
+            raise UnsupportedInstruction(f"{inst.raw_name}: neg_lo/neg_hi on an integer dot product")
+        return lambda w: _dot_parts(rd(w), kind)
+    if not isf and (nl or nh):
+        raise UnsupportedInstruction(f"{inst.raw_name}: neg_lo/neg_hi on an integer dot product")
+    if (sl, sh, nl, nh) == (False, True, False, False):
+        return lambda w: _dot_parts(rd(w), kind)
+    pick = (int(sl), int(sh))
+    sign = (-1.0 if nl else 1.0, -1.0 if nh else 1.0)
+
+    def read(w):
+        parts = _dot_parts(rd(w), kind)
+        out = [parts[pick[0]], parts[pick[1]]]
+        return [p * s if s < 0 else p for p, s in zip(out, sign, strict=True)] if isf else out
+    return read
+
+
+@builder(*_DOT)
 def _b_dot(inst, ctx):
     f, nxt, name = inst.f, ctx.nxt, inst.name
-    accum_dst = "dot2c" in name or "dot4c" in name
-    e0 = _raw32(f["src0"], ctx, inst.lit)
-    e1 = _raw32(f["src1"], ctx, inst.lit)
-    e2 = (lambda w: w.v[f["vdst"]]) if accum_dst else _raw32(f["src2"], ctx, inst.lit, "f32")
-    wr = vdst(f["vdst"], "u32", ctx)
-
-    def parts(x, kind):
-        x = np.asarray(x, dtype=np.uint32)
-        if kind == "f16":
-            return [_half(x, False, "f16").astype(np.float64), _half(x, True, "f16").astype(np.float64)]
-        if kind == "bf16":
-            return [((x << np.uint32(16)).view(np.float32)).astype(np.float64),
-                    ((x & np.uint32(0xFFFF0000)).view(np.float32)).astype(np.float64)]
-        if kind in ("i8", "u8"):
-            bs = [((x >> np.uint32(8 * k)) & np.uint32(0xFF)).astype(np.int64) for k in range(4)]
-            return [(b ^ 0x80) - 0x80 for b in bs] if kind == "i8" else bs
-        bs = [((x >> np.uint32(16 * k)) & np.uint32(0xFFFF)).astype(np.int64) for k in range(2)]
-        return [(b ^ 0x8000) - 0x8000 for b in bs] if kind == "i16" else bs
-    kind = "bf16" if "bf16" in name else "f16" if "f16" in name else "i8" if "i8" in name else \
-        "u8" if "u8" in name else "i16" if "i16" in name else "u16"
+    kind = _DOT[name]
     isf = kind in ("f16", "bf16")
-    if "iu8" in name:  # signedness from the neg bits
+    accum_dst = "dot2c" in name or "dot4c" in name or "dot2acc" in name
+    if inst.sdwa is not None:
+        raise UnsupportedInstruction(f"{inst.raw_name}: SDWA on a dot product is not modelled")
+    if inst.dpp is not None and any(inst.dpp.get(k) for k in ("neg0", "abs0", "neg1", "abs1")):
+        raise UnsupportedInstruction(f"{inst.raw_name}: DPP neg/abs modifiers on a dot product")
+    if inst.fam == "VOP3" and (f["abs"] or f["neg"] or f["opsel"] or f["omod"]):
+        raise UnsupportedInstruction(f"{inst.raw_name}: VOP3 abs/neg/op_sel/omod on a dot product")
+    neg_c = False
+    if inst.fam == "VOP3P":
+        nl2, nh2 = f["neg"] >> 2 & 1, f["neg_hi"] >> 2 & 1
+        if f["opsel"] >> 2 & 1 or not f["opsel_hi2"]:
+            raise UnsupportedInstruction(f"{inst.raw_name}: op_sel/op_sel_hi on the 32-bit accumulator")
+        # gfx11/gfx12 negate the f32 accumulator with both bits (how LLVM folds fneg); the CDNA ISA
+        # says its modifiers do not apply to S2 (v_dot2_f32_bf16); other combinations are unknown.
+        if nl2 or nh2:
+            if not isf or ctx.gen == "gfx9" or nl2 != nh2:
+                raise UnsupportedInstruction(f"{inst.raw_name}: neg_lo[2]={nl2} neg_hi[2]={nh2} on the accumulator")
+            neg_c = True
+    signed = kind in ("i8", "i16", "iu8")
+    if kind == "iu8":  # signedness of each source from neg_lo
         ka = "i8" if f["neg"] & 1 else "u8"
         kb = "i8" if f["neg"] & 2 else "u8"
     else:
         ka = kb = kind
+    ea, eb = _dot_source(inst, ctx, 0, ka), _dot_source(inst, ctx, 1, kb)
+    e2 = (lambda w: w.v[f["vdst"]]) if accum_dst else _raw32(f["src2"], ctx, inst.lit, "f32")
+    wr = vdst(f["vdst"], "u32", ctx)
+    dm = _dpp_mask(inst, ctx)
+    clamp, nan_to_zero = f.get("clamp", 0), ctx.dx10_clamp
+    lo, hi = (-2**31, 2**31 - 1) if signed else (0, M32)
 
     def h(w):
-        pa, pb = parts(e0(w), ka), parts(e1(w), kb)
+        pa, pb = ea(w), eb(w)
         c = np.asarray(e2(w), dtype=np.uint32)
-        acc = c.view(np.float32).astype(np.float64) if isf else c.view(np.int32).astype(np.int64)
+        acc = c.view(np.float32).astype(np.float64) if isf else \
+            (c.view(np.int32) if signed else c).astype(np.int64)
+        if neg_c:
+            acc = -acc
         for a, b in zip(pa, pb, strict=True):
             acc = acc + a * b
-        wr(w, np.asarray(acc, dtype=np.float32).view(np.uint32) if isf else (acc & 0xFFFFFFFF).astype(np.uint32))
+        if isf:
+            if clamp:
+                acc = clamp01(acc, nan_to_zero)
+            r = np.asarray(acc, dtype=np.float32).view(np.uint32)
+        else:
+            if clamp:  # saturate the exact sum to the 32-bit result type
+                acc = np.clip(acc, lo, hi)
+            r = (acc & 0xFFFFFFFF).astype(np.uint32)
+        if dm is None:
+            wr(w, r)
+        else:
+            wr(w, r, dm(w))
         return nxt
     return h
 
@@ -214,7 +324,9 @@ def _b_mix(inst, ctx):
     typed = []
     for i, (raw, is16, sel, neg, absm) in enumerate(rds):
         enc = f[f"src{i}"]
-        if enc >= 256:
+        if i == 0 and inst.dpp is not None:  # the permuted 32 bits, then the half or the whole
+            rd = _dpp_typed(_src(inst, ctx, 0), is16, sel)
+        elif enc >= 256:
             rd = _f16_half(enc - 256, int(sel)) if is16 else _f32_row(enc - 256)
         elif is16:
             rd = _f16_scalar(raw, 16 if sel else 0)
@@ -222,6 +334,8 @@ def _b_mix(inst, ctx):
             rd = _f32_scalar(raw)
         typed.append((rd, neg, absm))
     (ra, na_, aa), (rb, nb_, ab), (rc, nc_, ac) = typed
+    dm = _dpp_mask(inst, ctx)
+    nan_to_zero = ctx.dx10_clamp
 
     def val(rd, neg, absm, w):
         v = rd(w)
@@ -233,18 +347,27 @@ def _b_mix(inst, ctx):
         r = np.multiply(val(ra, na_, aa, w), val(rb, nb_, ab, w), dtype=np.float64)
         r = np.add(r, val(rc, nc_, ac, w), dtype=np.float64)
         if clamp:
-            r = np.clip(r, 0, 1)
+            r = clamp01(r, nan_to_zero)
         if mode == "f32":
             row = w.vf[d]
         else:
             r = np.asarray(r, dtype=np.float32)  # f64 -> f32 -> f16, as the generic path rounds
             row = w.hf[d, half::2]
-        if w.full:
+        if dm is not None:
+            np.copyto(row, r, where=dm(w), casting="unsafe")
+        elif w.full:
             row[...] = r
         else:
             np.copyto(row, r, where=w.mask, casting="unsafe")
         return nxt
     return h
+
+
+def _dpp_typed(raw, is16, sel):
+    """A mix source read through DPP (u32 lanes) as f16 half `sel` or as f32."""
+    if is16:
+        return lambda w: _half(raw(w), sel, "f16")
+    return lambda w: np.asarray(raw(w), dtype=np.uint32).view(np.float32)
 
 
 def _f32_row(r):
