@@ -161,3 +161,56 @@ def test_run_time_loop_steps(arch: str) -> None:
         o = np.full(1, -1, np.int32)
         launch(k, o, lo, hi, step, device=dev)
         assert o[0] == want, (lo, hi, step)
+
+
+NARROW = """kernel narrow(x: tensor[i32](64), o: tensor[i32](4, 64)) grid(1) waves(1) {
+    let c = arange(0, 64);
+    let v = load(x[c]);
+    store(o[0, c], c // -3);
+    store(o[1, c], (v & 255) // -3 + (v & 63) // 5);
+    store(o[2, c], (c // -3) * 7 + (v & 127) % -7);
+    store(o[3, c], maximum(minimum(v & 255, 100), 3) * (v & 15) + 11);
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_arithmetic_llvm_narrows_to_16_bits(arch: str) -> None:
+    """i32 arithmetic on values LLVM can bound to 16 bits runs as 16-bit instructions
+    (v_ashrrev_i16 for a small range divided by a negative constant, 16-bit mads and min/max):
+    the emulator runs them (it refused v_ashrrev_i16, so such a kernel failed at launch)."""
+    k = compile_source(NARROW, "narrow.tile", arch)
+    assert "v_ashrrev_i16" in k.asm  # the form this covers (LLVM 22 on every arch)
+    x = np.random.default_rng(5).integers(-2**31, 2**31, 64, dtype=np.int64).astype(np.int32)
+    out = np.zeros((4, 64), np.int32)
+    launch(k, x, out, device=EmulatorDevice(arch))
+    c, v = np.arange(64), x.astype(np.int64)
+
+    def tdiv(a, b):  # the kernel language's // and % truncate toward zero
+        return np.trunc(a / b).astype(np.int64)
+    want = [tdiv(c, -3), tdiv(v & 255, -3) + tdiv(v & 63, 5),
+            tdiv(c, -3) * 7 + ((v & 127) - -7 * tdiv(v & 127, -7)),
+            np.maximum(np.minimum(v & 255, 100), 3) * (v & 15) + 11]
+    np.testing.assert_array_equal(out, np.array(want))
+
+
+INT_TO_BF16 = """kernel ibf(n: tensor[i32](64), o: tensor[bf16](2, 64)) grid(1) waves(1) {
+    let c = arange(0, 64);
+    store(o[0, c], cast(load(n[c]), bf16));
+    store(o[1, c], full([64], cast(16842753, bf16), bf16));
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_int_to_bf16_folds_as_it_runs(arch: str) -> None:
+    """cast(i32, bf16) goes through f32 at run time; folded, LLVM rounded once: 2^24 + 2^16 + 1
+    gave 16777216 computed and 16908288 folded. Both now give ml_dtypes' astype."""
+    import ml_dtypes
+
+    k = compile_source(INT_TO_BF16, "ibf.tile", arch)
+    n = np.array([16842753, -16842753, 2**31 - 1, 3, -(2**31), 16908289] * 11, np.int32)[:64]
+    out = np.zeros((2, 64), ml_dtypes.bfloat16)
+    launch(k, n, out, device=EmulatorDevice(arch))
+    np.testing.assert_array_equal(out[0].astype(np.float32), n.astype(ml_dtypes.bfloat16).astype(np.float32))
+    assert (out[1].astype(np.float32) == 16777216.0).all()

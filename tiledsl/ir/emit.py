@@ -652,6 +652,11 @@ def _cast(x: ir.Value, src: str, dst: str, rt: ir.Type) -> ir.Value:
         wider = A.DTYPE_BYTES[dst] > A.DTYPE_BYTES[src]
         return (arith.ExtFOp if wider else arith.TruncFOp)(rt, x).result
     if src == "i32" and dst in fl:
+        if dst != "f32":
+            # Through f32, as the hardware converts (there is no i32 -> 16-bit float instruction),
+            # so that LLVM's constant folding, which would round once, gives what run time does:
+            # for |x| > 2^24 that rounds twice, as numpy's and ml_dtypes' astype do too.
+            return _cast(arith.SIToFPOp(_retype(rt, "f32"), x).result, "f32", dst, rt)
         return arith.SIToFPOp(rt, x).result
     if src in fl and dst == "i32":
         return arith.FPToSIOp(rt, x).result
