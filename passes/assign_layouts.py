@@ -27,8 +27,7 @@ FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
 ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp", "tile.umulhi", "tile.philox_byte", "tile.round_bf16")
 
 
-def dot_config(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tuple[MatrixOp, int, int]:
-    """Pick the matrix instruction and the WM x WN wave grid for a [m, n] += [m, k] @ [k, n] dot."""
+def _dot_tiling(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tuple[MatrixOp, int, int] | None:
     for op in sorted(arch.matrix_ops_for(dtype), key=lambda o: -o.m):
         wm = min(waves, max(1, m // op.m))
         while waves % wm:
@@ -36,9 +35,21 @@ def dot_config(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tu
         wn = waves // wm
         if m % (wm * op.m) == 0 and n % (wn * op.n) == 0 and k % op.k == 0:
             return op, wm, wn
+    return None
+
+
+def dot_config(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tuple[MatrixOp, int, int]:
+    """Pick the matrix instruction and the WM x WN wave grid for a [m, n] += [m, k] @ [k, n] dot."""
+    found = _dot_tiling(arch, dtype, m, n, k, waves)
+    if found is not None:
+        return found
+    ops = arch.matrix_ops_for(dtype)
+    fewer = next((w for w in (8, 4, 2, 1) if w < waves and _dot_tiling(arch, dtype, m, n, k, w)), None)
+    hint = (f"; it fits over {fewer} wave{'s' * (fewer > 1)}" if fewer else
+            f"; K = {k} is a multiple of no instruction's K" if all(k % o.k for o in ops) else "")
     raise ValueError(f"no {dtype} matrix instruction of {arch.name} tiles a [{m}, {n}] += [{m}, {k}] @ "
                      f"[{k}, {n}] dot over {waves} waves (instructions: "
-                     f"{', '.join(f'{o.m}x{o.n}x{o.k}' for o in arch.matrix_ops_for(dtype))})")
+                     f"{', '.join(f'{o.m}x{o.n}x{o.k}' for o in ops)}){hint}")
 
 
 class _Assigner:

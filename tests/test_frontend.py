@@ -484,6 +484,24 @@ def test_constant_shifts_drop_the_bits_past_31_as_at_run_time():
                  "store(o[arange(0, 4)], full([4], (1 << 30) * 2, i32));")
 
 
+def test_a_dot_no_instruction_tiles_says_what_would():
+    from tiledsl.passes.assign_layouts import dot_config
+
+    with pytest.raises(ValueError, match=r"tiles a \[32, 32\] \+= \[32, 16\] @ \[16, 32\] dot over 2 waves "
+                                         r"\(instructions: 32x32x16, 16x16x32\); it fits over 1 wave$"):
+        dot_config(get_arch("gfx950"), "f16", 32, 32, 16, 2)
+    with pytest.raises(ValueError, match=r"; K = 20 is a multiple of no instruction's K$"):
+        dot_config(get_arch("gfx942"), "f16", 32, 32, 20, 1)
+
+
+def test_integer_literals_in_hex_octal_and_binary():
+    """Source takes the forms -D values take (`cast(0x10, f32)` was a syntax error)."""
+    src = ("kernel k(o: tensor[i32](0x40)) grid(1) {\n"
+           "    store(o[arange(0, 0x40)], full([64], 0x10 + 0b11 + 0o7 + 0XfF, i32));\n}\n")
+    mlir = emit_tile_mlir(bind_src(src), get_arch("gfx942"), CompileOptions(arch="gfx942"))
+    assert "arith.constant 281 : i32" in mlir and "64xi32" in mlir
+
+
 def test_kernel_names_that_would_not_fit_a_file_name_are_an_error():
     src = "kernel %s(o: tensor[i32](1)) grid(1) {\n    store(o[0], 1);\n}\n"
     bind_src(src % ("k" * 128))

@@ -588,7 +588,8 @@ def _check_spills(manifest: dict[str, Any], ctx: StageContext, opts: CompileOpti
     if not spills or opts.allow_spills:
         return
     text = (f"the kernel spills {spills} registers to scratch memory on {ctx.arch.name} "
-            f"({manifest.get('vgpr_count')} VGPRs in use); use smaller block sizes or more waves")
+            f"({manifest.get('vgpr_count')} VGPRs in use); use smaller block sizes"
+            + (" or more waves" if (manifest.get("waves") or 0) < 16 else ""))
     bound = ctx.bound
     if bound is not None and ctx.source is not None:
         from tiledsl.errors import SourceError

@@ -35,6 +35,11 @@ _OPERATORS = {"OR", "AND", "LT", "LE", "GT", "GE", "EQEQ", "NE", "PIPE", "CARET"
               "RSHIFT", "PLUS", "MINUS", "STAR", "SLASH", "DSLASH", "PERCENT", "_LSQB"}
 
 
+def _int(tok: Token | str) -> int:
+    """An integer literal: decimal, or 0x / 0o / 0b (as -D values are written)."""
+    return int(str(tok), 0) if str(tok)[:2].lower() in ("0x", "0o", "0b") else int(str(tok))
+
+
 def parse(source: str, filename: str) -> ast.Kernel:
     """Parse one .tile file; it must define exactly one kernel."""
     try:
@@ -207,7 +212,7 @@ class _ToAst(Transformer):
     def cdefault(self, meta, c):
         tok = c[-1]
         if tok.type == "INT":
-            return -int(tok) if len(c) == 2 else int(tok)
+            return -_int(tok) if len(c) == 2 else _int(tok)
         if tok.type in ("TRUE", "FALSE"):
             return tok.type == "TRUE"
         return str(tok)
@@ -227,7 +232,7 @@ class _ToAst(Transformer):
         return ast.Arg(str(name), ast.ScalarType(ast.DTYPE_ALIASES.get(str(ty), str(ty))), self._loc(name))
 
     def dim_list(self, meta, dims):
-        return [int(d) if d.type == "INT" else str(d) for d in dims]
+        return [_int(d) if d.type == "INT" else str(d) for d in dims]
 
     def grid(self, meta, c):
         return list(c[1:])
@@ -294,7 +299,7 @@ class _ToAst(Transformer):
         return ast.Slice(self._loc(c[0]))
 
     def int_lit(self, meta, c):
-        return ast.Const(self._loc(c[0]), int(c[0]))
+        return ast.Const(self._loc(c[0]), _int(c[0]))
 
     def float_lit(self, meta, c):
         return ast.Const(self._loc(c[0]), float(c[0]))
