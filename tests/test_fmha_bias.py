@@ -391,3 +391,10 @@ def test_bwd_bias_variants_compile_without_vgpr_spills(arch, hdim):
         f"{m['vgpr_count']} VGPRs, spills {m['vgpr_spill_count']} VGPR / {m['sgpr_spill_count']} SGPR"
     for stage in plan.stages[2:]:
         assert stage.kernel.manifest["vgpr_spill_count"] == 0, stage.name
+    # A bias without its gradient runs the plain or bias row (gfx90a's plain row spilled 75-81 VGPRs).
+    plan = plan_from_sizes(arch, dtype="f16", hdim_q=hdim, hdim_v=hdim, hq=4, hk=4, seqlens_q=(256,),
+                           seqlens_k=(256,), varlen=False, mask=fmha_mask_params(True), softcap=True,
+                           bias="tensor", bias_dtype="f32")
+    m = plan.stages[1].kernel.manifest
+    assert m["vgpr_spill_count"] == 0 or bwd_config(arch, hdim, hdim, bias=True).spills, \
+        f"{m['vgpr_count']} VGPRs, spills {m['vgpr_spill_count']} VGPR / {m['sgpr_spill_count']} SGPR"

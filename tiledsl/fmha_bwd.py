@@ -135,7 +135,7 @@ BWD_MASKED_CONFIGS: dict[str, dict[int, BwdConfig]] = {
 # that tiles (64x32 keys-first: 18): compiled with spills allowed, and the table says so.
 BWD_DBIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     **{arch: {128: _b(16, 128, 8)} for arch in ("gfx90a", "gfx942", "gfx950")},
-    "gfx1100": {128: _b(32, 64, 8, spills=True, dq_block=(64, 32))}}
+    "gfx1100": {64: _b(32, 64, 8), 128: _b(32, 64, 8, spills=True, dq_block=(64, 32))}}
 
 
 # With dropout (docs/dropout.md: one Philox call per 4 consecutive query rows a lane holds), CDNA
@@ -149,7 +149,13 @@ BWD_DROPOUT_CONFIGS: dict[str, dict[int, BwdConfig]] = {
 
 # gfx1100 at hdim 64 with a bias (tensor or ALiBi, with or without dbias) or dropout keeps the
 # 8-wave 32x64 tile: its 16x64 4-wave row spills 4-15 VGPRs there, the 32x64 one none.
-BWD_BIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {"gfx1100": {64: _b(32, 64, 8)}}
+# CDNA at hdim 128: the plain row (two stages, merged LDS stores) spills VGPRs with a bias tensor
+# (gfx90a 75-81, session 48's fmha_bias table; gfx942 9 with a soft-cap under a causal mask; two
+# stages without merged stores still spill 9 on gfx90a); one stage spills none in any feature mix
+# of tests/test_fmha_bias.py (224-254 VGPRs). gfx1100 at hdim 64 ran 32x64 over 8 waves with any
+# bias; without the gradient that came to spill 31 VGPRs with an f32 bias, a soft-cap and a causal
+# mask, where the plain row (16x64 over 4 waves) spills none: the gradient keeps 32x64 (above).
+BWD_BIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {"gfx90a": {128: _b(32, 128, 8)}, "gfx942": {128: _b(32, 128, 8)}}
 
 
 # gfx1201 at hdim 128 keeps dQ in the key walk where that spills no VGPRs (plain, causal, soft-cap,
