@@ -21,6 +21,9 @@ from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 
 SLOT = 8  # bytes per lane in every region
+CDNA = ["gfx90a", "gfx942", "gfx950"]
+RDNA = ["gfx1100", "gfx1201"]
+ALL = CDNA + RDNA
 
 
 def wave(arch: str) -> int:

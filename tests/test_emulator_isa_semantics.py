@@ -20,6 +20,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from _lanes import (
+    ALL,
+    CDNA,
+    RDNA,
     compile_lanes,
     decoded,
     encode_vop3,
@@ -38,9 +41,6 @@ from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 
 pytestmark = pytest.mark.emulator
 
-CDNA = ["gfx90a", "gfx942", "gfx950"]
-RDNA = ["gfx1100", "gfx1201"]
-ALL = CDNA + RDNA
 F16, F32, F64 = np.float16, np.float32, np.float64
 NAN = np.nan
 

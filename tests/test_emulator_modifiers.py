@@ -19,6 +19,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _lanes import (
+    ALL,
+    CDNA,
+    RDNA,
     compile_lanes,
     decoded,
     encode_vop3,
@@ -36,9 +39,6 @@ from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 
 pytestmark = pytest.mark.emulator
 
-CDNA = ["gfx90a", "gfx942", "gfx950"]
-RDNA = ["gfx1100", "gfx1201"]
-ALL = CDNA + RDNA
 F16, F32 = np.float16, np.float32
 
 

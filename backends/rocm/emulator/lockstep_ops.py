@@ -492,13 +492,18 @@ def carry(inst, ctx, wctx):
         co = r > M32 if kind == "add" else r < 0
         wr(w, r)  # the u32 writer keeps the low 32 bits
         if not no_co:
-            if not w.full:
-                co = co & w.mask
-            waves = w.waves
-            for k, bits in zip(w.kl, _lane_bits(co, w, W), strict=True):
-                cwr(waves[k], bits)
+            _spread_carries(co, w, W, cwr)
         return nxt
     return h
+
+
+def _spread_carries(co, w, W: int, write) -> None:
+    """Each member wave's carry-out lanes of the chunk (bool per lane) into its SGPR (pair)."""
+    if not w.full:
+        co = co & w.mask
+    waves = w.waves
+    for k, bits in zip(w.kl, _lane_bits(co, w, W), strict=True):
+        write(waves[k], bits)
 
 
 def mad64(inst, ctx, wctx):
@@ -519,11 +524,7 @@ def mad64(inst, ctx, wctx):
     def h(w):
         co = core(w)
         if co is not None:
-            if not w.full:
-                co = co & w.mask
-            waves = w.waves
-            for k, bits in zip(w.kl, _lane_bits(co, w, W), strict=True):
-                swr(waves[k], bits)
+            _spread_carries(co, w, W, swr)
         return nxt
     return h
 
