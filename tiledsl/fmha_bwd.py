@@ -129,10 +129,13 @@ BWD_MASKED_CONFIGS: dict[str, dict[int, BwdConfig]] = {
 # With the bias gradient (docs/bias.md), CDNA's rows at hdim 128 spill vector registers once a
 # mask is on (the dS^T stores' addresses): 16 queries per step spill nothing and cost less than
 # halving the keys (executed instructions, benchmarks/fmha_bias.py). A bias or ALiBi alone keeps
-# the rows above (on wave64 they spill a few scalar registers, into VGPR lanes, at hdim 64).
+# the rows above but where BWD_BIAS_CONFIGS below has its own (on wave64 they spill a few scalar
+# registers, into VGPR lanes, at hdim 64).
 # gfx1100 at hdim 128 with the bias gradient walks dQ separately like its plain row, and its fullest
 # mix (bf16, causal, soft-cap, deterministic group mode, dbias) still spills 2 VGPRs with every tile
-# that tiles (64x32 keys-first: 18): compiled with spills allowed, and the table says so.
+# that tiles (64x32 keys-first: 18): compiled with spills allowed, and the table says so. At hdim 64
+# gfx1100 keeps the 8-wave 32x64 tile with the gradient, as with dropout: its 16x64 4-wave row spilled
+# 4-15 VGPRs there, the 32x64 one none.
 BWD_DBIAS_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     **{arch: {128: _b(16, 128, 8)} for arch in ("gfx90a", "gfx942", "gfx950")},
     "gfx1100": {64: _b(32, 64, 8), 128: _b(32, 64, 8, spills=True, dq_block=(64, 32))}}
@@ -147,8 +150,6 @@ BWD_DROPOUT_CONFIGS: dict[str, dict[int, BwdConfig]] = {
     **{arch: {64: _b(32, 128, 8)} for arch in ("gfx90a", "gfx942", "gfx950")}, "gfx1100": {64: _b(32, 64, 8)}}
 
 
-# gfx1100 at hdim 64 with a bias (tensor or ALiBi, with or without dbias) or dropout keeps the
-# 8-wave 32x64 tile: its 16x64 4-wave row spills 4-15 VGPRs there, the 32x64 one none.
 # CDNA at hdim 128: the plain row (two stages, merged LDS stores) spills VGPRs with a bias tensor
 # (gfx90a 75-81, session 48's fmha_bias table; gfx942 9 with a soft-cap under a causal mask; two
 # stages without merged stores still spill 9 on gfx90a); one stage spills none in any feature mix

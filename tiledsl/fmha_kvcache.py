@@ -95,7 +95,7 @@ def build_kvcache_plan(shape: KvCacheShape) -> Plan:
             ("batch", Ref("batch")), ("max_rows", Ref("max_seqlen_q")))))
     stages.extend(attention_stages(a))
     info = {"arch": a.arch, "kv_cache": a.kv_cache, "num_splits": a.num_splits, "heads_per_block": a.heads_per_block}
-    shapes = {**made_for_shapes(a), "q": (a.b, a.sq, a.hq, a.hdim_q)}
+    shapes = made_for_shapes(dataclasses.replace(a, q_name="q"))  # the call's q (its rotated copy is ours)
     if shape.s_new:
         new = (shape.batch, shape.s_new, shape.hk)
         shapes.update(k_new=(*new, a.hdim_q), v_new=(*new, a.hdim_v))
