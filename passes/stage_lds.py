@@ -22,7 +22,9 @@ barrier (_shared_stagings). A staging whose lanes read back only their own wave'
 arena instead: it is stored once, before the loop, and read where it is used. Resident regions are
 placed by lifetime (from the store to the last read, a read in a loop reaching that loop's end):
 two that are never live together share bytes (a kernel with two walks one after another), since
-each store is behind a barrier that every read of the region before it precedes. Rows are padded to
+each store is behind a barrier that every read of the region before it precedes. The other
+stagings go above the regions live while theirs are (_floors), so a staging before a region's
+store or after its last read may take its bytes. Rows are padded to
 spread consecutive rows over the LDS banks, and where the banks allow, to a multiple of the reads'
 vector width (_row_major_pitch: a 16-byte read of a lane on an 8-byte aligned row becomes two 8-byte
 reads, with their offsets added in VALU past ds_read2's reach), unless that costs a workgroup per
@@ -70,9 +72,11 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
     staged = {op for ops in stagings.values() for op in ops}
     align = _align_rows(stagings, options, arch)
     resident = 0  # bytes of the resident regions, which come first; the arena follows them
+    residents: dict[ir.Operation, Residents] = {}
     for fn in kernel_funcs(module):
         threads = L.Threads(arch.wave_size, int_attr(fn, "tile.waves"))
-        resident = max(resident, _place_residents(fn, threads, options, arch, source, align))
+        residents[fn] = _place_residents(fn, threads, options, arch, source, align)
+        resident = max(resident, residents[fn].top)
     module.operation.attributes["tile.lds_arena"] = i32_attr(resident)
     need = resident
     for fn in kernel_funcs(module):
@@ -86,7 +90,7 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                 shape = tile_shape(src.type)
                 sl, dl = L.layout_of(src.type), L.layout_of(op.result.type)
                 if op in staged:
-                    attrs, sizes[op] = _staging(op, resident, threads, options, arch, source, align)
+                    attrs, sizes[op] = _staging(op, 0, threads, options, arch, source, align)
                     if options.wave_private_stagings and _wave_private(sl, dl, shape, threads):
                         private.add(op)
                     else:  # a wave-private staging's bytes are not read by other layouts' lanes
@@ -99,8 +103,6 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                         if is_tile(op.result) else 1
                     sizes[op] = threads.count * outs * 4
                     _check(op, resident + sizes[op], arch, source)
-        arena = max(sizes.values(), default=0)
-        need = max(need, resident + arena)
         if any("tile.held" in op.attributes for op in sizes):
             ctx.facts["lds_if_resident"] = max(ctx.facts.get("lds_if_resident", 0), _lds_if_resident(sizes, resident))
         shared: dict[ir.Operation, ir.Operation] = {}  # staging -> the one whose stored bytes it reads
@@ -108,22 +110,57 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
         if options.lds_spread:
             shared = _shared_stagings(stored)
             merged = _mergeable_stores(fn, sizes, shared, private) if options.merge_stores else {}
-            arena, at, (war, entry_barriers), shared, merged = _placement(
-                fn, sizes, arena, resident, shared, private, merged, threads, arch,
+        floors = _floors(sizes, shared, merged, residents[fn], resident)
+        for op in sizes:
+            if op.name == "tile.convert_layout":
+                _check(op, floors[op] + sizes[op], arch, source)
+        limit = max((floors[op] + n for op, n in sizes.items()), default=resident)
+        need = max(need, limit)
+        if options.lds_spread:
+            limit, at, (war, entry_barriers), shared, merged = _placement(
+                fn, sizes, floors, limit, resident, shared, private, merged, residents[fn].reads, threads, arch,
                 options.loop_arena or options.merge_stores)
-            need = max(need, resident + arena)
-        else:  # every staging at the arena's start, behind a barrier
-            at, war, entry_barriers, private = dict.fromkeys(sizes, 0), set(sizes), set(), set()
+            need = max(need, limit)
+        else:  # every staging at its floor, behind a barrier
+            at, war, entry_barriers, private = dict(floors), set(sizes), set(), set()
         for loop in entry_barriers:
             _first_iteration_barrier(loop)
         followers = {f for fs in merged.values() for f in fs}
         for op in sizes:
             if op.name == "tile.convert_layout":
-                joined = [(f, resident + at[f]) for f in merged.get(op, ())]
-                _stage_convert(op, resident + at[op], op in war, op in shared or op in followers, op in private,
+                joined = [(f, at[f]) for f in merged.get(op, ())]
+                _stage_convert(op, at[op], op in war, op in shared or op in followers, op in private,
                                joined, threads, options, arch, source, align)
     module.operation.attributes["tile.lds_bytes"] = i32_attr(need)
     return need
+
+
+def _floors(sizes: dict[ir.Operation, int], shared: dict[ir.Operation, ir.Operation],
+            merged: dict[ir.Operation, list[ir.Operation]], residents: Residents,
+            resident: int) -> dict[ir.Operation, int]:
+    """The lowest byte each staging may take: above every resident region live while its bytes
+    are (from its store to its last read: that of a staging that reads its bytes or stores with
+    it), and the arena's start for a cross-wave reduction (its lowering's slots). A staging before
+    a resident tile's store or after its last read may take the region's bytes: the store has a
+    barrier first, and _war_barriers sees the region's reads. A tile loaded before a loop for a
+    dot there, and converted again for a dot inside it (a layout of its own), then takes LDS for
+    one staging at a time, where the two regions did not fit gfx11's LDS."""
+    order = residents.order
+    life = {op: [order[op], order[op]] for op in sizes if op.name == "tile.convert_layout"}
+    for reader, writer in shared.items():
+        life[writer][1] = max(life[writer][1], order[reader])
+    for first, fs in merged.items():
+        for f in fs:  # stored with `first`, read where it stands
+            life[first][1] = max(life[first][1], order[f])
+            life[f][0] = min(life[f][0], order[first])
+    floors = {}
+    for op in sizes:
+        if op.name != "tile.convert_layout":
+            floors[op] = resident
+            continue
+        lo, hi = life[op]
+        floors[op] = max((top for start, end, top in residents.spans if start <= hi and lo <= end), default=0)
+    return floors
 
 
 def _needs_staging(op: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch) -> bool:
@@ -200,12 +237,14 @@ def _shared_stagings(stored: dict[ir.Operation, tuple]) -> dict[ir.Operation, ir
     return shared
 
 
-def _arena_offsets(sizes: dict[ir.Operation, int], arena: int, shared: dict[ir.Operation, ir.Operation],
+def _arena_offsets(sizes: dict[ir.Operation, int], floors: dict[ir.Operation, int], limit: int,
+                   shared: dict[ir.Operation, ir.Operation],
                    merged: dict[ir.Operation, list[ir.Operation]] | None = None) -> dict[ir.Operation, int]:
-    """Arena offsets, in program order: each staging right after the one before it where the
-    arena has room (its size is the largest staging's), else at the start. Stagings that follow
-    one another in disjoint bytes need no barrier between the first one's reads and the second
-    one's store (_war_barriers). Cross-wave reductions keep the start (their lowering's slots).
+    """LDS offsets, in program order: each staging right after the one before it where there is
+    room below `limit` (at least the largest staging above its floor, _floors), else at its floor.
+    Stagings that follow one another in disjoint bytes need no barrier between the first one's
+    reads and the second one's store (_war_barriers). Cross-wave reductions keep their floor (their
+    lowering's slots).
     A staging in `shared` reads the bytes of the one it maps to, which the stagings between the
     two must not overwrite; where one cannot avoid them, that sharing is dropped (the staging
     stores its own copy) and the placement starts again. A staging in `merged`'s lists is stored
@@ -231,15 +270,16 @@ def _arena_offsets(sizes: dict[ir.Operation, int], arena: int, shared: dict[ir.O
             group = [op, *merged.get(op, ())]  # stored together, one after another
             size = sum(-(-sizes[g] // 16) * 16 for g in group[:-1]) + sizes[group[-1]]
             spot = None
+            floor = max(floors[g] for g in group)
             if op.name == "tile.convert_layout":
-                for start in (-(-end // 16) * 16, 0):
+                for start in (max(-(-end // 16) * 16, floor), floor):
                     while any(lo < start + size and start < hi for lo, hi in pinned):
                         start = max(-(-hi // 16) * 16 for lo, hi in pinned if lo < start + size and start < hi)
-                    if start + size <= arena:
+                    if start + size <= limit:
                         spot = start
                         break
-            elif not any(lo < size for lo, hi in pinned):
-                spot = 0
+            elif not any(lo < floor + size and floor < hi for lo, hi in pinned):
+                spot = floor
             if spot is None:
                 clash = group[-1] if len(group) > 1 else next(chain(
                     (r for r, w in shared.items() if w in at and index[r] > i),
@@ -262,21 +302,21 @@ def _arena_offsets(sizes: dict[ir.Operation, int], arena: int, shared: dict[ir.O
 class Placement(NamedTuple):
     """Where stage-lds puts a kernel function's stagings (_placement)."""
 
-    arena: int  # bytes
-    at: dict[ir.Operation, int]  # each staging's offset in the arena
+    limit: int  # the byte the stagings stay below
+    at: dict[ir.Operation, int]  # each staging's offset in the LDS
     found: Found  # the barriers their stores need first
     shared: dict[ir.Operation, ir.Operation]  # stagings that read an earlier one's bytes
     merged: dict[ir.Operation, list[ir.Operation]]  # stagings stored with an earlier one
 
 
-def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], arena: int, resident: int,
-               shared: dict[ir.Operation, ir.Operation], private: set[ir.Operation],
-               merged: dict[ir.Operation, list[ir.Operation]], threads: L.Threads, arch: Arch,
-               loop_arena: bool) -> Placement:
-    """The arena's size, each staging's offset in it, the barriers they need, the stagings that
-    still read an earlier one's bytes and those still stored with an earlier one
-    (`_arena_offsets` may drop some of `shared` and `merged`). The arena is the
-    largest staging, or with `loop_arena` wider where a loop's stagings then each get bytes of
+def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], floors: dict[ir.Operation, int], limit: int,
+               resident: int, shared: dict[ir.Operation, ir.Operation], private: set[ir.Operation],
+               merged: dict[ir.Operation, list[ir.Operation]], resident_reads: dict[ir.Operation, tuple[int, int]],
+               threads: L.Threads, arch: Arch, loop_arena: bool) -> Placement:
+    """The byte the stagings stay below, each staging's offset, the barriers they need, the
+    stagings that still read an earlier one's bytes and those still stored with an earlier one
+    (`_arena_offsets` may drop some of `shared` and `merged`). The limit is the lowest that holds
+    each staging above its floor, or with `loop_arena` higher where a loop's stagings then each get bytes of
     their own and fewer of them need a barrier before their store in every iteration, as long as
     the wider arena costs no workgroup per compute unit (waves per SIMD within the LDS, up to the
     kernel's occupancy target): gfx1201's hdim-128 forward stages K and V in the bytes its Q took
@@ -284,15 +324,15 @@ def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], arena: int, res
     one whose loops have the fewest barriers per iteration (merged stores save theirs) wins."""
     most = int_attr(fn, "tile.occupancy") if "tile.occupancy" in fn.attributes else arch.max_waves_per_simd
 
-    def waves(size: int) -> int:
-        return min(most, arch.occupancy(1, resident + size, threads.waves))
+    def waves(top: int) -> int:
+        return min(most, arch.occupancy(1, top, threads.waves))
 
-    def place(size: int) -> Placement:
+    def place(top: int) -> Placement:
         kept, joined = dict(shared), {op: list(fs) for op, fs in merged.items()}
-        at = _arena_offsets(sizes, size, kept, joined)
+        at = _arena_offsets(sizes, floors, top, kept, joined)
         joined = {op: fs for op, fs in joined.items() if fs}
-        spans = {op: (resident + at[op], resident + at[op] + n) for op, n in sizes.items()}
-        return Placement(size, at, _war_barriers(fn, spans, set(kept), private, joined), kept, joined)
+        spans = {op: (at[op], at[op] + n) for op, n in sizes.items()}
+        return Placement(top, at, _war_barriers(fn, spans, set(kept), private, joined, resident_reads), kept, joined)
 
     # Each staging's innermost loop (None outside loops).
     loop_of = {op: next((a for a in _ancestors(op) if a.name == "scf.for"), None) for op in sizes}
@@ -303,7 +343,7 @@ def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], arena: int, res
         return sum(op in p.found.war for op in looped) + sum(
             op not in p.shared and op not in followers and op not in private for op in looped)
 
-    best = place(arena)
+    best = place(limit)
     if not loop_arena:
         return best
     loop_bytes: dict[ir.Operation, int] = {}
@@ -312,9 +352,10 @@ def _placement(fn: ir.Operation, sizes: dict[ir.Operation, int], arena: int, res
         if loop is not None and op.name == "tile.convert_layout" and op not in shared:
             loop_bytes[loop] = loop_bytes.get(loop, 0) + -(-n // 16) * 16
     for size in sorted(set(loop_bytes.values())):
-        if size <= arena or resident + size > arch.lds_bytes or waves(size) < waves(arena):
+        top = resident + size
+        if top <= limit or top > arch.lds_bytes or waves(top) < waves(limit):
             continue
-        wider = place(size)
+        wider = place(top)
         if in_loops(wider) < in_loops(best):
             best = wider
     return best
@@ -378,7 +419,8 @@ def _wave_private(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads:
 
 def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
                   readers: set[ir.Operation], private: set[ir.Operation] = frozenset(),
-                  merged: dict[ir.Operation, list[ir.Operation]] | None = None) -> Found:
+                  merged: dict[ir.Operation, list[ir.Operation]] | None = None,
+                  resident_reads: dict[ir.Operation, tuple[int, int]] | None = None) -> Found:
     """The stagings whose store needs a barrier first: LDS bytes it overwrites may have been read
     since the last barrier, by this wave or (on any path through branches and loop iterations)
     another. A staging's reads all precede the next barrier or LDS store in program order (a dot
@@ -388,7 +430,9 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
     no barrier. `private` stagings (_wave_private) have no barrier after their store: their spans
     join `dirty` marked as theirs, and a private store need not wait for its own earlier reads
     (each byte is stored and read by one wave, in order). `merged` stagings are stored with the one
-    they are listed under, before its barrier, and only read where they are.
+    they are listed under, before its barrier, and only read where they are. `resident_reads` are
+    the reads of resident regions (_place_residents), whose bytes a staging outside their lifetime
+    may take (_floors).
 
     Also returns the loops that get a barrier in their first iteration only instead: where a store
     in the body needs one only because of bytes read before the loop (a tile staged once before
@@ -396,6 +440,7 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
     (_first_iteration_barrier)."""
 
     merged = merged or {}
+    resident_reads = resident_reads or {}
     readers = readers | {f for fs in merged.values() for f in fs}
 
     def overlaps(dirty: frozenset, span: tuple[int, int], op: ir.Operation) -> bool:
@@ -405,6 +450,8 @@ def _war_barriers(fn: ir.Operation, spans: dict[ir.Operation, tuple[int, int]],
         for op in ops_in(block):
             if op in readers:
                 dirty = dirty | {(*spans[op], None)}
+            elif op in resident_reads:
+                dirty = dirty | {(*resident_reads[op], None)}
             elif op in private:
                 if overlaps(dirty, spans[op], op):
                     found.war.add(op)
@@ -607,14 +654,25 @@ def _live_end(op: ir.Operation, first: dict[ir.Operation, int], last: dict[ir.Op
     return end
 
 
+class Residents(NamedTuple):
+    """A kernel function's resident regions (_place_residents)."""
+
+    top: int  # the byte they reach
+    spans: list[tuple[int, int, int]]  # per region: first and last program position it is live, the byte it reaches
+    order: dict[ir.Operation, int]  # every op's program position, as the spans count them
+    reads: dict[ir.Operation, tuple[int, int]]  # the regions' reads (tile.local_load) and their bytes
+
+
 def _place_residents(fn: ir.Operation, threads: L.Threads, options: CompileOptions, arch: Arch,
-                     source: str | None, align: bool) -> int:
+                     source: str | None, align: bool) -> Residents:
     """Stage fn's resident conversions, placing each region first-fit among the regions still
-    live at its store; returns the bytes they reach."""
+    live at its store."""
     first, last = _program_order(fn)
     residents = sorted((op for op in first if op.name == "tile.convert_layout" and "tile.resident" in op.attributes),
                        key=first.__getitem__)
     live: list[tuple[int, int, int]] = []  # (last position, offset, bytes)
+    spans = []
+    reads: dict[ir.Operation, tuple[int, int]] = {}
     top = 0
     for op in residents:
         start, end = first[op], _live_end(op, first, last)
@@ -625,25 +683,29 @@ def _place_residents(fn: ir.Operation, threads: L.Threads, options: CompileOptio
             if at + size <= offset:
                 break
             at = max(at, offset + taken)
-        _stage_resident(op, at, threads, options, arch, source, align)
+        reads.update(dict.fromkeys(_stage_resident(op, at, threads, options, arch, source, align), (at, at + size)))
         live.append((end, at, size))
+        spans.append((start, end, at + size))
         top = max(top, at + size)
-    return top
+    return Residents(top, spans, first, reads)
 
 
 def _stage_resident(op: ir.Operation, at: int, threads: L.Threads, options: CompileOptions, arch: Arch,
-                    source: str | None, align: bool) -> None:
-    """Store the tile once where the conversion stands; each user reads it back."""
+                    source: str | None, align: bool) -> list[ir.Operation]:
+    """Store the tile once where the conversion stands; each user reads it back. Returns the reads."""
     attrs, size = _staging(op, at, threads, options, arch, source, align)
     with ir.InsertionPoint(op), op.location:
         tile_op("barrier", [], [])
         tile_op("local_store", [op.operands[0]], [], attrs)
         tile_op("barrier", [], [])
+    loads = []
     for use in list(op.result.uses):
         user = use.owner.operation
         with ir.InsertionPoint(user), op.location:
-            user.operands[use.operand_number] = tile_op("local_load", [], [op.result.type], attrs).result
+            loads.append(tile_op("local_load", [], [op.result.type], attrs))
+            user.operands[use.operand_number] = loads[-1].result
     op.erase()
+    return [load.operation for load in loads]
 
 
 def _stage_convert(op: ir.Operation, at: int, war_barrier: bool, reads_only: bool, private: bool,
