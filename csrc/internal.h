@@ -37,7 +37,7 @@ typedef struct {
                                      void *, void **, void **);
 } td_hip_api;
 extern td_hip_api td__hip;
-enum { TD_HIP_MEMCPY_HOST_TO_DEVICE = 1 };
+enum { TD_HIP_MEMCPY_HOST_TO_DEVICE = 1, TD_HIP_MEMCPY_DEVICE_TO_HOST = 2 };
 /* TD_OK, or td__fail naming `what` (the call) and the HIP error's name. */
 td_status td__hip_check(hipError_t err, const char *what);
 td_status td__need_init(void);

@@ -51,6 +51,7 @@ struct td_plan {
     void **standins; /* device memory of the PA_ZEROS arguments */
     int nstandins;
     const js_value *shapes; /* the inputs' shapes the plan was made for, by name (NULL: none recorded) */
+    const js_value *values; /* the i32 inputs whose values it was made for (group mode's cu_seqlens) */
 };
 
 #define BAD(...) td__fail(TD_ERROR_PACKAGE, __VA_ARGS__)
@@ -239,6 +240,15 @@ static td_status load(td_plan *plan, td_package *package, const js_value *root) 
         for (size_t d = 0; ok && d < dims->n; d++) ok = dims->items[d]->is_int && dims->items[d]->i >= 0;
         if (!ok) return BAD("shapes: '%s' is not a list of at most %d sizes", plan->shapes->keys[i], TD_MAX_DIMS);
     }
+    plan->values = js_get(root, "values");
+    if (plan->values && plan->values->type != JS_OBJECT) return BAD("'values' is not an object of input values");
+    for (size_t i = 0; plan->values && i < plan->values->n; i++) {
+        const js_value *list = plan->values->items[i];
+        int ok = list->type == JS_ARRAY && list->n > 0;
+        for (size_t j = 0; ok && j < list->n; j++)
+            ok = list->items[j]->is_int && list->items[j]->i >= INT32_MIN && list->items[j]->i <= INT32_MAX;
+        if (!ok) return BAD("values: '%s' is not a list of i32 values", plan->values->keys[i]);
+    }
     size_t nargs = 0;
     for (size_t i = 0; i < stages->n; i++) {
         const js_value *args = js_get(stages->items[i], "args");
@@ -389,6 +399,43 @@ static td_status check_made_for(const td_plan *plan, const td_arg *arg) {
                     td__ints_text(dims, (int)want->n, made, sizeof made));
 }
 
+/* The values of an i32 input a plan was made for (group mode's cu_seqlens: the backward's split
+ * counts and workspace offsets follow from them), read back from the device: others would send the
+ * kernels' stores past their workspace slices. One small copy on the null stream, which orders it
+ * after earlier work on blocking streams, as the host segment's copy is. */
+static td_status check_made_for_values(const td_plan *plan, const td_arg *arg) {
+    const js_value *want = plan->values ? js_get(plan->values, arg->name) : NULL;
+    if (!want) return TD_OK;
+    const td_tensor *t = &arg->tensor;
+    if (t->dtype != TD_I32 || t->ndim != 1 || t->shape[0] != (int64_t)want->n || (want->n > 1 && t->strides[0] != 1))
+        return td__fail(TD_ERROR_ARGUMENT, "argument '%s': expected a contiguous 1-D i32 tensor of %zu values "
+                        "(the plan's), got dtype %d with %d dims", arg->name, want->n, (int)t->dtype, t->ndim);
+    if (!t->data) return td__fail(TD_ERROR_ARGUMENT, "argument '%s': data is NULL", arg->name);
+    int32_t *got = malloc(want->n * sizeof *got);
+    if (!got) return td__fail(TD_ERROR_MEMORY, "out of memory");
+    char what[160];
+    snprintf(what, sizeof what, "hipMemcpy of argument '%s' to the host, to check its values", arg->name);
+    td_status s = td__hip_check(td__hip.Memcpy(got, t->data, want->n * sizeof *got, TD_HIP_MEMCPY_DEVICE_TO_HOST),
+                                what);
+    size_t at = 0;
+    while (s == TD_OK && at < want->n && got[at] == want->items[at]->i) at++;
+    if (s == TD_OK && at < want->n) {
+        int64_t shown_got[12], shown_want[12];
+        int n = want->n < 12 ? (int)want->n : 12;
+        for (int i = 0; i < n; i++) {
+            shown_got[i] = got[i];
+            shown_want[i] = want->items[i]->i;
+        }
+        char g[200], w[200];
+        s = td__fail(TD_ERROR_ARGUMENT, "argument '%s': values %s%s, but this plan was made for %s%s (first "
+                     "difference at [%zu]); make a plan for these sequence lengths", arg->name,
+                     td__ints_text(shown_got, n, g, sizeof g), want->n > 12 ? " ..." : "",
+                     td__ints_text(shown_want, n, w, sizeof w), want->n > 12 ? " ..." : "", at);
+    }
+    free(got);
+    return s;
+}
+
 td_status td_plan_run(td_plan *plan, const td_arg *args, int nargs, void *workspace, void *stream) {
     td_status s = td__need_init();
     if (s != TD_OK) return s;
@@ -415,6 +462,9 @@ td_status td_plan_run(td_plan *plan, const td_arg *args, int nargs, void *worksp
             s = td__fail(TD_ERROR_ARGUMENT, "argument '%s' given twice", args[i].name);
         else if (args[i].kind == TD_ARG_TENSOR) s = check_made_for(plan, &args[i]);
     }
+    if (s == TD_OK && plan->values) s = td__set_device(plan->device);
+    for (int i = 0; s == TD_OK && plan->values && i < nargs; i++)
+        if (args[i].kind == TD_ARG_TENSOR) s = check_made_for_values(plan, &args[i]);
     /* Everything is checked and packed before the first launch, so a bad argument of the last
      * stage does not leave the first stages' outputs half written. */
     for (int i = 0; s == TD_OK && i < plan->nstages; i++) {

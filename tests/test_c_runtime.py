@@ -428,9 +428,22 @@ def test_backward_group_mode_from_c(rt, hip, hip_backend, tmp_path, arch):
     env.update({"dq": hip.empty(dev, (1, 75, 3, 48), bf16), "dk": hip.empty(dev, (1, 100, 1, 48), bf16),
                 "dv": hip.empty(dev, (1, 100, 1, 48), bf16), "cu_seqlens_q": hip.upload(dev, cu_q),
                 "cu_seqlens_k": hip.upload(dev, cu_k), "scale": float(1 / np.sqrt(48)), "softcap": 5.0})
+    spec = plan.to_json()
+    # The split counts and dq_acc offsets follow from the sequence lengths: the plan records them.
+    assert spec["values"] == {"cu_seqlens_q": [0, 30, 30, 75], "cu_seqlens_k": [0, 20, 44, 100]}
     pkg = rt.open(write_plan_package(tmp_path / "pkg", plan))
-    p = rt.plan(pkg, json.dumps(plan.to_json()), dev)
+    p = rt.plan(pkg, json.dumps(spec), dev)
     try:
+        # Other lengths (here the last key sequence longer, as far as k's rows reach) would send
+        # the kernels' stores past their workspace slices: read back and refused before any launch.
+        launches = hip_backend.stub.count("launches") if hip_backend.stub else 0
+        other = {**env, "cu_seqlens_k": hip.upload(dev, np.array([0, 0, 0, 100], np.int32))}
+        with pytest.raises(TdError, match=r"argument 'cu_seqlens_k': values \[0, 0, 0, 100\], but this plan was "
+                                          r"made for \[0, 20, 44, 100\] \(first difference at \[1\]\)") as info:
+            rt.run(p, other, hip.garbage(dev, plan.workspace_size))
+        assert info.value.status == TD_ERROR_ARGUMENT
+        if hip_backend.stub:
+            assert hip_backend.stub.count("launches") == launches
         rt.run(p, env, hip.garbage(dev, plan.workspace_size))
         got = [hip.download(env[n])[0] for n in ("dq", "dk", "dv")]
     finally:

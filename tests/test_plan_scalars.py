@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _plans import captured_plan
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
@@ -19,20 +20,7 @@ pytestmark = pytest.mark.emulator
 
 
 def captured_call(monkeypatch, **call):
-    """The plan fmha_fwd_kvcache runs for `call`, its device and environment; the plan is run
-    once as the library runs it, and its output returned with them."""
-    seen = []
-    real_run = Plan.run
-
-    def spy(self, device, env, workspace=None):
-        seen.append((self, device, dict(env)))
-        return real_run(self, device, env, workspace)
-
-    with monkeypatch.context() as m:
-        m.setattr(Plan, "run", spy)
-        out = fmha_fwd_kvcache(**call)
-    assert len(seen) == 1
-    return (*seen[0], out)
+    return captured_plan(monkeypatch, fmha_fwd_kvcache, **call)
 
 
 def refused(plan: Plan, device, env: dict, pattern: str) -> None:

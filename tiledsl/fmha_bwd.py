@@ -431,14 +431,18 @@ def build_plan(shape: BwdShape) -> Plan:
         info["dropout"] = True
     if shape.dbias != "none":
         info.update(dbias=shape.dbias, dbias_zeroed=dbias_zeroed(shape))
-    return Plan("fmha_bwd", stages, workspace, info, made_for_shapes(shape))
+    values = {}
+    if shape.varlen:  # the split counts and workspace offsets follow from the sequence lengths
+        values = {"cu_seqlens_q": tuple(int(x) for x in np.cumsum((0, *shape.seqlens_q))),
+                  "cu_seqlens_k": tuple(int(x) for x in np.cumsum((0, *shape.seqlens_k)))}
+    return Plan("fmha_bwd", stages, workspace, info, made_for_shapes(shape), values)
 
 
 def made_for_shapes(shape: BwdShape) -> dict[str, tuple[int, ...]]:
     """The inputs' shapes (the kernels' [B, S, H, D] views) that the plan's host segment, split
     counts and workspace follow from: Plan.shapes, which the C runtime holds a call to. In group
     mode the key tensors may hold rows past the last sequence, so only the query side's are fixed
-    (and cu_seqlens' lengths: their values live on the device)."""
+    (and cu_seqlens' lengths; their values are Plan.values)."""
     b, sq, hq, hk, d, dv = shape.b, shape.sq, shape.hq, shape.hk, shape.hdim_q, shape.hdim_v
     out = {"q": (b, sq, hq, d), "dq": (b, sq, hq, d), "do": (b, sq, hq, dv), "out": (b, sq, hq, dv),
            "lse": (b, hq, sq)}

@@ -137,6 +137,10 @@ class Plan:
     # The inputs' shapes the plan was made for, by name (its workspace and host segment follow from
     # them): the C runtime refuses a call with other shapes (Plan.run's calls build a plan each).
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # The i32 inputs whose values the plan was made for (group mode's cu_seqlens, which the
+    # backward's split counts and workspace offsets follow from): Plan.run and the C runtime read
+    # them back and refuse others, which would send the kernels' stores past their workspace slices.
+    values: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def workspace_size(self) -> int:
@@ -184,6 +188,8 @@ class Plan:
             if got is not None and tuple(got) != tuple(dims):
                 raise ValueError(f"argument '{name}': shape {list(got)}, but this plan was made for {list(dims)}; "
                                  "make a plan for these sizes")
+        for name, want in self.values.items():
+            check_made_for_values(name, env.get(name), want)
         if workspace is not None:
             buf = self.check_workspace(device, workspace)
         else:
@@ -229,8 +235,10 @@ class Plan:
                            "arch": s.kernel.manifest["arch"], "args": args})
         ws = self.workspace
         shapes = {name: list(dims) for name, dims in self.shapes.items() if name in inputs}
+        values = {name: [int(x) for x in want] for name, want in self.values.items() if name in inputs}
         return {"format": "tiledsl-plan", "version": 1, "op": self.op, "info": _json_ready(self.info),
-                "inputs": inputs, **({"shapes": shapes} if shapes else {}), "stages": stages,
+                "inputs": inputs, **({"shapes": shapes} if shapes else {}), **({"values": values} if values else {}),
+                "stages": stages,
                 "workspace": {"size": ws.size, "host": ws.host.hex(),
                               "regions": [{"name": r.name, "offset": r.offset, "words": r.words, "dtype": r.dtype,
                                            "shape": list(r.shape), "zero": r.zero} for r in ws.regions]}}
@@ -250,6 +258,26 @@ class Plan:
         facts = ", ".join(f"{k} {v}" for k, v in self.info.items())
         return f"{self.op} plan ({facts})\n" + format_table(rows, cols, text_columns=3) + "\n" + \
             self.workspace.describe()
+
+
+def check_made_for_values(name: str, got: Any, want: tuple[int, ...]) -> None:
+    """Refuse an input whose values are not the ones a plan was made for (Plan.values); a
+    DeviceArray is read back, as the C runtime reads the device's copy."""
+    if got is None:
+        return  # a missing input is the stages' error, with the parameter it binds
+    if isinstance(got, DeviceArray):
+        if got.freed:
+            raise ValueError(f"argument '{name}': its DeviceArray was freed")
+        got = got.numpy()
+    arr = np.asarray(got)
+    if arr.shape != (len(want),) or not np.issubdtype(arr.dtype, np.integer) or (arr != np.asarray(want)).any():
+        raise ValueError(f"argument '{name}': values {_values_text(arr)}, but this plan was made for "
+                         f"{_values_text(np.asarray(want))}; make a plan for these sequence lengths")
+
+
+def _values_text(arr: np.ndarray) -> str:
+    flat = [str(x) for x in arr.ravel()[:12]]
+    return "[" + ", ".join(flat) + (", ...]" if arr.size > 12 else "]")
 
 
 _DTYPE_NAMES = ("f32", "f16", "bf16", "i32", "i64", "i1", "f8e4m3", "f8e5m2")
