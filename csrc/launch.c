@@ -133,7 +133,6 @@ static td_status check_tensor(checker *c, int p) {
     if (t->ndim != spec->ndim)
         return FAIL("argument %s: expected %d dims (%s), got shape %s", name, spec->ndim,
                     dims_text(spec, what, sizeof what), shape_text(t, shape, sizeof shape));
-    if (!t->data) return FAIL("argument %s: data is NULL", name);
     shape_text(t, shape, sizeof shape);
     for (int axis = 0; axis < t->ndim; axis++) {
         int64_t size = t->shape[axis];
@@ -155,10 +154,16 @@ static td_status check_tensor(checker *c, int p) {
                         (long long)size, found->name, (long long)found->size, found->tensor, found->axis);
         }
     }
-    for (int axis = 0; axis < t->ndim; axis++)
+    int n = t->ndim, empty = 0;
+    for (int axis = 0; axis < n; axis++) empty |= t->shape[axis] == 0;
+    if (empty) { /* nothing is read or written: any strides and pointer (numpy's 0, torch's NULL), as launcher.py */
+        memset(c->strides[ti], 0, sizeof c->strides[ti]);
+        return TD_OK;
+    }
+    if (!t->data) return FAIL("argument %s: data is NULL", name);
+    for (int axis = 0; axis < n; axis++)
         if (t->strides[axis] < 0)
             return FAIL("argument %s: stride %lld on dim %d is negative", name, (long long)t->strides[axis], axis);
-    int n = t->ndim;
     if (spec->written && elements_overlap(t)) {
         char strides[160];
         return FAIL("argument %s: the kernel writes it, but its elements overlap in memory (shape %s, strides %s "
@@ -180,16 +185,14 @@ static td_status check_tensor(checker *c, int p) {
     }
     /* The element offsets the kernel computes are i32: the last element must be reachable. */
     int64_t last = 0, term;
-    int empty = 0;
-    for (int axis = 0; axis < n; axis++) empty |= t->shape[axis] == 0;
-    for (int axis = 0; axis < n && !empty; axis++) {
+    for (int axis = 0; axis < n; axis++) {
         if (__builtin_mul_overflow(t->shape[axis] - 1, t->strides[axis], &term) ||
             __builtin_add_overflow(last, term, &last) || last > I32_MAX)
             return FAIL("argument %s: spans more than 2^31 elements; offsets must fit in i32", name);
     }
     /* Buffer instructions' byte offsets are 32-bit with masked-off lanes at 2 GiB (the manifest's "buffer"). */
     size_t item = td_dtype_size(spec->dtype);
-    if (spec->buffer && !empty && (uint64_t)(last + 1) * item > BUFFER_REACH)
+    if (spec->buffer && (uint64_t)(last + 1) * item > BUFFER_REACH)
         return FAIL("argument %s: spans %llu bytes; this kernel variant addresses it with buffer instructions, which "
                     "reach %llu bytes (2 GiB): compile it with CompileOptions(large_tensors=(%s,))", name,
                     (unsigned long long)((uint64_t)(last + 1) * item), (unsigned long long)BUFFER_REACH, name);
@@ -198,7 +201,7 @@ static td_status check_tensor(checker *c, int p) {
        index 0 whatever its stride (x[None] has stride 0): it is passed one that suits. */
     memcpy(c->strides[ti], t->strides, sizeof t->strides);
     int64_t last_stride = spec->unit_last_stride ? 1 : t->strides[n - 1], span = (t->shape[n - 1] - 1) * last_stride;
-    for (int axis = 0; axis < n && !empty; axis++) {
+    for (int axis = 0; axis < n; axis++) {
         if (!(spec->row_bounds >> axis & 1)) continue;
         int64_t s = axis == n - 1 ? last_stride : t->strides[axis];
         if (s > 0 && (axis == n - 1 || s > span)) continue;

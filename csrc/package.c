@@ -342,16 +342,43 @@ static uint64_t le(const unsigned char *p, int n) {
     return v;
 }
 
-/* What HIP would be handed blind: a 64-bit little-endian AMDGPU ELF whose header tables lie in the
- * file (what tiledsl's elf.read_code_object checks first), or why not (NULL: it is one). */
+/* What HIP would be handed blind: a 64-bit little-endian AMDGPU ELF whose header tables, loaded
+ * segments, sections and notes lie in the file, with sane segment sizes and symbol tables (what
+ * tiledsl's elf.read_code_object checks before it reads the metadata), or why not (NULL: it is
+ * one). A code object is loaded into one GPU address range: a segment past 4 GiB is corrupted. */
+#define ELF_MAX_ADDRESS ((uint64_t)1 << 32)
 static const char *elf_problem(const unsigned char *image, size_t size) {
     if (size < 64 || memcmp(image, "\x7f" "ELF", 4)) return "no ELF header";
     if (image[4] != 2 || image[5] != 1) return "not a 64-bit little-endian ELF";
     if (le(image + 18, 2) != 224) return "not for an AMDGPU machine";
     uint64_t phoff = le(image + 32, 8), shoff = le(image + 40, 8);
-    uint64_t phsize = le(image + 54, 2) * le(image + 56, 2), shsize = le(image + 58, 2) * le(image + 60, 2);
-    if (phoff > size || phsize > size - phoff) return "its program headers lie past its end: truncated";
-    if (shoff > size || shsize > size - shoff) return "its section headers lie past its end: truncated";
+    uint64_t phent = le(image + 54, 2), phnum = le(image + 56, 2), shent = le(image + 58, 2), shnum = le(image + 60, 2);
+    if (phnum && phent < 56) return "its program header entries are too short";
+    if (shnum && shent < 64) return "its section header entries are too short";
+    if (phoff > size || phent * phnum > size - phoff) return "its program headers lie past its end: truncated";
+    if (shoff > size || shent * shnum > size - shoff) return "its section headers lie past its end: truncated";
+    for (uint64_t i = 0; i < phnum; i++) {
+        const unsigned char *ph = image + phoff + i * phent;
+        uint64_t off = le(ph + 8, 8), vaddr = le(ph + 16, 8), filesz = le(ph + 32, 8), memsz = le(ph + 40, 8);
+        if (le(ph, 4) != 1) continue; /* PT_LOAD only */
+        if (off > size || filesz > size - off) return "a loaded segment lies past its end: truncated or corrupted";
+        if (memsz < filesz || vaddr > ELF_MAX_ADDRESS || memsz > ELF_MAX_ADDRESS - vaddr)
+            return "a loaded segment has a corrupted size";
+    }
+    for (uint64_t i = 0; i < shnum; i++) {
+        const unsigned char *sh = image + shoff + i * shent;
+        uint64_t type = le(sh + 4, 4), off = le(sh + 24, 8), sz = le(sh + 32, 8);
+        if (type == 8) continue; /* SHT_NOBITS: no bytes in the file */
+        if (off > size || sz > size - off) return "a section lies past its end: truncated or corrupted";
+        if ((type == 2 || type == 11) && (le(sh + 56, 8) != 24 || le(sh + 40, 4) >= shnum))
+            return "a symbol table is corrupted";
+        for (uint64_t pos = off; type == 7 && pos + 12 <= off + sz;) { /* SHT_NOTE: each note inside it */
+            uint64_t namesz = le(image + pos, 4), descsz = le(image + pos + 4, 4);
+            uint64_t desc = pos + 12 + ((namesz + 3) & ~(uint64_t)3);
+            if (desc > off + sz || descsz > off + sz - desc) return "a note runs past the end of its section";
+            pos = desc + ((descsz + 3) & ~(uint64_t)3);
+        }
+    }
     return NULL;
 }
 
@@ -385,10 +412,17 @@ static td_status load_kernel(td_package *p, const char *key, const js_value *ent
     snprintf(k->key, sizeof k->key, "%s", key);
     snprintf(path, sizeof path, "%.*s/%s", (int)root_len, p->root, manifest);
     char err[256];
-    const char *manifest_digest = str_field(entry, "manifest_sha256"); /* absent in packages written before it */
-    if ((s = td__read_file(path, "manifest", &text, &size)) != TD_OK) {
+    /* Required here: the Python loader checks a manifest against its code object, this runtime
+     * cannot parse the code object's metadata and trusts the manifest by its digest alone. */
+    const char *manifest_digest = str_field(entry, "manifest_sha256");
+    if (!manifest_digest) {
+        s = td__fail(TD_ERROR_PACKAGE, "kernel package %s: index.json records no manifest_sha256 string for %s (a "
+                     "package written before manifest digests, or an edited index); the C runtime trusts a manifest "
+                     "only by its digest: rebuild the package with `tiledsl prebuild ... -o %s`", p->root, manifest,
+                     p->root);
+    } else if ((s = td__read_file(path, "manifest", &text, &size)) != TD_OK) {
         s = td__context(s, "kernel package %s", p->root);
-    } else if (manifest_digest && (td__sha256_hex(text, size, digest), strcmp(digest, manifest_digest))) {
+    } else if (td__sha256_hex(text, size, digest), strcmp(digest, manifest_digest)) {
         s = td__fail(TD_ERROR_PACKAGE, "kernel package %s: %s is corrupted (its sha256 does not match index.json: "
                      "it was edited or damaged); rebuild the package with `tiledsl prebuild ... -o %s`", p->root,
                      manifest, p->root);

@@ -52,6 +52,7 @@ struct td_plan {
     int nstandins;
     const js_value *shapes; /* the inputs' shapes the plan was made for, by name (NULL: none recorded) */
     const js_value *values; /* the i32 inputs whose values it was made for (group mode's cu_seqlens) */
+    const js_value *offsets; /* group mode's offset inputs: name -> {"rows": [input, dim], "longest": input} */
 };
 
 #define BAD(...) td__fail(TD_ERROR_PACKAGE, __VA_ARGS__)
@@ -249,6 +250,15 @@ static td_status load(td_plan *plan, td_package *package, const js_value *root) 
             ok = list->items[j]->is_int && list->items[j]->i >= INT32_MIN && list->items[j]->i <= INT32_MAX;
         if (!ok) return BAD("values: '%s' is not a list of i32 values", plan->values->keys[i]);
     }
+    plan->offsets = js_get(root, "offsets");
+    if (plan->offsets && plan->offsets->type != JS_OBJECT) return BAD("'offsets' is not an object of offset inputs");
+    for (size_t i = 0; plan->offsets && i < plan->offsets->n; i++) {
+        const js_value *spec = plan->offsets->items[i], *rows = js_get(spec, "rows"), *longest = js_get(spec, "longest");
+        int ok = spec->type == JS_OBJECT && rows && rows->type == JS_ARRAY && rows->n == 2 &&
+                 rows->items[0]->type == JS_STRING && rows->items[1]->is_int && rows->items[1]->i >= 0 &&
+                 rows->items[1]->i < TD_MAX_DIMS && (!longest || longest->type == JS_STRING);
+        if (!ok) return BAD("offsets: '%s' is not {\"rows\": [input, dim], \"longest\": input}", plan->offsets->keys[i]);
+    }
     size_t nargs = 0;
     for (size_t i = 0; i < stages->n; i++) {
         const js_value *args = js_get(stages->items[i], "args");
@@ -403,20 +413,30 @@ static td_status check_made_for(const td_plan *plan, const td_arg *arg) {
  * counts and workspace offsets follow from them), read back from the device: others would send the
  * kernels' stores past their workspace slices. One small copy on the null stream, which orders it
  * after earlier work on blocking streams, as the host segment's copy is. */
+/* The values of a 1-D i32 device tensor, read back into a malloc'd array (*out, freed by the caller). */
+static td_status read_back_i32(const td_arg *arg, int32_t **out, size_t *n) {
+    const td_tensor *t = &arg->tensor;
+    *out = NULL;
+    if (t->dtype != TD_I32 || t->ndim != 1 || t->shape[0] < 1 || (t->shape[0] > 1 && t->strides[0] != 1))
+        return td__fail(TD_ERROR_ARGUMENT, "argument '%s': expected a contiguous 1-D i32 tensor of offsets, got "
+                        "dtype %s with %d dims", arg->name, td__dtype_name(t->dtype), t->ndim);
+    if (!t->data) return td__fail(TD_ERROR_ARGUMENT, "argument '%s': data is NULL", arg->name);
+    *n = (size_t)t->shape[0];
+    if (!(*out = malloc(*n * sizeof **out))) return td__fail(TD_ERROR_MEMORY, "out of memory");
+    char what[160];
+    snprintf(what, sizeof what, "hipMemcpy of argument '%s' to the host, to check its values", arg->name);
+    return td__hip_check(td__hip.Memcpy(*out, t->data, *n * sizeof **out, TD_HIP_MEMCPY_DEVICE_TO_HOST), what);
+}
+
 static td_status check_made_for_values(const td_plan *plan, const td_arg *arg) {
     const js_value *want = plan->values ? js_get(plan->values, arg->name) : NULL;
     if (!want) return TD_OK;
-    const td_tensor *t = &arg->tensor;
-    if (t->dtype != TD_I32 || t->ndim != 1 || t->shape[0] != (int64_t)want->n || (want->n > 1 && t->strides[0] != 1))
-        return td__fail(TD_ERROR_ARGUMENT, "argument '%s': expected a contiguous 1-D i32 tensor of %zu values "
-                        "(the plan's), got dtype %d with %d dims", arg->name, want->n, (int)t->dtype, t->ndim);
-    if (!t->data) return td__fail(TD_ERROR_ARGUMENT, "argument '%s': data is NULL", arg->name);
-    int32_t *got = malloc(want->n * sizeof *got);
-    if (!got) return td__fail(TD_ERROR_MEMORY, "out of memory");
-    char what[160];
-    snprintf(what, sizeof what, "hipMemcpy of argument '%s' to the host, to check its values", arg->name);
-    td_status s = td__hip_check(td__hip.Memcpy(got, t->data, want->n * sizeof *got, TD_HIP_MEMCPY_DEVICE_TO_HOST),
-                                what);
+    if (arg->tensor.ndim != 1 || arg->tensor.shape[0] != (int64_t)want->n)
+        return td__fail(TD_ERROR_ARGUMENT, "argument '%s': expected %zu values (the plan's), got a tensor of %d dims",
+                        arg->name, want->n, arg->tensor.ndim);
+    int32_t *got;
+    size_t n;
+    td_status s = read_back_i32(arg, &got, &n);
     size_t at = 0;
     while (s == TD_OK && at < want->n && got[at] == want->items[at]->i) at++;
     if (s == TD_OK && at < want->n) {
@@ -433,6 +453,43 @@ static td_status check_made_for_values(const td_plan *plan, const td_arg *arg) {
                      td__ints_text(shown_want, n, w, sizeof w), want->n > 12 ? " ..." : "", at);
     }
     free(got);
+    return s;
+}
+
+/* Group mode's offsets (cu_seqlens) as tiledsl.ops checks them: from 0, non-decreasing, within the
+ * packed rows of the input `rows` names, no sequence longer than the `longest` scalar (the grid covers
+ * that many rows of each sequence: a longer one would have rows left unwritten). */
+static td_status check_offsets(const td_plan *plan, const td_arg *args, int nargs, const td_arg *arg) {
+    const js_value *spec = plan->offsets ? js_get(plan->offsets, arg->name) : NULL;
+    if (!spec) return TD_OK;
+    const js_value *rows = js_get(spec, "rows"), *longest = js_get(spec, "longest");
+    const td_arg *packed = lookup(args, nargs, rows->items[0]->s);
+    const td_arg *bound = longest ? lookup(args, nargs, longest->s) : NULL;
+    int dim = (int)rows->items[1]->i;
+    if (!packed || packed->kind != TD_ARG_TENSOR || dim >= packed->tensor.ndim) return TD_OK; /* the stages say */
+    int64_t total = packed->tensor.shape[dim];
+    int32_t *cu;
+    size_t n;
+    td_status s = read_back_i32(arg, &cu, &n);
+    int64_t most = 0;
+    for (size_t i = 1; s == TD_OK && i < n; i++) most = cu[i] - cu[i - 1] > most ? cu[i] - cu[i - 1] : most;
+    const char *name = arg->name;
+    if (s == TD_OK && n < 2)
+        s = td__fail(TD_ERROR_ARGUMENT, "argument '%s': expected length batch + 1 >= 2, got length %zu", name, n);
+    if (s == TD_OK && cu[0] != 0) s = td__fail(TD_ERROR_ARGUMENT, "argument '%s': must start at 0, got %d", name, cu[0]);
+    if (s == TD_OK) {
+        for (size_t i = 1; s == TD_OK && i < n; i++)
+            if (cu[i] < cu[i - 1])
+                s = td__fail(TD_ERROR_ARGUMENT, "argument '%s': must be non-decreasing, but %s[%zu] = %d < %s[%zu] = %d",
+                             name, name, i, cu[i], name, i - 1, cu[i - 1]);
+        if (s == TD_OK && cu[n - 1] > total)
+            s = td__fail(TD_ERROR_ARGUMENT, "argument '%s': the last offset %d is past the packed sequence length "
+                         "%lld (%s.shape[%d])", name, cu[n - 1], (long long)total, packed->name, dim);
+        if (s == TD_OK && bound && bound->kind == TD_ARG_I32 && most > bound->i32)
+            s = td__fail(TD_ERROR_ARGUMENT, "argument '%s': %d, but %s holds a sequence of %lld rows; pass the "
+                         "longest", bound->name, bound->i32, name, (long long)most);
+    }
+    free(cu);
     return s;
 }
 
@@ -462,9 +519,10 @@ td_status td_plan_run(td_plan *plan, const td_arg *args, int nargs, void *worksp
             s = td__fail(TD_ERROR_ARGUMENT, "argument '%s' given twice", args[i].name);
         else if (args[i].kind == TD_ARG_TENSOR) s = check_made_for(plan, &args[i]);
     }
-    if (s == TD_OK && plan->values) s = td__set_device(plan->device);
-    for (int i = 0; s == TD_OK && plan->values && i < nargs; i++)
-        if (args[i].kind == TD_ARG_TENSOR) s = check_made_for_values(plan, &args[i]);
+    if (s == TD_OK && (plan->values || plan->offsets)) s = td__set_device(plan->device);
+    for (int i = 0; s == TD_OK && (plan->values || plan->offsets) && i < nargs; i++)
+        if (args[i].kind == TD_ARG_TENSOR && (s = check_made_for_values(plan, &args[i])) == TD_OK)
+            s = check_offsets(plan, args, nargs, &args[i]);
     /* Everything is checked and packed before the first launch, so a bad argument of the last
      * stage does not leave the first stages' outputs half written. */
     for (int i = 0; s == TD_OK && i < plan->nstages; i++) {

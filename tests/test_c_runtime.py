@@ -12,6 +12,7 @@ import ctypes
 import hashlib
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -321,6 +322,53 @@ def test_forward_plan_from_c(rt, hip, hip_backend, monkeypatch, tmp_path, arch):
     np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_group_mode_forward_plan_checks_its_offsets_from_c(rt, hip, hip_backend, monkeypatch, tmp_path, arch):
+    """Group mode from C: cu_seqlens live in device memory, which the runtime reads back to check
+    them as tiledsl.ops does (Plan.offsets), and the kv batch must be q's (the kernel's requires)."""
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 75, 2, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 100, 2, 64)).astype(np.float16) for _ in range(2))
+    cu_q, cu_k = np.array([0, 30, 30, 75], np.int32), np.array([0, 20, 44, 100], np.int32)
+    plan = forward_plan(monkeypatch, q[0], k[0], v[0], cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=True, arch=arch)
+    spec = plan.to_json()
+    assert spec["offsets"] == {"cu_seqlens_q": {"rows": ["q", 1], "longest": "max_seqlen_q"},
+                               "cu_seqlens_k": {"rows": ["k", 1]}}
+    dev = ordinal(hip_backend, arch)
+    scale = float(1 / np.sqrt(64))
+    env = {**fwd_env(hip, dev, q, k, v, causal=True, scale=scale), "cu_seqlens_q": hip.upload(dev, cu_q),
+           "cu_seqlens_k": hip.upload(dev, cu_k), "batch": 3, "max_seqlen_q": 45}
+    pkg = rt.open(write_plan_package(tmp_path / "pkg", plan))
+    p = rt.plan(pkg, json.dumps(spec), dev)
+    stub = hip_backend.stub
+    launches = stub.count("launches") if stub else 0
+    try:
+        for change, pattern in (
+                ({"cu_seqlens_q": np.array([0, 30, 30, 7500], np.int32)},
+                 r"argument 'cu_seqlens_q': the last offset 7500 is past the packed sequence length 75 "
+                 r"\(q.shape\[1\]\)"),
+                ({"cu_seqlens_k": np.array([0, 50, 44, 100], np.int32)},
+                 r"argument 'cu_seqlens_k': must be non-decreasing, but cu_seqlens_k\[2\] = 44 < "
+                 r"cu_seqlens_k\[1\] = 50"),
+                ({"cu_seqlens_k": np.array([5, 20, 44, 100], np.int32)}, r"argument 'cu_seqlens_k': must start at 0"),
+                ({"max_seqlen_q": 30}, r"argument 'max_seqlen_q': 30, but cu_seqlens_q holds a sequence of 45 rows")):
+            bad = {**env, **{n: hip.upload(dev, x) if isinstance(x, np.ndarray) else x for n, x in change.items()}}
+            with pytest.raises(TdError, match=pattern):
+                rt.run(p, bad, None)
+        with pytest.raises(TdError, match=r"fmha_fwd\(\) requires \(BK == BQ\), but BQ = 1, BK = 2"):
+            two = np.concatenate([k, k])
+            rt.run(p, {**env, "k": hip.upload(dev, two), "v": hip.upload(dev, two)}, None)
+        if stub:
+            assert stub.count("launches") == launches  # every refusal came before a launch
+        rt.run(p, env, None)
+        out = hip.download(env["o"])[0]
+    finally:
+        rt.lib.td_plan_free(p)
+        rt.lib.td_package_close(pkg)
+    ref = fmha_fwd_reference(q[0], k[0], v[0], causal=True, scale=scale, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    np.testing.assert_allclose(out.astype(np.float64), ref, atol=2e-3, rtol=2e-3)
+
+
 @pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
 def test_split_kv_forward_plan_from_c(rt, hip, hip_backend, monkeypatch, tmp_path, arch):
     """Split-KV (producers -> combine) from C: the workspace's regions o_acc and lse_acc are
@@ -550,6 +598,41 @@ def test_truncated_code_object_with_its_digest_updated(rt, hip_backend, bwd_gfx9
                                                        r"its end: truncated\)")
 
 
+def test_code_object_whose_segment_lies_past_its_end(rt, hip_backend, bwd_gfx942, bwd_package):
+    """Header tables in the file but a loaded segment grown past its end (the digest updated to
+    match): refused before HIP sees it, as Python's elf.read_code_object refuses it."""
+    key = bwd_gfx942[0].stages[1].kernel.key
+    index = json.loads((bwd_package / "index.json").read_text())
+    hsaco = bwd_package / index["kernels"][key]["hsaco"]
+    data = bytearray(hsaco.read_bytes())
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    headers = (phoff + i * phentsize for i in range(phnum))
+    load = next(at for at in headers if struct.unpack_from("<I", data, at)[0] == 1)  # the first PT_LOAD
+    struct.pack_into("<QQ", data, load + 32, 1 << 26, 1 << 26)  # p_filesz, p_memsz: 64 MiB
+    hsaco.write_bytes(bytes(data))
+    index["kernels"][key]["sha256"] = hashlib.sha256(data).hexdigest()
+    (bwd_package / "index.json").write_text(json.dumps(index))
+    _kernel_refused(rt, hip_backend, bwd_package, key, r"is not an AMDGPU code object \(a loaded segment lies past its "
+                                                       r"end: truncated or corrupted\)")
+
+
+@pytest.mark.parametrize("digest", ["absent", None, 5])
+def test_index_without_a_manifest_digest(rt, hip_backend, bwd_gfx942, bwd_package, digest):
+    """The C runtime trusts a manifest by its digest alone (it does not read the code object's
+    metadata, which Python checks the manifest against): an index entry without one, as packages
+    written before manifest digests have, or with one that is not a string, is refused."""
+    key = bwd_gfx942[0].stages[1].kernel.key
+    index = json.loads((bwd_package / "index.json").read_text())
+    if digest == "absent":
+        del index["kernels"][key]["manifest_sha256"]
+    else:
+        index["kernels"][key]["manifest_sha256"] = digest
+    (bwd_package / "index.json").write_text(json.dumps(index))
+    _kernel_refused(rt, hip_backend, bwd_package, key, r"index.json records no manifest_sha256 string for .*: rebuild "
+                                                       r"the package")
+
+
 def _kernel_refused(rt, hip_backend, package, key: str, pattern: str) -> None:
     """Loading kernel `key` of `package` is a TD_ERROR_PACKAGE whose message matches `pattern`."""
     pkg = rt.open(package)
@@ -658,6 +741,11 @@ def test_kernel_launch_checks_its_arguments(rt, hip, hip_backend, bwd_gfx942, bw
         launches = hip_backend.stub.count("launches") if hip_backend.stub else 0
         rt.launch(k, env)  # zeros in, zeros out: the launch itself is what runs
         rt.launch(k, {**env, "max_seqlen_q": 0})  # an empty grid: nothing to launch, not an error
+        # Empty tensors take any strides and pointer (numpy's 0 strides, torch's NULL data), as in
+        # tiledsl.launcher: nothing is read or written.
+        no_rows = {"o": Dev(0, (1, 0, 4, 64), np.dtype(np.float16), (0, 0, 0, 0)),
+                   **{n: Dev(0, (1, 4, 0), np.dtype(np.float32), (0, 0, 0)) for n in rows}}
+        rt.launch(k, {**env, **no_rows, "do": no_rows["o"], "max_seqlen_q": 0})
         if hip_backend.stub:
             assert hip_backend.stub.count("launches") == launches + 1
         with pytest.raises(TdError, match=r"fmha_bwd_dot_do_o: missing argument\(s\) batch, max_seqlen_q") as info:

@@ -153,6 +153,56 @@ def test_inspect_errors_exit_2(tmp_path, capsys):
         in capsys.readouterr().err
 
 
+def test_inspect_refuses_a_fifo(tmp_path, capsys):
+    """A FIFO named like a manifest would block the read forever: refused as not a regular file."""
+    os.mkfifo(tmp_path / "k.gfx942.json")
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "k.gfx942.json: not a readable manifest: not a regular file" in capsys.readouterr().err
+
+
+# LLVM IR the AMDGPU backend cannot select: LLVM aborts the process (inline assembly, fp128
+# arithmetic) or fails (a register that does not exist). User IR is compiled in a child process.
+BAD_LL = {
+    "inline_asm": ('define amdgpu_kernel void @k() {\n  call void asm sideeffect "v_nonsense v0", ""()\n'
+                   '  ret void\n}\n',
+                   r"LLVM crashed \(signal 6\) in AMDGPU codegen: LLVM ERROR: Inline asm not supported"),
+    "fp128": ("define amdgpu_kernel void @k(ptr addrspace(1) %p) {\n  %a = load fp128, ptr addrspace(1) %p\n"
+              "  %b = frem fp128 %a, %a\n  store fp128 %b, ptr addrspace(1) %p\n  ret void\n}\n",
+              r"LLVM crashed \(signal 6\) in AMDGPU codegen: LLVM ERROR: unsupported library call"),
+    "register": ('define amdgpu_kernel void @k() {\n  %r = call i32 asm sideeffect "", "={v300}"()\n  ret void\n}\n',
+                 r"couldn't allocate output register for constraint '\{v300\}'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_LL))
+def test_llvm_ir_the_backend_rejects_exits_2(name, tmp_path, capsys):
+    text, message = BAD_LL[name]
+    (tmp_path / "k.ll").write_text(text)
+    assert main(["compile", str(tmp_path / "k.ll"), "--arch", "gfx942", "-o", str(tmp_path / "out"), "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"stage 'codegen' failed: .*{message}", err), err
+
+
+def test_plan_window_past_i32_exits_2(capsys):
+    for json_flag in ([], ["--json"]):
+        assert main(["plan", "fmha_bwd", "--arch", "gfx942", "--hdim", "64", "--seqlen", "128",
+                     "--mask", "window=2147483648,0", *json_flag]) == 2
+        assert "non-negative integers below 2^31" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"variants": {"gfx942/fmha_fwd-f16-batch-d64-none": {"signature": {}, "kernels": []}}},
+     "expected an object with a 'signature' object naming its family"),
+    ({"receipts": 5}, "has receipts 5, expected a list of names"),
+])
+def test_list_of_a_malformed_package_exits_2(edit, message, tmp_path, capsys):
+    index = {"format": "tiledsl-kernel-package", "version": 1, "tiledsl": __version__, "receipts": [], "archs": [],
+             "kernels": {}, "variants": {}, **edit}
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    assert main(["list", "--package", str(tmp_path), "--family", "fmha_fwd"]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_python_dash_m():
     proc = subprocess.run([sys.executable, "-m", "tiledsl", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == f"tiledsl {__version__}"

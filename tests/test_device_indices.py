@@ -8,6 +8,8 @@ split counts and workspace offsets follow from the sequence lengths, refuses oth
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from _plans import captured_plan
@@ -30,9 +32,20 @@ def test_group_mode_forward_keeps_inside_its_tensors_for_any_cu_seqlens(monkeypa
     for splits in (1, 2):  # one kernel; producers and combine
         plan, dev, env, _ = captured_plan(monkeypatch, fmha_fwd, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
                                           causal=True, num_splits=splits, return_lse=True, arch=arch)
-        for bad_q, bad_k in (([0, 30, 30, 7500], cu_k), (cu_q, [0, 20, 44, 100000]),
-                             ([0, -40, 30, 75], [0, 2**31 - 1, 44, 100]), ([0, 60, 30, 75], [0, 90, 10, 100])):
-            plan.run(dev, {**env, "cu_seqlens_q": np.array(bad_q, I32), "cu_seqlens_k": np.array(bad_k, I32)})
+        # The plan's runners check the offsets first, as tiledsl.ops does (Plan.offsets; the C
+        # runtime reads them back too): the kernels' clamps are for a launch without them.
+        assert plan.offsets == {"cu_seqlens_q": ("q", 1, "max_seqlen_q"), "cu_seqlens_k": ("k", 1, None)}
+        unchecked = dataclasses.replace(plan, offsets={})
+        for bad_q, bad_k, message in (
+                ([0, 30, 30, 7500], cu_k, r"cu_seqlens_q: the last offset 7500 is past the packed sequence length 75"),
+                (cu_q, [0, 20, 44, 100000], r"cu_seqlens_k: the last offset 100000 is past"),
+                ([0, -40, 30, 75], [0, 2**31 - 1, 44, 100], r"cu_seqlens_q: must be non-decreasing"),
+                ([0, 60, 30, 75], [0, 90, 10, 100], r"cu_seqlens_q: must be non-decreasing"),
+                ([0, 0, 0, 75], cu_k, r"max_seqlen_q: 45, but cu_seqlens_q holds a sequence of 75 rows")):
+            bad = {**env, "cu_seqlens_q": np.array(bad_q, I32), "cu_seqlens_k": np.array(bad_k, I32)}
+            with pytest.raises(ValueError, match=message):
+                plan.run(dev, bad)
+            unchecked.run(dev, bad)
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)

@@ -78,6 +78,30 @@ def test_package_layout(package, capsys):
     assert {r["key"] for r in rows if r["in_package"]} == {FWD, BWD} and len(rows) > 2
 
 
+def test_writers_finishing_together_keep_each_others_entries(package, tmp_path):
+    """Two prebuilds filling one package finish together: each write_package reads, extends and
+    replaces the index under a lock, so neither drops the other's entries (threads: each opens the
+    lock file on its own, so they exclude one another as processes do)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tiledsl.package import PackagedKernel, write_package
+
+    entry = next(iter(json.loads((package / "index.json").read_text())["kernels"].values()))
+    hsaco, manifest = (package / entry["hsaco"]).read_bytes(), json.loads((package / entry["manifest"]).read_text())
+    root = tmp_path / "shared"
+
+    def writer(w: int) -> list[str]:
+        keys = [hashlib.sha256(f"{w}/{i}".encode()).hexdigest() for i in range(10)]
+        for key in keys:
+            write_package(root, [PackagedKernel(key, hsaco, manifest)], variants={})
+        return keys
+
+    with ThreadPoolExecutor(4) as pool:
+        written = [key for keys in pool.map(writer, range(4)) for key in keys]
+    assert set(json.loads((root / "index.json").read_text())["kernels"]) == set(written)
+    assert tiledsl.load_package(str(root)).get(written[-1]) is not None
+
+
 def test_offline_package_runs_without_compiling(package, no_packages, monkeypatch):
     def no_compiling(*args, **kwargs):
         raise AssertionError("compiled although the package holds the variant")

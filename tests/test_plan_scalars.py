@@ -85,4 +85,6 @@ def test_batch_prefill_plan_refuses_scalars_that_disagree_with_its_tensors(monke
     refused(plan, device, {**env, "max_seqlen_q": 13}, r"max_rows <= SX")  # 12 packed query rows
     refused(plan, device, {**env, "page_shift": 4}, r"SC == 1 << page_shift")  # pages of 32
     one_sequence = np.array([0, 12], np.int32)
-    refused(plan, device, {**env, "cu_seqlens_q": one_sequence}, r"batch == NCU - 1")
+    refused(plan, device, {**env, "cu_seqlens_q": one_sequence, "max_seqlen_q": 12}, r"batch == NCU - 1")
+    refused(plan, device, {**env, "cu_seqlens_q": one_sequence}, r"max_seqlen_q: 7, but cu_seqlens_q holds a "
+                                                                 r"sequence of 12 rows")  # Plan.offsets

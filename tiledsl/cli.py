@@ -587,8 +587,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if mask_arg.startswith("window="):
         try:
             causal, window = False, _pair(mask_arg[len("window="):].replace(",", "/"), "--mask window")
+            if max(window) >= 2**31:  # the kernels take them as i32
+                raise TileError("out of i32")
         except TileError:
-            raise TileError(f"--mask: expected window=LEFT,RIGHT (non-negative integers), got '{mask_arg}'") from None
+            raise TileError(f"--mask: expected window=LEFT,RIGHT (non-negative integers below 2^31), got "
+                            f"'{mask_arg}'") from None
     elif causal is None:
         raise TileError(f"--mask: expected none, causal, top_left or window=LEFT,RIGHT, got '{mask_arg}'")
     try:
@@ -597,9 +600,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                mask=fmha_mask_params(causal, window), softcap=args.softcap,
                                deterministic=args.deterministic, bias=args.bias, bias_dtype=args.bias_dtype or "f32",
                                dbias="reduce" if args.dbias else "none")
+        text = json.dumps(plan.to_json(), indent=1) if args.json else plan.describe()
     except ValueError as exc:
         raise TileError(str(exc)) from None
-    print(json.dumps(plan.to_json(), indent=1) if args.json else plan.describe())
+    print(text)
     return EXIT_OK
 
 
@@ -620,6 +624,7 @@ def collect_stats(outdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     rows, others = [], []
     for path in sorted(root.glob("*.json")):
         try:
+            _regular_file(path, "manifest")
             manifest = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise TileError(f"{path}: not a readable manifest: {exc}") from None
@@ -628,7 +633,7 @@ def collect_stats(outdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
             continue
         asm_path = path.with_suffix(".s")
         try:
-            asm = asm_path.read_text() if asm_path.exists() else ""
+            asm = asm_path.read_text() if asm_path.exists() and _regular_file(asm_path, "assembly listing") else ""
         except (OSError, UnicodeDecodeError) as exc:
             raise TileError(f"{asm_path}: not a readable assembly listing: {exc}") from None
         try:
@@ -645,6 +650,16 @@ def collect_stats(outdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
         skipped = f" ({', '.join(others)} lack 'kernel' or 'arch')" if others else ""
         raise TileError(f"{outdir}: no manifests (<kernel>.<arch>.json) found{skipped}")
     return rows
+
+
+def _regular_file(path: Path, what: str) -> bool:
+    """True, or a TileError where reading `path` would block (a FIFO) or never end (a device)."""
+    from tiledsl.package import regular_file_problem
+
+    problem = regular_file_problem(path)
+    if problem:
+        raise TileError(f"{path}: not a readable {what}: {problem}")
+    return True
 
 
 def format_table(rows: list[dict[str, Any]], columns: Sequence[tuple[str, str]] = _COLUMNS,

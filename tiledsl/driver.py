@@ -65,6 +65,7 @@ class StageContext:
     defines: dict[str, str]
     prefix: str  # dump-file prefix: the file stem until the parser tells us the kernel's name
     source: str | None = None  # the .tile text, when the run starts from one (error carets)
+    input_kind: str = "tile"  # what the run starts from (input_kind): tile, tile.mlir, gpu.mlir, rocdl.mlir, ll
     bound: Any = None  # the BoundKernel once the check stage ran
     facts: dict[str, Any] = field(default_factory=dict)  # what the tile passes found (PassContext.facts)
     asm: str | None = None
@@ -144,7 +145,11 @@ def make_ll(ctx: StageContext, rocdl_mlir: str) -> str:
 def make_isa(ctx: StageContext, llir: str) -> IsaObject:
     from tiledsl.backends.rocm import codegen
 
-    make = codegen.make_isa_and_object_isolated if scheduling(ctx.options) else codegen.make_isa_and_object
+    # LLVM aborts the process on some IR it cannot select (inline assembly it does not know, fp128
+    # arithmetic): IR that did not come from our own passes is compiled in a child process, whose
+    # death is a CompileError, as are the scheduling options' crashes.
+    isolated = scheduling(ctx.options) or ctx.input_kind != "tile"
+    make = codegen.make_isa_and_object_isolated if isolated else codegen.make_isa_and_object
     asm, obj = make(llir, ctx.arch)
     ctx.asm = asm
     return IsaObject(asm, obj)
@@ -396,7 +401,7 @@ def _compile_once(arch_row: Arch, opts: CompileOptions, filename: str, clean: di
     from tiledsl.backends.rocm.codegen import CodegenCrashed
 
     ctx = StageContext(arch_row, opts, filename, clean, prefix=_stem(filename, kind),
-                       source=source if kind == "tile" else None)
+                       source=source if kind == "tile" else None, input_kind=kind)
     try:
         hsaco = run_stages(ctx, source, START_EXTENSIONS[kind], kind)
     except CompileError as exc:

@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 
 from tiledsl.device_array import DeviceArray
-from tiledsl.fmha_splitkv import SplitShape, attention_stages, made_for_shapes, splitkv_workspace
+from tiledsl.fmha_splitkv import SplitShape, attention_stages, made_for_shapes, offset_inputs, splitkv_workspace
 from tiledsl.kernels.fmha_configs import VECTOR_ELEMS, head_dim_units, pack_gqa, padded_hdim, unit_defines
 from tiledsl.launcher import BUFFER_REACH, arrays_share_memory, check_live_arrays, elements_overlap, span_bytes
 from tiledsl.library import plan_builder
@@ -99,7 +99,7 @@ def build_kvcache_plan(shape: KvCacheShape) -> Plan:
     if shape.s_new:
         new = (shape.batch, shape.s_new, shape.hk)
         shapes.update(k_new=(*new, a.hdim_q), v_new=(*new, a.hdim_v))
-    return Plan("fmha_fwd_kvcache", stages, kvcache_workspace(shape), info, shapes)
+    return Plan("fmha_fwd_kvcache", stages, kvcache_workspace(shape), info, shapes, offsets=offset_inputs(a))
 
 
 def kvcache_workspace(shape: KvCacheShape) -> WorkspaceLayout:

@@ -272,7 +272,17 @@ def build_attention_plan(shape: SplitShape) -> Plan:
     info = {"arch": shape.arch, "num_splits": shape.num_splits, "heads_per_block": shape.heads_per_block}
     if stages[0].kernel.manifest["constexprs"].get("PASSES", 1) == 2:
         info["query_blocks_per_workgroup"] = 2
-    return Plan(op, stages, WorkspaceLayout(splitkv_workspace(shape)), info, made_for_shapes(shape))
+    return Plan(op, stages, WorkspaceLayout(splitkv_workspace(shape)), info, made_for_shapes(shape),
+                offsets=offset_inputs(shape))
+
+
+def offset_inputs(shape: SplitShape) -> dict[str, tuple[str, int, str | None]]:
+    """Group mode's cu_seqlens, checked by the plan's runners against the call's packed rows and
+    max_seqlen_q (Plan.offsets): the grid covers max_seqlen_q rows of each sequence."""
+    if not shape.varlen:
+        return {}
+    out: dict[str, tuple[str, int, str | None]] = {"cu_seqlens_q": ("q", 1, "max_seqlen_q")}
+    return out if shape.kv_cache != "none" else {**out, "cu_seqlens_k": ("k", 1, None)}
 
 
 def made_for_shapes(shape: SplitShape) -> dict[str, tuple[int, ...]]:

@@ -29,6 +29,7 @@ from tiledsl.kernels.fmha_configs import (
     variant_config,
 )
 from tiledsl.launcher import check_live_arrays, numpy_dtype
+from tiledsl.plan import check_cu_seqlens
 from tiledsl.reference import CausalArg, MaskParams, bias_shape, fmha_mask_params
 
 I32_LIMIT = 2**31  # elements a call's q and output may span: the kernels' offsets are i32
@@ -123,22 +124,7 @@ def host_values(name: str, x: Any) -> Any:
 
 
 def _check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
-    cu = host_values(name, cu)
-    if not isinstance(cu, np.ndarray) or cu.ndim != 1 or not np.issubdtype(cu.dtype, np.integer):
-        raise ValueError(f"{name}: expected a 1-D integer array of length batch + 1, got "
-                         f"{getattr(cu, 'dtype', type(cu).__name__)} {getattr(cu, 'shape', '')}")
-    if len(cu) < 2:
-        raise ValueError(f"{name}: expected length batch + 1 >= 2, got length {len(cu)}")
-    if cu[0] != 0:
-        raise ValueError(f"{name}: must start at 0, got {cu[0]}")
-    steps = np.diff(cu.astype(np.int64))
-    if (steps < 0).any():
-        at = int(np.argmax(steps < 0))
-        raise ValueError(f"{name}: must be non-decreasing, but {name}[{at + 1}] = {cu[at + 1]} < "
-                         f"{name}[{at}] = {cu[at]}")
-    if cu[-1] > total:
-        raise ValueError(f"{name}: the last offset {cu[-1]} is past the packed sequence length {total}")
-    return np.ascontiguousarray(cu, dtype=np.int32)
+    return check_cu_seqlens(name, host_values(name, cu), total)
 
 
 def check_heads(d: int, dv: int, hq: int, hk: int, k_name: str, v_name: str) -> None:

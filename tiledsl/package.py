@@ -28,12 +28,14 @@ This module is on the runtime-only path: it imports neither the compiler nor MLI
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,6 +187,10 @@ def read_index(root: Path) -> dict[str, Any]:
     kernels, variants = data.get("kernels"), data.get("variants")
     if not isinstance(kernels, dict) or not isinstance(variants, dict):
         raise PackageError(f"kernel package {root}: {INDEX} lacks its 'kernels' or 'variants' table")
+    for field in ("receipts", "archs"):
+        if not isinstance(data.get(field, []), list) or not all(isinstance(x, str) for x in data.get(field, [])):
+            raise PackageError(f"kernel package {root}: {INDEX} has {field} {str(data[field])[:80]}, expected a list "
+                               "of names; rebuild the package")
     needed = ("arch", "kernel", "hsaco", "manifest", "sha256")
     for key, entry in kernels.items():
         if not isinstance(entry, dict) or any(not isinstance(entry.get(f), str) for f in needed):
@@ -201,9 +207,10 @@ def read_index(root: Path) -> dict[str, Any]:
                                "expected an int")
     for name, variant in variants.items():
         if not (isinstance(variant, dict) and isinstance(variant.get("signature"), dict)
-                and isinstance(variant.get("kernels"), list)):
+                and isinstance(variant["signature"].get("family"), str) and isinstance(variant.get("kernels"), list)):
             raise PackageError(f"kernel package {root}: {INDEX} variant {name!r}: expected an object with a "
-                               f"'signature' object and a 'kernels' list, got {str(variant)[:80]}; rebuild the package")
+                               f"'signature' object naming its family and a 'kernels' list, got "
+                               f"{str(variant)[:80]}; rebuild the package")
         missing = [k for k in variant["kernels"] if not isinstance(k, str) or k not in kernels]
         if missing:
             raise PackageError(f"kernel package {root}: {INDEX} variant {name!r} lists kernel "
@@ -248,7 +255,7 @@ def check_package_dir(root: Path) -> dict[str, Any] | None:
     """A package goes into a new or empty directory, or extends one: never into a directory of
     other files (such as a `tiledsl compile -o` directory, which load_kernel would then refuse).
     Returns the index of the package it extends (None for a new one)."""
-    if root.is_dir() and not (root / INDEX).exists() and any(root.iterdir()):
+    if root.is_dir() and not (root / INDEX).exists() and any(p.name != LOCK for p in root.iterdir()):
         raise PackageError(f"kernel package {root}: the directory holds other files and no {INDEX}; write the "
                            "package to a new or empty directory")
     if not (root / INDEX).exists():
@@ -265,10 +272,30 @@ def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel
     """Add kernels and variants to the package at `root` (created if missing; an existing index is
     extended, so several prebuilds can fill one package). The index is replaced atomically last,
     so a reader never sees an entry whose files are not written yet."""
-    from tiledsl.cache import toolchain_versions
-
     root = Path(root).expanduser()
     root.mkdir(parents=True, exist_ok=True)
+    with _locked(root):  # two writers finishing together: each extends the index the other wrote
+        _write_locked(root, list(kernels), variants, receipt)
+    return root
+
+
+LOCK = ".tiledsl-write.lock"  # held by write_package while it reads, extends and replaces the index
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    with open(root / LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _write_locked(root: Path, kernels: list[PackagedKernel], variants: Mapping[str, Mapping[str, Any]],
+                  receipt: str | None) -> None:
+    from tiledsl.cache import toolchain_versions
+
     index = check_package_dir(root) or _empty_index()
     for k in kernels:
         arch, name = k.manifest["arch"], k.manifest["kernel"]
@@ -291,7 +318,6 @@ def write_package(root: str | os.PathLike[str], kernels: Iterable[PackagedKernel
     index["toolchain"] = toolchain_versions()
     index["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     _write_atomic(root / INDEX, json.dumps(index, indent=1, sort_keys=True).encode())
-    return root
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -141,6 +141,11 @@ class Plan:
     # backward's split counts and workspace offsets follow from): Plan.run and the C runtime read
     # them back and refuse others, which would send the kernels' stores past their workspace slices.
     values: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # Group mode's offset inputs (cu_seqlens), device memory the caller fills: name -> (the input
+    # whose dim `dim` holds the packed rows, that dim, the scalar input the longest sequence may
+    # not exceed or None). Plan.run and the C runtime read them back and check them as tiledsl.ops
+    # does, before any stage runs: a longer sequence than max_seqlen_q would leave rows unwritten.
+    offsets: dict[str, tuple[str, int, str | None]] = field(default_factory=dict)
 
     @property
     def workspace_size(self) -> int:
@@ -190,6 +195,13 @@ class Plan:
                                  "make a plan for these sizes")
         for name, want in self.values.items():
             check_made_for_values(name, env.get(name), want)
+        for name, (rows_of, dim, longest) in self.offsets.items():
+            if env.get(name) is not None and getattr(env.get(rows_of), "shape", None) is not None:
+                cu = check_cu_seqlens(name, host_array(name, env[name]), env[rows_of].shape[dim])
+                if longest is not None and isinstance(env.get(longest), int | np.integer) \
+                        and int(np.diff(cu).max()) > env[longest]:
+                    raise ValueError(f"{longest}: {env[longest]}, but {name} holds a sequence of "
+                                     f"{int(np.diff(cu).max())} rows; pass the longest")
         if workspace is not None:
             buf = self.check_workspace(device, workspace)
         else:
@@ -236,9 +248,11 @@ class Plan:
         ws = self.workspace
         shapes = {name: list(dims) for name, dims in self.shapes.items() if name in inputs}
         values = {name: [int(x) for x in want] for name, want in self.values.items() if name in inputs}
+        offsets = {name: {"rows": [rows_of, dim], **({"longest": longest} if longest else {})}
+                   for name, (rows_of, dim, longest) in self.offsets.items() if name in inputs}
         return {"format": "tiledsl-plan", "version": 1, "op": self.op, "info": _json_ready(self.info),
                 "inputs": inputs, **({"shapes": shapes} if shapes else {}), **({"values": values} if values else {}),
-                "stages": stages,
+                **({"offsets": offsets} if offsets else {}), "stages": stages,
                 "workspace": {"size": ws.size, "host": ws.host.hex(),
                               "regions": [{"name": r.name, "offset": r.offset, "words": r.words, "dtype": r.dtype,
                                            "shape": list(r.shape), "zero": r.zero} for r in ws.regions]}}
@@ -260,16 +274,39 @@ class Plan:
             self.workspace.describe()
 
 
+def host_array(name: str, value: Any) -> Any:
+    """`value`, a DeviceArray read back (as the C runtime reads the device's copy)."""
+    if isinstance(value, DeviceArray):
+        if value.freed:
+            raise ValueError(f"{name}: its DeviceArray was freed")
+        return value.numpy()
+    return value
+
+
+def check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
+    """Group mode's offsets into `total` packed rows, as i32: a ValueError saying what is wrong."""
+    if not isinstance(cu, np.ndarray) or cu.ndim != 1 or not np.issubdtype(cu.dtype, np.integer):
+        raise ValueError(f"{name}: expected a 1-D integer array of length batch + 1, got "
+                         f"{getattr(cu, 'dtype', type(cu).__name__)} {getattr(cu, 'shape', '')}")
+    if len(cu) < 2:
+        raise ValueError(f"{name}: expected length batch + 1 >= 2, got length {len(cu)}")
+    if cu[0] != 0:
+        raise ValueError(f"{name}: must start at 0, got {cu[0]}")
+    steps = np.diff(cu.astype(np.int64))
+    if (steps < 0).any():
+        at = int(np.argmax(steps < 0))
+        raise ValueError(f"{name}: must be non-decreasing, but {name}[{at + 1}] = {cu[at + 1]} < "
+                         f"{name}[{at}] = {cu[at]}")
+    if cu[-1] > total:
+        raise ValueError(f"{name}: the last offset {cu[-1]} is past the packed sequence length {total}")
+    return np.ascontiguousarray(cu, dtype=np.int32)
+
+
 def check_made_for_values(name: str, got: Any, want: tuple[int, ...]) -> None:
-    """Refuse an input whose values are not the ones a plan was made for (Plan.values); a
-    DeviceArray is read back, as the C runtime reads the device's copy."""
+    """Refuse an input whose values are not the ones a plan was made for (Plan.values)."""
     if got is None:
         return  # a missing input is the stages' error, with the parameter it binds
-    if isinstance(got, DeviceArray):
-        if got.freed:
-            raise ValueError(f"argument '{name}': its DeviceArray was freed")
-        got = got.numpy()
-    arr = np.asarray(got)
+    arr = np.asarray(host_array(f"argument '{name}'", got))
     if arr.shape != (len(want),) or not np.issubdtype(arr.dtype, np.integer) or (arr != np.asarray(want)).any():
         raise ValueError(f"argument '{name}': values {_values_text(arr)}, but this plan was made for "
                          f"{_values_text(np.asarray(want))}; make a plan for these sequence lengths")

@@ -109,8 +109,10 @@ def _target_machine(arch_name: str, features: str):
                                         codemodel="default")
 
 
-def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
-    """Run LLVM's O3 pipeline (needed for correct kernarg size and AGPR use), then AMDGPU codegen."""
+def make_isa_and_object(llir: str, arch: Arch, filter_warnings: bool = True) -> tuple[str, bytes]:
+    """Run LLVM's O3 pipeline (needed for correct kernarg size and AGPR use), then AMDGPU codegen.
+    filter_warnings=False leaves LLVM's diagnostics on file descriptor 2 as they come (the child
+    of make_isa_and_object_isolated: an abort must not lose what LLVM said first)."""
     import llvmlite.binding as llvm
 
     tm = _target_machine(arch.name, arch.llvm_features)
@@ -130,7 +132,7 @@ def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
                                       "lowered to a device-library call instead of an intrinsic")
     # Codegen rewrites the IR module in place (control-flow annotation intrinsics), so the second
     # emission must start again from the optimized IR text.
-    with _llvm_warnings_filtered():
+    with _llvm_warnings_filtered() if filter_warnings else contextlib.nullcontext():
         return tm.emit_assembly(module), tm.emit_object(llvm.parse_assembly(optimized))
 
 
@@ -146,12 +148,14 @@ def make_isa_and_object_isolated(llir: str, arch: Arch) -> tuple[str, bytes]:
     CodegenCrashed when the child dies of a signal, CompileError when it reports an error."""
     with tempfile.TemporaryDirectory(prefix="tiledsl-codegen-") as tmp:
         proc = subprocess.run(_codegen_command(arch, tmp), input=llir.encode(), capture_output=True)
-        stderr = proc.stderr.decode(errors="replace")
+        stderr = "".join(line for line in proc.stderr.decode(errors="replace").splitlines(keepends=True)
+                         if not any(w in line for w in _HANDLED_WARNINGS))
+        said = f": {stderr.strip()}" if stderr.strip() else ""
         if proc.returncode < 0:
-            raise CodegenCrashed("codegen", f"LLVM crashed (signal {-proc.returncode}) in AMDGPU codegen")
+            raise CodegenCrashed("codegen", f"LLVM crashed (signal {-proc.returncode}) in AMDGPU codegen{said}")
         if proc.returncode != 0:
             raise CompileError("codegen", stderr.strip() or f"the codegen process exited with {proc.returncode}")
-        sys.stderr.write(stderr)  # LLVM's own warnings, already filtered by the child
+        sys.stderr.write(stderr)  # LLVM's own warnings
         return Path(tmp, "k.s").read_text(), Path(tmp, "k.o").read_bytes()
 
 
@@ -165,7 +169,7 @@ def _child_main(argv: list[str]) -> int:
 
     arch_name, out = argv
     try:
-        asm, obj = make_isa_and_object(sys.stdin.read(), get_arch(arch_name))
+        asm, obj = make_isa_and_object(sys.stdin.read(), get_arch(arch_name), filter_warnings=False)
     except CompileError as exc:
         sys.stderr.write(exc.detail)
         return 3
