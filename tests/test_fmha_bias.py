@@ -270,6 +270,23 @@ def test_bad_forward_arguments_are_value_errors(kw, message):
         fmha_fwd(q, k, v, arch="gfx942", **kw)
 
 
+@pytest.mark.parametrize("keys", [24, 20])  # 20: a padded copy of the bias is read back first
+def test_bias_on_another_device_or_freed_is_refused(keys):
+    from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
+    from tiledsl.device_array import DeviceArray
+
+    rng = np.random.default_rng(0)
+    dev, other = EmulatorDevice("gfx942"), EmulatorDevice("gfx90a")
+    q, k, v = (DeviceArray.from_numpy(dev, rand(rng, s)) for s in ((1, 20, 2, 64), (1, keys, 1, 64), (1, keys, 1, 64)))
+    elsewhere = DeviceArray.from_numpy(other, _bias((1, 2, 20, keys)))
+    with pytest.raises(ValueError, match=r"argument 'bias': a DeviceArray of .*gfx90a.*, but the call runs on"):
+        fmha_fwd(q, k, v, bias=elsewhere, device=dev)
+    freed = DeviceArray.from_numpy(dev, _bias((1, 2, 20, keys)))
+    freed.free()
+    with pytest.raises(ValueError, match=r"argument 'bias': its DeviceArray was freed"):
+        fmha_fwd(q, k, v, bias=freed, device=dev)
+
+
 def test_bad_group_mode_bias_and_backward_arguments():
     rng = np.random.default_rng(0)
     cu_q, cu_k = np.array([0, 5, 12], np.int32), np.array([0, 9, 20], np.int32)

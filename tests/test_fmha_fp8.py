@@ -124,6 +124,8 @@ def test_group_mode_split_kv_and_padded_head_dim(arch: str) -> None:
     (lambda q, h: fmha_fwd(q["ocp"], q["ocp"], q["ocp"], arch="gfx950", k_descale=np.ones(2)), "k_descale: expected"),
     (lambda q, h: fmha_fwd(q["ocp"], q["ocp"], q["ocp"], arch="gfx950", v_descale="1"), "v_descale: expected"),
     (lambda q, h: fmha_fwd(q["ocp"], q["ocp"], q["ocp"], arch="gfx950", out_dtype="f8e4m3"), "out_dtype: expected"),
+    (lambda q, h: fmha_fwd(q["ocp"], q["ocp"], q["ocp"], arch="gfx950", q_descale=1e30, k_descale=1e30),
+     r"scale \* q_descale \* k_descale: 0.125 \* 1e\+30 \* 1e\+30 = 1.25e\+59 does not fit in f32"),
     (lambda q, h: fmha_fwd(h, h, h, arch="gfx950", v_descale=2.0), "v_descale: only for fp8 q/k/v"),
     (lambda q, h: fmha_fwd(h, h, h, arch="gfx950", out_dtype="bf16"), "out_dtype: only for fp8 q/k/v"),
     (lambda q, h: fmha_fwd(q["ocp"], q["ocp"], q["ocp"], arch="gfx950", bias=q["ocp"][:, :, :, :8]),

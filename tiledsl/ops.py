@@ -159,6 +159,7 @@ def check_max_seqlen(name: str, given: Any, longest: int, rows: int) -> int:
     return int(min(given, max(rows, longest)))
 
 
+F32_MAX = float(np.finfo(np.float32).max)
 WINDOW_UNLIMITED = 2**30  # window sides from here on mean -1: longer than any sequence (rows are i32 indices)
 # The kernels cap logits as softcap * tanh(s / softcap) with the fast tanh (docs/language.md), whose
 # error near 0 is absolute, about 2e-7: times the cap, a logit error of 2e-4 at this bound, below
@@ -398,6 +399,7 @@ def check_bias(bias: Any, alibi_slopes: Any, c: AttentionCall) -> BiasCall:
     if bias is not None and alibi_slopes is not None:
         raise ValueError("bias and alibi_slopes: give at most one (ALiBi is a bias)")
     if alibi_slopes is not None:
+        check_live_arrays(c.device, {"alibi_slopes": alibi_slopes}, "call")  # before its values are read back
         return replace(none, kind="alibi", alibi2=alibi_view(alibi_slopes, c.hq, c.batch, c.on_device))
     if bias is None:
         return none
@@ -406,6 +408,7 @@ def check_bias(bias: Any, alibi_slopes: Any, c: AttentionCall) -> BiasCall:
     if isinstance(bias, DeviceArray) != c.on_device:
         raise ValueError(f"bias: expected a {'DeviceArray' if c.on_device else 'numpy array'} like q, "
                          f"got {type(bias).__name__}")
+    check_live_arrays(c.device, {"bias": bias}, "call")  # before a padded copy reads it back
     if c.dtype == "f8e4m3" and bias.dtype != np.float32:
         raise ValueError(f"bias: expected dtype float32 with fp8 q/k/v, got {bias.dtype}")
     if bias.dtype not in (c.q4.dtype, np.dtype(np.float32)):
@@ -535,6 +538,10 @@ def fmha_fwd(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                            max_seqlen_k=max_seqlen_k, layout=layout, arch=arch, device=device, fp8=True)
     fc = check_fp8(c.q4.dtype, c.arch, q_descale, k_descale, v_descale, out_dtype)
+    if fc is not None and not abs(fc.qk_scale(c.scale)) <= F32_MAX:  # each factor alone was checked
+        raise ValueError(f"scale * q_descale * k_descale: {c.scale:g} * {fc.q_descale:g} * {fc.k_descale:g} = "
+                         f"{fc.qk_scale(c.scale):g} does not fit in f32 (largest finite {F32_MAX:g}), the logits' "
+                         "scale the kernel takes")
     bc = check_bias(bias, alibi_slopes, c)
     try:
         return _fwd_run(c, bc, dc, fc, layout=layout, return_lse=return_lse, num_splits=num_splits)
