@@ -242,6 +242,22 @@ def test_bwd_dbias_plan_full_f32_bias():
     assert_grads_close(got, ref, np.float16, ("dq", "dk", "dv", "dbias"))
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_bias_over_one_key_and_broadcast_over_keys(arch):
+    """A bias whose key dim is 1: with a single key (Sk = 1) the kernels' groups of 8 keys are read
+    through a stride-0 view, not past the bias's end; broadcast over 24 keys, the backward runs its
+    general-stride variant with the call's contiguous copies, whose head-dim strides are 1."""
+    rng = np.random.default_rng(12)
+    q, do = rand(rng, (1, 64, 2, 32)), rand(rng, (1, 64, 2, 32))
+    for keys in (1, 24):
+        k, v = rand(rng, (1, keys, 1, 32)), rand(rng, (1, keys, 1, 32))
+        bias = rng.standard_normal((1, 2, 64, 1)).astype(np.float32)
+        out = fmha_fwd(q, k, v, bias=bias, arch=arch)
+        np.testing.assert_allclose(out.astype(np.float64), ref_fwd(q, k, v, bias=bias)[0], atol=2e-3, rtol=2e-3)
+        got, ref = run_bwd(arch, do, q, k, v, bias=bias)
+        assert_grads_close(got, ref, np.float16)
+
+
 # -- bad arguments --------------------------------------------------------------------------------
 def _bias(shape, dtype=np.float32):
     return np.zeros(shape, dtype)

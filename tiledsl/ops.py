@@ -439,7 +439,9 @@ def check_bias(bias: Any, alibi_slopes: Any, c: AttentionCall) -> BiasCall:
                 owned.append(base)
             strides = (0,) * (rank - bias.ndim) + tuple(_elem_strides(base))
     strides = tuple(0 if n == 1 else st for n, st in zip(shape, strides, strict=True))
-    view_shape = full[:-1] + (k8 if shape[-1] != 1 else keys,)
+    # The kernels read whole groups of BIAS_PAD keys: a bias broadcast over keys (stride 0) is
+    # viewed that wide too, so a single key (Sk = 1) is not read through a stride-1 view past it.
+    view_shape = full[:-1] + (k8,)
     view = _strided_view(base, view_shape, strides)
     bias4 = (_strided_view(view, (1,) + view_shape, (0,) + strides)) if c.varlen else view
     dt = "f32" if bias.dtype == np.float32 else c.dtype
@@ -917,8 +919,10 @@ def _bwd_aligned(c: AttentionCall, bc: BiasCall, contiguous: bool, layout: str, 
     from tiledsl.fmha_bwd import aligned_heads
 
     aligned = set(aligned_heads(c.d, c.dv))
-    if not contiguous:  # the general-stride variant passes the head dim's stride too: the gradients' is 1
-        aligned -= {"dq", "dk", "dv"}
+    if not contiguous:  # the general-stride variant passes the head dim's stride too: the gradients' is 1,
+        aligned -= {"dq", "dk", "dv"}  # as are the contiguous copies of numpy inputs (a bias broadcast over
+        if not c.on_device:  # keys, stride 0, is what makes such a call general-stride)
+            aligned -= {"q", "k", "v", "do", "out"}
     if c.on_device:
         given = {"q": c.q4, "k": c.k4, "v": c.v4, "do": _to_bshd(do, layout, c.varlen),
                  "out": _to_bshd(out, layout, c.varlen)}
