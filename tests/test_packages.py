@@ -168,7 +168,7 @@ def test_corrupted_packages_are_errors_not_crashes(package, no_packages, tmp_pat
     good = json.loads((package / "index.json").read_text())
     name, key = FWD, next(iter(good["kernels"]))
     for edit, problem in ((lambda ix: ix["variants"].__setitem__("x", 5), "variant 'x': expected an object with a "
-                           "'signature' object and a 'kernels' list, got 5"),
+                           "'signature' object naming its family and a 'kernels' list, got 5"),
                           (lambda ix: ix["variants"][name]["kernels"].append("f" * 64), f"variant '{name}' lists "
                            "kernel ffffffffffffffff..., which the package does not have"),
                           (lambda ix: ix["kernels"][key].__setitem__("bytes", "12"),
