@@ -41,11 +41,13 @@ def test_group_mode_forward_keeps_inside_its_tensors_for_any_cu_seqlens(monkeypa
                 (cu_q, [0, 20, 44, 100000], r"cu_seqlens_k: the last offset 100000 is past"),
                 ([0, -40, 30, 75], [0, 2**31 - 1, 44, 100], r"cu_seqlens_q: must be non-decreasing"),
                 ([0, 60, 30, 75], [0, 90, 10, 100], r"cu_seqlens_q: must be non-decreasing"),
-                ([0, 0, 0, 75], cu_k, r"max_seqlen_q: 45, but cu_seqlens_q holds a sequence of 75 rows")):
-            bad = {**env, "cu_seqlens_q": np.array(bad_q, I32), "cu_seqlens_k": np.array(bad_k, I32)}
+                ([0, 0, 0, 75], cu_k, r"max_seqlen_q: 45, but cu_seqlens_q holds a sequence of 75 rows"),
+                (np.array([0, 30, 2**64 - 1, 75], np.uint64), cu_k,
+                 r"cu_seqlens_q: cu_seqlens_q\[2\] = 18446744073709551615 does not fit in i32")):
+            bad = {**env, "cu_seqlens_q": np.asarray(bad_q), "cu_seqlens_k": np.array(bad_k, I32)}
             with pytest.raises(ValueError, match=message):
                 plan.run(dev, bad)
-            unchecked.run(dev, bad)
+            unchecked.run(dev, {**bad, "cu_seqlens_q": np.asarray(bad_q).astype(I32)})  # as C passes them: i32
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)

@@ -301,6 +301,9 @@ def test_bias_on_another_device_or_freed_is_refused(keys):
     freed.free()
     with pytest.raises(ValueError, match=r"argument 'bias': its DeviceArray was freed"):
         fmha_fwd(q, k, v, bias=freed, device=dev)
+    sink = DeviceArray.from_numpy(other, np.zeros(2, np.float32))  # read back to check it: on the call's device too
+    with pytest.raises(ValueError, match=r"argument 'sink': a DeviceArray of .*gfx90a"):
+        fmha_fwd(q, k, v, sink=sink, device=dev)
 
 
 def test_bad_group_mode_bias_and_backward_arguments():

@@ -369,7 +369,8 @@ def fmha_fwd_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any, 
     device, arch = resolve_device(device, on_device, q, arch)
     check_live_arrays(device, {"q": q, "k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v,
                                "cache_seqlens": cache_seqlens, "block_table": block_table,
-                               "cache_batch_idx": cache_batch_idx, "cu_seqlens_q": cu_seqlens_q}, "call")
+                               "cache_batch_idx": cache_batch_idx, "cu_seqlens_q": cu_seqlens_q,
+                               "sink": sink}, "call")
     out_shape = tuple(q.shape[:-1]) + (dv,)
     if on_device:
         out = DeviceArray.empty(device, out_shape, q.dtype, "out")

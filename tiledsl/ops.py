@@ -346,8 +346,8 @@ def validate_attention(q: Any, k: Any, v: Any, *, scale: float | None, causal: C
     max_k = check_max_seqlen("max_seqlen_k", max_seqlen_k, longest_k, sk)
 
     device, arch = resolve_device(device, on_device, q, arch)
-    check_live_arrays(device, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k},
-                      "call")
+    check_live_arrays(device, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                               "sink": sink}, "call")
     if dt == "f8e4m3":
         check_fp8_dtype(q.dtype, arch)
 

@@ -290,6 +290,9 @@ def check_cu_seqlens(name: str, cu: Any, total: int) -> np.ndarray:
                          f"{getattr(cu, 'dtype', type(cu).__name__)} {getattr(cu, 'shape', '')}")
     if len(cu) < 2:
         raise ValueError(f"{name}: expected length batch + 1 >= 2, got length {len(cu)}")
+    out_of_range = [i for i, x in enumerate(cu.tolist()) if not -2**31 <= x < 2**31]  # before int64 wraps them
+    if out_of_range:
+        raise ValueError(f"{name}: {name}[{out_of_range[0]}] = {cu[out_of_range[0]]} does not fit in i32")
     if cu[0] != 0:
         raise ValueError(f"{name}: must start at 0, got {cu[0]}")
     steps = np.diff(cu.astype(np.int64))
