@@ -409,11 +409,9 @@ static td_status check_made_for(const td_plan *plan, const td_arg *arg) {
                     td__ints_text(dims, (int)want->n, made, sizeof made));
 }
 
-/* The values of an i32 input a plan was made for (group mode's cu_seqlens: the backward's split
- * counts and workspace offsets follow from them), read back from the device: others would send the
- * kernels' stores past their workspace slices. One small copy on the null stream, which orders it
- * after earlier work on blocking streams, as the host segment's copy is. */
-/* The values of a 1-D i32 device tensor, read back into a malloc'd array (*out, freed by the caller). */
+/* The values of a 1-D i32 device tensor, read back into a malloc'd array (*out, freed by the caller):
+ * one small copy on the null stream, which orders it after earlier work on blocking streams, as the
+ * host segment's copy is. */
 static td_status read_back_i32(const td_arg *arg, int32_t **out, size_t *n) {
     const td_tensor *t = &arg->tensor;
     *out = NULL;
@@ -428,6 +426,9 @@ static td_status read_back_i32(const td_arg *arg, int32_t **out, size_t *n) {
     return td__hip_check(td__hip.Memcpy(*out, t->data, *n * sizeof **out, TD_HIP_MEMCPY_DEVICE_TO_HOST), what);
 }
 
+/* The values of an i32 input a plan was made for (group mode's cu_seqlens: the backward's split
+ * counts and workspace offsets follow from them): others would send the kernels' stores past their
+ * workspace slices. */
 static td_status check_made_for_values(const td_plan *plan, const td_arg *arg) {
     const js_value *want = plan->values ? js_get(plan->values, arg->name) : NULL;
     if (!want) return TD_OK;
@@ -441,16 +442,16 @@ static td_status check_made_for_values(const td_plan *plan, const td_arg *arg) {
     while (s == TD_OK && at < want->n && got[at] == want->items[at]->i) at++;
     if (s == TD_OK && at < want->n) {
         int64_t shown_got[12], shown_want[12];
-        int n = want->n < 12 ? (int)want->n : 12;
-        for (int i = 0; i < n; i++) {
+        int shown = want->n < 12 ? (int)want->n : 12;
+        for (int i = 0; i < shown; i++) {
             shown_got[i] = got[i];
             shown_want[i] = want->items[i]->i;
         }
         char g[200], w[200];
         s = td__fail(TD_ERROR_ARGUMENT, "argument '%s': values %s%s, but this plan was made for %s%s (first "
                      "difference at [%zu]); make a plan for these sequence lengths", arg->name,
-                     td__ints_text(shown_got, n, g, sizeof g), want->n > 12 ? " ..." : "",
-                     td__ints_text(shown_want, n, w, sizeof w), want->n > 12 ? " ..." : "", at);
+                     td__ints_text(shown_got, shown, g, sizeof g), want->n > 12 ? " ..." : "",
+                     td__ints_text(shown_want, shown, w, sizeof w), want->n > 12 ? " ..." : "", at);
     }
     free(got);
     return s;
@@ -472,7 +473,10 @@ static td_status check_offsets(const td_plan *plan, const td_arg *args, int narg
     size_t n;
     td_status s = read_back_i32(arg, &cu, &n);
     int64_t most = 0;
-    for (size_t i = 1; s == TD_OK && i < n; i++) most = cu[i] - cu[i - 1] > most ? cu[i] - cu[i - 1] : most;
+    for (size_t i = 1; s == TD_OK && i < n; i++) { /* in 64 bits: two i32 offsets' difference may not fit in 32 */
+        int64_t step = (int64_t)cu[i] - cu[i - 1];
+        most = step > most ? step : most;
+    }
     const char *name = arg->name;
     if (s == TD_OK && n < 2)
         s = td__fail(TD_ERROR_ARGUMENT, "argument '%s': expected length batch + 1 >= 2, got length %zu", name, n);
