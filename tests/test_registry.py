@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -136,6 +137,27 @@ def test_prebuild_receipt_keeps_going_and_exits_nonzero(tmp_path, monkeypatch, c
     assert status == 1
     assert captured.err.count("FAILED gfx942/fmha_fwd-") == 8 and "no room for this tile" in captured.err
     assert "pytorch        16        0         0       8" in captured.out
+
+
+def test_prebuild_names_the_variants_that_spill(tmp_path, monkeypatch, capsys):
+    """A variant whose kernel spills to scratch memory builds (a slower kernel, not an error: the
+    caller cannot choose its tile), and both prebuild paths name it with its count."""
+    def build(arch, sig):
+        spills = 9 if sig.hdim_q == 128 else 0
+        return [SimpleNamespace(key=f"{arch}-{sig.name()}", name="fmha_fwd", from_cache=False,
+                                manifest={"vgpr_spill_count": spills})]
+
+    monkeypatch.setitem(registry._BUILDERS, "fmha_fwd", build)
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path))
+    note = "spills registers to scratch memory: fmha_fwd (9 VGPRs)"
+    assert main(["prebuild", "--receipt", "pytorch", "--arch", "gfx1100", "--family", "fmha_fwd", "-j", "1",
+                 "-q", "--cache-dir", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert err.count(f": {note}") == 8 and "gfx1100/fmha_fwd-f16-batch-d128-none: " in err, err
+    assert main(["prebuild", "fmha_fwd", "--arch", "gfx1100", "--dtype", "f16", "--hdim", "64", "128", "--mask",
+                 "none", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "hdim 128 mask none: compiled in" in out and f"({note})" in out and out.count(note) == 1, out
 
 
 def test_prebuilt_receipt_variants_run_without_compiling(tmp_path, monkeypatch):

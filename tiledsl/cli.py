@@ -366,8 +366,10 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
             return
         done[r.compiled == 0] += 1
         if not args.quiet:
-            print(f"{v.describe()}: {'already cached' if r.compiled == 0 else f'compiled in {r.seconds:.1f} s'}",
-                  flush=True)
+            print(f"{v.describe()}: {'already cached' if r.compiled == 0 else f'compiled in {r.seconds:.1f} s'}"
+                  + (f" ({r.spill_text()})" if r.spilling else ""), flush=True)
+        elif r.spilling:
+            print(f"{v.describe()}: {r.spill_text()}", file=sys.stderr, flush=True)
 
     failed = [r for r in prebuild_fmha_fwd(variants, on_result=report) if r.error]
     print(f"{len(variants) - len(failed)} variants in {root} ({done[False]} compiled, {done[True]} already there"
@@ -438,6 +440,9 @@ def _prebuild_registry(args: argparse.Namespace) -> int:
              "compiled": sum(r.compiled for r in results), "failed": len(failed),
              "seconds": f"{time.perf_counter() - start:.0f}"}]
     print(format_table(rows, [(k, k) for k in rows[0]], text_columns=1))
+    for r in results:
+        if r.spilling:
+            print(f"{r.key}: {r.spill_text()}", file=sys.stderr)
     for r in failed:
         print(f"FAILED {r.key}: {r.error}", file=sys.stderr)
     if args.output:

@@ -590,7 +590,7 @@ def _check_spills(manifest: dict[str, Any], ctx: StageContext, opts: CompileOpti
     kernel does not fit the register file, which we report like any other resource limit."""
     # SGPR spills go to VGPR lanes, not memory; only VGPR spills use scratch.
     spills = manifest.get("vgpr_spill_count", 0)
-    if not spills or opts.allow_spills:
+    if not spills or opts.allow_spills or opts.spills_last_resort:
         return
     text = (f"the kernel spills {spills} registers to scratch memory on {ctx.arch.name} "
             f"({manifest.get('vgpr_count')} VGPRs in use); use smaller block sizes"

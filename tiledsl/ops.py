@@ -714,17 +714,22 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
                            config=cfg)
     if passes != 1:
         defines["PASSES"] = str(passes)
-    # Bias variants accept spills rather than fail: the tile rows keep the tested feature mixes free
-    # of VGPR spills up to hdim 128 (tests/test_fmha_bias.py), not every combination of strides.
-    # Dropout variants do at hdim 256 (fmha_configs.DROPPED). So do the general-stride variants (a
-    # head dim whose stride is not 1: every element addressed on its own, which the rows are not
-    # tuned for; gfx1201 under a mask spilled 3 registers at hdim 64).
+    # Bias variants expect spills (allow_spills: the driver spends no second compile on many): the
+    # tile rows keep the tested feature mixes free of VGPR spills up to hdim 128
+    # (tests/test_fmha_bias.py), not every combination of strides. Dropout variants do at hdim 256
+    # (fmha_configs.DROPPED). So do the general-stride variants (a head dim whose stride is not 1:
+    # every element addressed on its own, which the rows are not tuned for; gfx1201 under a mask
+    # spilled 3 registers at hdim 64). Every other variant accepts spills as a last resort: a
+    # caller cannot choose the tile, and where no row fits a feature mix in registers a slower
+    # kernel beats an error on valid input (gfx1100's hdim 256 rows, head dims 129-256, under a
+    # mask with a soft-cap, a sink, an LSE or GQA packing: README.md). The manifest's
+    # vgpr_spill_count, `tiledsl inspect` and `tiledsl prebuild` say which spill.
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous, disjoint_rows=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned))
                                   + (split_acc_stride_units(hdim_v) if split and contiguous else ()),
                                   buffer_masks=not large, **cfg.scheduling(),
                                   allow_spills=bias != "none" or (dropout and max(hdim_q, hdim_v) > 128) or passes != 1
-                                  or not contiguous)
+                                  or not contiguous, spills_last_resort=True)
     return library_kernel(KERNELS / "fmha_fwd.tile", arch, defines, options)
 
 

@@ -31,6 +31,10 @@ class CompileOptions:
     # registers).
     transposed_rows: int = 4
     allow_spills: bool = False  # accept a kernel that spills registers to scratch (normally an error)
+    # Accept a kernel that still spills after every retry the driver makes for one that must not
+    # (allow_spills skips the costly ones for a kernel expected to spill many): the library's
+    # variants, whose callers cannot choose the tile.
+    spills_last_resort: bool = False
     # Every tensor's last dim has stride 1 (a compile-time constant, checked by the launcher): the
     # condition for vector loads and stores. False passes that stride at run time like the others.
     unit_last_stride: bool = True

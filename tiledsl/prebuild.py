@@ -107,6 +107,12 @@ class BuildResult:
     compiled: int = 0  # kernels compiled now (the rest came from the cache)
     error: str | None = None
     packaged: tuple[PackagedKernel, ...] = ()  # the kernels themselves, when building a package
+    # The kernels that spill VGPRs to scratch memory (slower; a feature mix no tile row fits in
+    # registers), as "name (N VGPRs)".
+    spilling: tuple[str, ...] = ()
+
+    def spill_text(self) -> str:
+        return f"spills registers to scratch memory: {', '.join(self.spilling)}" if self.spilling else ""
 
 
 def build_variant(variant: Any, package: bool = False) -> BuildResult:
@@ -128,8 +134,10 @@ def build_variant(variant: Any, package: bool = False) -> BuildResult:
                            error=f"internal error: {type(exc).__name__}: {first}")
     unique = list({k.key or id(k): k for k in kernels}.values())
     packaged = tuple(PackagedKernel.of(k) for k in unique) if package else ()
+    spilling = tuple(f"{k.name} ({k.manifest['vgpr_spill_count']} VGPRs)" for k in unique
+                     if k.manifest.get("vgpr_spill_count"))
     return BuildResult(variant.key(), time.perf_counter() - start, len(unique),
-                       sum(not k.from_cache for k in unique), packaged=packaged)
+                       sum(not k.from_cache for k in unique), packaged=packaged, spilling=spilling)
 
 
 def prebuild_variants(variants: Sequence[Any], jobs: int, progress: bool = True,

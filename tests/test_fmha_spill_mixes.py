@@ -1,0 +1,57 @@
+"""A feature mix that no tile row fits in registers runs with registers spilled to scratch memory
+rather than failing: the caller of `fmha_fwd` cannot choose the tile. On gfx1100 the hdim 256 rows
+(head dims 129-256) under a mask with a soft-cap, an LSE, a sink or GQA packing spill 9-12 VGPRs
+(its 16-row WMMA accumulator alone takes half of a lane's registers); before, these valid calls
+were a compile error. The other archs compile the same mixes without spills: the test runs them
+all against the float64 reference, spilled or not, under the emulator's sanitizer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.ops import fmha_fwd, fmha_fwd_kvcache
+from tiledsl.reference import fmha_fwd_kvcache_reference, fmha_fwd_reference
+
+pytestmark = pytest.mark.emulator
+
+# (head dim, query rows, query heads, kv heads, options): the last packs its 4 query heads per kv
+# head into one block's rows (short queries).
+MIXES = {
+    "window_softcap": (160, 40, 4, 2, dict(window=(20, 8), softcap=30.0)),
+    "causal_softcap_lse": (160, 40, 4, 2, dict(causal=True, softcap=30.0, return_lse=True)),
+    "packed_window_softcap_sink_lse": (256, 8, 8, 2, dict(window=(20, 8), softcap=30.0, sink=True,
+                                                          return_lse=True)),
+}
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+@pytest.mark.parametrize("mix", MIXES)
+def test_mix_beyond_the_rows_runs(arch: str, mix: str) -> None:
+    d, sq, hq, hk, opts = MIXES[mix]
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((1, s, h, d)).astype(np.float16) for s, h in ((sq, hq), (70, hk), (70, hk)))
+    if opts.get("sink"):
+        opts = dict(opts, sink=rng.standard_normal(hq).astype(np.float32))
+    got = fmha_fwd(q, k, v, arch=arch, **opts)
+    want = fmha_fwd_reference(q, k, v, **opts)
+    if opts.get("return_lse"):
+        np.testing.assert_allclose(got[1], want[1], atol=1e-4, rtol=1e-4)
+        got, want = got[0], want[0]
+    np.testing.assert_allclose(got.astype(np.float64), want, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_kvcache_mix_beyond_the_rows_runs(arch: str) -> None:
+    """A paged decode at hdim 256, 8 query heads packed onto 1 kv head, with a soft-cap, a window,
+    a sink and the LSE, split over the keys."""
+    rng = np.random.default_rng(8)
+    kc, vc = (rng.standard_normal((12, 16, 1, 256)).astype(np.float16) for _ in range(2))
+    q = rng.standard_normal((2, 1, 8, 256)).astype(np.float16)
+    opts = dict(cache_seqlens=np.array([90, 37], np.int32), block_table=rng.permutation(12).reshape(2, 6).astype(
+        np.int32), window=(40, 0), softcap=30.0, sink=rng.standard_normal(8).astype(np.float32), return_lse=True)
+    got_out, got_lse = fmha_fwd_kvcache(q, kc, vc, num_splits=2, arch=arch, **opts)
+    want_out, want_lse = fmha_fwd_kvcache_reference(q, kc, vc, **opts)
+    np.testing.assert_allclose(got_lse, want_lse, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(got_out.astype(np.float64), want_out, atol=2e-3, rtol=2e-3)
