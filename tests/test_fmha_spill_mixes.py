@@ -44,13 +44,13 @@ def test_mix_beyond_the_rows_runs(arch: str, mix: str) -> None:
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_kvcache_mix_beyond_the_rows_runs(arch: str) -> None:
-    """A paged decode at hdim 256, 8 query heads packed onto 1 kv head, with a soft-cap, a window,
-    a sink and the LSE, split over the keys."""
+    """The KV-cache forward over a contiguous cache at head dim 160, with a soft-cap, a window, a
+    sink and the LSE, split over the keys."""
     rng = np.random.default_rng(8)
-    kc, vc = (rng.standard_normal((12, 16, 1, 256)).astype(np.float16) for _ in range(2))
-    q = rng.standard_normal((2, 1, 8, 256)).astype(np.float16)
-    opts = dict(cache_seqlens=np.array([90, 37], np.int32), block_table=rng.permutation(12).reshape(2, 6).astype(
-        np.int32), window=(40, 0), softcap=30.0, sink=rng.standard_normal(8).astype(np.float32), return_lse=True)
+    kc, vc = (rng.standard_normal((2, 96, 2, 160)).astype(np.float16) for _ in range(2))
+    q = rng.standard_normal((2, 3, 2, 160)).astype(np.float16)
+    opts = dict(cache_seqlens=np.array([90, 37], np.int32), window=(40, 0), softcap=30.0,
+                sink=rng.standard_normal(2).astype(np.float32), return_lse=True)
     got_out, got_lse = fmha_fwd_kvcache(q, kc, vc, num_splits=2, arch=arch, **opts)
     want_out, want_lse = fmha_fwd_kvcache_reference(q, kc, vc, **opts)
     np.testing.assert_allclose(got_lse, want_lse, atol=1e-4, rtol=1e-4)
