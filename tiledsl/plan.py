@@ -193,11 +193,14 @@ class Plan:
             if got is not None and tuple(got) != tuple(dims):
                 raise ValueError(f"argument '{name}': shape {list(got)}, but this plan was made for {list(dims)}; "
                                  "make a plan for these sizes")
+        # Each DeviceArray input read back once (group mode's cu_seqlens are in both tables).
+        read = {name: host_array(f"argument '{name}'", env[name])
+                for name in dict.fromkeys([*self.values, *self.offsets]) if env.get(name) is not None}
         for name, want in self.values.items():
-            check_made_for_values(name, env.get(name), want)
+            check_made_for_values(name, read.get(name), want)
         for name, (rows_of, dim, longest) in self.offsets.items():
-            if env.get(name) is not None and getattr(env.get(rows_of), "shape", None) is not None:
-                cu = check_cu_seqlens(name, host_array(name, env[name]), env[rows_of].shape[dim])
+            if name in read and getattr(env.get(rows_of), "shape", None) is not None:
+                cu = check_cu_seqlens(name, read[name], env[rows_of].shape[dim])
                 if longest is not None and isinstance(env.get(longest), int | np.integer) \
                         and int(np.diff(cu).max()) > env[longest]:
                     raise ValueError(f"{longest}: {env[longest]}, but {name} holds a sequence of "
