@@ -275,6 +275,54 @@ def test_buffer_accesses_kept_where_branches_would_enter_the_hot_loop(monkeypatc
         assert best[0].options.buffer_masks is kept, (buffers, branches)
 
 
+@pytest.mark.parametrize("minreg_spills", [0, 3, 9])
+def test_a_kernel_that_still_spills_is_compiled_with_the_min_reg_scheduler(monkeypatch, minreg_spills):
+    """After every retry, a kernel that spills VGPRs is compiled once more with LLVM's iterative
+    min-reg scheduler, kept where it spills less (its manifest says why, and keeps what the
+    occupancy steps recorded); a kernel without VGPR spills is not compiled again."""
+    import types
+
+    import tiledsl.driver as drv
+
+    compiled = []
+
+    def once(arch_row, opts, *args):
+        compiled.append(opts.schedule)
+        spills = minreg_spills if opts.schedule == drv.MINREG else 9
+        return types.SimpleNamespace(options=opts), b"", {"vgpr_spill_count": spills, "sgpr_spill_count": 0}
+
+    monkeypatch.setattr(drv, "_compile_once", once)
+    spilled = (types.SimpleNamespace(options=CompileOptions.make("gfx1100", {}, schedule="max-ilp")), b"",
+               {"vgpr_spill_count": 9, "sgpr_spill_count": 0, "occupancy_target": 2, "occupancy_lowered_to": 0})
+    best = drv._fewest_live_registers(get_arch("gfx1100"), spilled, "k.tile", {}, "", "tile")
+    assert compiled == [drv.MINREG]
+    if minreg_spills < 9:
+        assert best[0].options.schedule == drv.MINREG and best[2]["vgpr_spill_count"] == minreg_spills
+        assert best[2]["schedule_fallback"] == "spills 9 VGPRs with the max-ilp scheduler; compiled with " \
+                                               "iterative-minreg"
+        assert (best[2]["occupancy_target"], best[2]["occupancy_lowered_to"]) == (2, 0)
+    else:
+        assert best is spilled
+    unspilled = (spilled[0], b"", {"vgpr_spill_count": 0, "sgpr_spill_count": 4})
+    assert drv._fewest_live_registers(get_arch("gfx1100"), unspilled, "k.tile", {}, "", "tile") is unspilled
+    assert compiled == [drv.MINREG]
+
+
+def test_spills_last_resort_accepts_what_the_retries_could_not_remove(monkeypatch):
+    """CompileOptions.spills_last_resort (the library's forward variants) returns the kernel that
+    still spills after every retry; without it (or allow_spills) that kernel is an error."""
+    import types
+
+    import tiledsl.driver as drv
+
+    ctx = types.SimpleNamespace(arch=get_arch("gfx1100"), bound=None, source=None)
+    spilled = {"vgpr_spill_count": 9, "vgpr_count": 256, "waves": 4}
+    with pytest.raises(TileError, match="spills 9 registers to scratch memory on gfx1100"):
+        drv._check_spills(spilled, ctx, CompileOptions.make("gfx1100", {}))
+    drv._check_spills(spilled, ctx, CompileOptions.make("gfx1100", {}, spills_last_resort=True))
+    drv._check_spills(spilled, ctx, CompileOptions.make("gfx1100", {}, allow_spills=True))
+
+
 def test_cache_miss_then_hit(fake, tmp_path):
     cache = Cache(tmp_path / "cache")
     first = _compile(cache=cache)

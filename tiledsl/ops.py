@@ -720,10 +720,9 @@ def compile_fmha_fwd(arch: str, *, dtype: str, hdim_q: int, hdim_v: int, mask: M
     # (fmha_configs.DROPPED). So do the general-stride variants (a head dim whose stride is not 1:
     # every element addressed on its own, which the rows are not tuned for; gfx1201 under a mask
     # spilled 3 registers at hdim 64). Every other variant accepts spills as a last resort: a
-    # caller cannot choose the tile, and where no row fits a feature mix in registers a slower
-    # kernel beats an error on valid input (gfx1100's hdim 256 rows, head dims 129-256, under a
-    # mask with a soft-cap, a sink, an LSE or GQA packing: README.md). The manifest's
-    # vgpr_spill_count, `tiledsl inspect` and `tiledsl prebuild` say which spill.
+    # caller cannot choose the tile, and where no row fits a feature mix in registers, even with
+    # the driver's min-reg retry, a slower kernel beats an error on valid input (README.md). The
+    # manifest's vgpr_spill_count, `tiledsl inspect` and `tiledsl prebuild` say which spill.
     options = CompileOptions.make(arch, defines, unit_last_stride=contiguous, disjoint_rows=contiguous,
                                   stride_units=tuple((name, VECTOR_ELEMS) for name in sorted(aligned))
                                   + (split_acc_stride_units(hdim_v) if split and contiguous else ()),

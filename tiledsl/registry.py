@@ -141,9 +141,9 @@ def algorithm(arch: str, sig: Signature) -> Algorithm:
     from tiledsl.kernels.fmha_configs import fmha_config
 
     c = fmha_config(arch, sig.hdim_q, sig.hdim_v, masked=sig.mask != "none", bias=sig.bias, dropout=sig.dropout)
-    # spills stays False: the forward's rows fit the tuned feature mixes in registers; a mix no row
-    # fits (gfx1100's hdim 256 rows under a mask with a soft-cap, a sink, an LSE or GQA packing)
-    # spills a few (tiledsl.ops.compile_fmha_fwd), and prebuild names it.
+    # spills stays False: the forward's rows fit the tuned feature mixes in registers; a mix that
+    # no row fits, even with the driver's min-reg retry, runs spilled (tiledsl.ops.compile_fmha_fwd),
+    # and prebuild names it.
     return Algorithm(c.block_m, c.block_n, c.waves, c.stages, occupancy=c.occupancy, reuse=c.reuse)
 
 
