@@ -288,7 +288,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             if fallback:
                 asked = [flag for flag, on in (("--schedule", args.schedule != "default"),
                                                 ("--interleave", args.interleave)) if on]
-                note += f" ({' '.join(asked)}: {fallback})"
+                note += f" ({' '.join(asked)}: {fallback})" if asked else f" ({fallback})"
             print(f"{kernel.name} {kernel.arch}: {files[0]}{note}")
 
     failed: dict[str, str] = {}
