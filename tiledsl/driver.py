@@ -572,9 +572,9 @@ def _fewest_live_registers(arch_row: Arch, compiled: tuple[StageContext, bytes, 
     """A kernel that still spills a few VGPRs (MINREG_SPILLS) after every retry and occupancy step,
     compiled once more with LLVM's iterative min-reg scheduler, which orders each region for the
     fewest live registers at some cost in latency hidden; the result with fewer spills is kept, and
-    its manifest says why. Last, so that no row reaching its occupancy target
-    without spills changes (gfx1100's hdim 160-256 forwards under a mask with a soft-cap spilled
-    9-12 VGPRs, none with it)."""
+    its manifest says why. Last, so that no row reaching its occupancy target without spills
+    changes (gfx1100's hdim 160-256 forwards under a mask with a soft-cap spilled 9-12 VGPRs, none
+    with it)."""
     ctx, _, manifest = compiled
     vgprs = spill_counts(manifest)[0]
     if not 0 < vgprs <= MINREG_SPILLS or ctx.options.schedule == MINREG:
