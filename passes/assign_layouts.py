@@ -505,6 +505,7 @@ class _Assigner:
                         if per_lane >= vec * r and rows % r == 0]
                 best = self.cheapest_rows(fits, vec, (rows, cols), eb) if fits else 1
                 if best > 1:
+                    self.rows_taken = max(self.rows_taken, best)
                     for ld in loads:
                         self.retarget[ld.result] = L.Blocked(vec, best)
                     found = True
@@ -591,6 +592,7 @@ class _Assigner:
     def run(self) -> None:
         self.memo: dict = {}
         self.retarget: dict[ir.Value, L.Layout] = {}
+        self.rows_taken = 1  # the most rows per lane retarget_transposed gave a load
         body = self.fn.regions[0].blocks[0]
         self.analyse_block(body)
         # Loads that are better off in another layout than the coalesced one: analyse again with them.
@@ -706,5 +708,12 @@ def _with_layout(t: ir.Type, layout: L.Layout) -> ir.Type:
 
 
 def assign_layouts(module: ir.Module, ctx: PassContext) -> None:
+    taken = 1
     for fn in kernel_funcs(module):
-        _Assigner(fn, ctx.arch, ctx.source, ctx.options).run()
+        assigner = _Assigner(fn, ctx.arch, ctx.source, ctx.options)
+        assigner.run()
+        taken = max(taken, assigner.rows_taken)
+    # With options.transposed_rows at or above this, every load keeps the rows it has here: the
+    # cheapest count is chosen from the powers of two up to the limit (cheapest_rows), so the
+    # driver's retries with fewer rows compile the same code until they go below it.
+    ctx.facts["transposed_rows_taken"] = taken

@@ -59,6 +59,7 @@ class _Lowering:
             if "tile.large_args" in fn.attributes else set()
         self.buffer_args: set[int] = set()  # kernel arguments addressed with buffer instructions
         self.row_bounds: set[tuple[int, int]] = set()  # (argument, dim) whose rows a view bounds
+        self.halves_swapped = 0  # reductions across wave halves through permlane32 swaps (swap_halves)
         self.awaiting_first_dot = False  # inside a loop body whose first dot is still to come
 
     # -- types -----------------------------------------------------------------------------------
@@ -462,6 +463,7 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
                                lw.source, "lower-to-gpu")
             if 1 << k == 32 and lw.arch.permlane32_swap and lw.options.swap_halves:
                 outs = [_combine_halves(x, comb) for x in outs]
+                lw.halves_swapped += 1
             else:
                 outs = [comb(x, gpu.shuffle(x, c32(1 << k), c32(ws), gpu.ShuffleMode.XOR)[0]) for x in outs]
     wave_bits = [k for k, b in enumerate(lin.wave_bases) if b[axis]]
@@ -796,13 +798,17 @@ def lower_to_gpu(module: ir.Module, ctx: PassContext) -> ir.Module:
                              ir.Attribute.parse("#llvm.linkage<internal>"), addr_space=3, alignment=16)
     buffer_args: set[int] = set()
     row_bounds: set[tuple[int, int]] = set()
+    halves_swapped = 0
     for fn in kernel_funcs(module):
         lowering = _Lowering(fn, arch, source, lds_bytes, arena, ctx.options)
         lowering.build(body)
         buffer_args |= lowering.buffer_args
         row_bounds |= lowering.row_bounds
+        halves_swapped += lowering.halves_swapped
     ctx.facts["buffer_args"] = sorted(buffer_args)
     ctx.facts["row_bounds"] = sorted(row_bounds)
+    # The driver's swap_halves retry would compile the same code where no reduction swapped halves.
+    ctx.facts["halves_swapped"] = halves_swapped
     for op in ops_in(body):
         if op.name == "gpu.func":
             for blk in op.regions[0].blocks:

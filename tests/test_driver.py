@@ -7,6 +7,7 @@ front-end and the tile passes are importable.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -266,13 +267,67 @@ def test_buffer_accesses_kept_where_branches_would_enter_the_hot_loop(monkeypatc
 
         def once(arch_row, opts, *args, buffers=buffers, branches=branches, compiled=compiled):
             compiled.append(opts.buffer_masks)
-            return (types.SimpleNamespace(options=opts, asm=buffers if opts.buffer_masks else branches), b"",
+            return (types.SimpleNamespace(options=opts, asm=buffers if opts.buffer_masks else branches, facts={}),
+                    b"",
                     {"vgpr_spill_count": 0, "sgpr_spill_count": 12 if opts.buffer_masks else 0})
 
         monkeypatch.setattr(drv, "_compile_once", once)
         best = drv._compile_retrying(get_arch("gfx942"), CompileOptions.make("gfx942", {}), "k.tile", {}, "", "tile")
         assert compiled == [True, False]
         assert best[0].options.buffer_masks is kept, (buffers, branches)
+
+
+@pytest.mark.parametrize("taken, swapped, retried", [
+    (1, 0, []),  # no load took more than one row, no reduction swapped halves: nothing to retry
+    (2, 0, [1]),  # only limits below the rows taken change the code
+    (4, 3, [2, 1, "no swap"]),
+])
+def test_retries_skip_options_no_pass_acted_on(monkeypatch, taken, swapped, retried):
+    """A kernel that spills a few registers is compiled again with fewer transposed rows per lane
+    and without half swaps only where a pass used them (the facts assign-layouts and lower-to-gpu
+    record): with a limit at or above the rows taken, or with no swap made, the code is the same."""
+    import types
+
+    import tiledsl.driver as drv
+
+    compiled = []
+
+    def once(arch_row, opts, *args):
+        compiled.append(opts.transposed_rows if opts.swap_halves else "no swap")
+        facts = {"transposed_rows_taken": min(taken, opts.transposed_rows), "halves_swapped": swapped}
+        return (types.SimpleNamespace(options=opts, asm="", facts=facts), b"",
+                {"vgpr_spill_count": 2, "sgpr_spill_count": 0})
+
+    monkeypatch.setattr(drv, "_compile_once", once)
+    opts = CompileOptions.make("gfx950", {}, buffer_masks=False, lds_spread=False)  # those retries apart
+    drv._compile_retrying(get_arch("gfx950"), opts, "k.tile", {}, "", "tile")
+    assert compiled == [4, *retried]
+
+
+def test_a_retry_with_the_same_gpu_mlir_reuses_its_code_object(fake, monkeypatch):
+    """Within one compile_source call, a retry whose tile passes give the gpu.mlir text an earlier
+    compile gave takes that compile's code object instead of running LLVM again; a new call (a
+    cold compile) runs LLVM again."""
+    import tiledsl.driver as drv
+    from tiledsl.backends.rocm import codegen
+
+    llvm_runs = []
+    real = codegen.make_isa_and_object
+    monkeypatch.setattr(codegen, "make_isa_and_object", lambda *a, **k: llvm_runs.append(1) or real(*a, **k))
+    once = drv._compile_once
+    results = []
+
+    def fitting(arch_row, opts, *args):  # two compiles whose option the fake passes ignore
+        results.append(once(arch_row, opts, *args))
+        results.append(once(arch_row, dataclasses.replace(opts, transposed_rows=1), *args))
+        return results[-1]
+
+    monkeypatch.setattr(drv, "_compile_fitting", fitting)
+    first = _compile()
+    assert len(llvm_runs) == 1 and results[0][1] == results[1][1] == first.hsaco
+    assert results[1][0].asm == results[0][0].asm
+    _compile()
+    assert len(llvm_runs) == 2
 
 
 @pytest.mark.parametrize("minreg_spills", [0, 3, 9])
@@ -587,6 +642,46 @@ def test_real_examples_compile(tmp_path, arch, example, dtype):
     assert k.manifest["lds_bytes"] <= row.lds_bytes
     assert k.manifest["constexprs"]["DT"] == dtype
     assert compile_source(source, f"{example}.tile", arch, {"DT": dtype}, cache=cache).from_cache
+
+
+# B as [K, N]: a dot operand staged through LDS transposed, where assign-layouts picks rows per lane.
+KN_GEMM = """kernel kn_gemm(
+    a: tensor[f16](M, K),
+    b: tensor[f16](K, N),
+    c: tensor[f32](M, N),
+) grid(cdiv(M, 64), cdiv(N, 128)) waves(4) {
+    let rows = program_id(0) * 64 + arange(0, 64);
+    let cols = program_id(1) * 128 + arange(0, 128);
+    let acc = zeros([64, 128], f32);
+    for k0 in range(0, K, 64) {
+        let kk = k0 + arange(0, 64);
+        let ta = load(a[rows[:, None], kk[None, :]], mask=(rows[:, None] < M) & (kk[None, :] < K), other=0.0);
+        let tb = load(b[kk[:, None], cols[None, :]], mask=(kk[:, None] < K) & (cols[None, :] < N), other=0.0);
+        acc = dot(ta, tb, acc);
+    }
+    store(c[rows[:, None], cols[None, :]], acc, mask=(rows[:, None] < M) & (cols[None, :] < N));
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_transposed_rows_taken_is_where_the_code_changes(arch):
+    """assign-layouts' fact `transposed_rows_taken` is what the driver's fewer-rows retries trust:
+    a limit at the rows taken compiles the same code object, one below them another (gfx950
+    stores 16-bit operands row-major and transposes in the read: one row, nothing to retry)."""
+    _need_real_frontend()
+    import tiledsl.driver as drv
+
+    def compile_with(rows: int) -> tuple[int, bytes]:
+        ctx, hsaco, _ = drv._compile_once(get_arch(arch), CompileOptions.make(arch, {}, transposed_rows=rows),
+                                          "kn_gemm.tile", {}, KN_GEMM, "tile")
+        return ctx.facts["transposed_rows_taken"], hsaco
+
+    taken, code = compile_with(4)
+    assert taken > 1 or arch == "gfx950"
+    assert compile_with(taken)[1] == code
+    if taken > 1:
+        assert compile_with(taken // 2)[1] != code
 
 
 def test_real_gemm_grid_and_dumps(tmp_path):
