@@ -304,10 +304,12 @@ def test_retries_skip_options_no_pass_acted_on(monkeypatch, taken, swapped, retr
     assert compiled == [4, *retried]
 
 
-def test_a_retry_with_the_same_gpu_mlir_reuses_its_code_object(fake, monkeypatch):
-    """Within one compile_source call, a retry whose tile passes give the gpu.mlir text an earlier
-    compile gave takes that compile's code object instead of running LLVM again; a new call (a
-    cold compile) runs LLVM again."""
+def test_a_retry_reuses_what_its_stages_did_not_change(fake, monkeypatch):
+    """Within one compile_source call, a retry that changes only options the front end does not
+    read reuses its tile.mlir (parse, check and emit run once), and one whose tile passes give the
+    gpu.mlir text an earlier compile gave takes that compile's code object instead of running LLVM
+    again; an option the front end reads (buffer_masks) runs it again; a new call (a cold compile)
+    runs everything again."""
     import tiledsl.driver as drv
     from tiledsl.backends.rocm import codegen
 
@@ -317,17 +319,30 @@ def test_a_retry_with_the_same_gpu_mlir_reuses_its_code_object(fake, monkeypatch
     once = drv._compile_once
     results = []
 
-    def fitting(arch_row, opts, *args):  # two compiles whose option the fake passes ignore
+    def fitting(arch_row, opts, *args):  # retries whose options the fake passes ignore
         results.append(once(arch_row, opts, *args))
         results.append(once(arch_row, dataclasses.replace(opts, transposed_rows=1), *args))
-        return results[-1]
+        results.append(once(arch_row, dataclasses.replace(opts, buffer_masks=False), *args))
+        return results[1]
 
     monkeypatch.setattr(drv, "_compile_fitting", fitting)
     first = _compile()
-    assert len(llvm_runs) == 1 and results[0][1] == results[1][1] == first.hsaco
-    assert results[1][0].asm == results[0][0].asm
+    assert (fake["parse"], fake["emit"], fake["passes"], len(llvm_runs)) == (2, 2, 3, 1)
+    assert results[0][1] == results[1][1] == results[2][1] == first.hsaco
+    assert results[1][0].asm == results[0][0].asm and results[1][0].bound is results[0][0].bound
     _compile()
-    assert len(llvm_runs) == 2
+    assert (fake["parse"], fake["emit"], fake["passes"], len(llvm_runs)) == (4, 4, 6, 2)
+
+
+def test_backend_only_options_are_not_read_by_the_front_end():
+    """The front end's artifacts are reused across retries that change only BACKEND_ONLY_OPTIONS
+    (driver.run_stages): none of their names may occur in the parser, checker or emitter."""
+    from tiledsl.options import BACKEND_ONLY_OPTIONS
+
+    for path in [*(ROOT / "tiledsl" / "lang").glob("*.py"), *(ROOT / "tiledsl" / "ir").glob("*.py")]:
+        code = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())  # not comments
+        for name in BACKEND_ONLY_OPTIONS:
+            assert not re.search(rf"\b{name}\b", code), (path.name, name)
 
 
 @pytest.mark.parametrize("minreg_spills", [0, 3, 9])

@@ -15,6 +15,13 @@ from dataclasses import asdict, dataclass, field
 SCHEDULES = ("", "max-ilp", "max-memory-clause", "iterative-ilp", "iterative-minreg", "iterative-maxocc")
 
 
+# Options the front end (parser, checker, emitter: tiledsl/lang, tiledsl/ir) never reads, only the
+# tile passes and LLVM: a driver retry that changes only these reuses the front end's tile.mlir
+# (driver.run_stages). tests/test_driver.py checks that the names do not occur there.
+BACKEND_ONLY_OPTIONS = ("lds_spread", "transposed_rows", "swap_halves", "fold_laid_out", "resident_operands",
+                        "schedule", "interleave", "allow_spills", "spills_last_resort", "dump_ir_dir", "failure_dir")
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     arch: str
