@@ -179,7 +179,9 @@ class _Assigner:
         flat = c.reshape(-1, len(shape))
         if flat.size == 0 or (flat < 0).any() or (flat >= np.array(shape)).any():
             return False
-        return len(np.unique(flat, axis=0)) == int(np.prod(shape))
+        covered = np.zeros(int(np.prod(shape)), bool)
+        covered[np.ravel_multi_index(flat.T, shape)] = True
+        return bool(covered.all())
 
     def analyse_for(self, op: ir.Operation) -> None:
         body = op.regions[0].blocks[0]

@@ -397,19 +397,29 @@ def register_map(src: Layout | str, src_shape: tuple[int, ...], dst: Layout | st
                  threads: Threads) -> list[int] | None:
     """For each dst register, the src register of the same thread holding its element (size-1 src
     axes broadcast), or None when some element lives in another thread (needs LDS)."""
-    cs = _coords(as_layout(src), tuple(src_shape), threads)
-    cd = _coords(as_layout(dst), tuple(dst_shape), threads)
-    cd = cd.copy()
+    found = _register_map(as_layout(src), tuple(src_shape), as_layout(dst), tuple(dst_shape), threads)
+    return None if found is None else list(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _register_map(src: Layout, src_shape: tuple[int, ...], dst: Layout, dst_shape: tuple[int, ...],
+                  threads: Threads) -> tuple[int, ...] | None:
+    cs = _coords(src, src_shape, threads).astype(np.int64)
+    cd = _coords(dst, dst_shape, threads).astype(np.int64)
     for axis, n in enumerate(src_shape):
         if n == 1:
             cd[:, :, axis] = 0
+    # A register's elements over all threads, as bytes: equal bytes, equal elements in every thread.
+    first_src_register: dict[bytes, int] = {}
+    for i in range(cs.shape[1]):
+        first_src_register.setdefault(cs[:, i, :].tobytes(), i)
     out = []
     for i in range(cd.shape[1]):
-        hit = np.nonzero((cs == cd[:, i:i + 1, :]).all(axis=2).all(axis=0))[0]
-        if len(hit) == 0:
+        hit = first_src_register.get(cd[:, i, :].tobytes())
+        if hit is None:
             return None
-        out.append(int(hit[0]))
-    return out
+        out.append(hit)
+    return tuple(out)
 
 
 def k_permutation(src: Layout | str, dst: Layout | str, shape: tuple[int, ...], axis: int,

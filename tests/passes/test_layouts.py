@@ -198,3 +198,61 @@ def test_transpose_read_source_yields_the_operand_layout(layout, shape, waves) -
 ])
 def test_transpose_read_source_refuses_other_layouts(layout, shape) -> None:
     assert L.transpose_read_source(L.linear(layout, shape, T4)) is None
+
+
+def _register_map_by_search(src, src_shape, dst, dst_shape, threads):
+    """register_map's definition, element by element: for each dst register, the first src
+    register holding the same element in every thread (size-1 src axes broadcast)."""
+    cs, cd = L.coords(src, src_shape, threads), L.coords(dst, dst_shape, threads)
+    cd[:, :, [axis for axis, n in enumerate(src_shape) if n == 1]] = 0
+    out = []
+    for i in range(cd.shape[1]):
+        hits = [j for j in range(cs.shape[1]) if (cs[:, j, :] == cd[:, i, :]).all()]
+        if not hits:
+            return None
+        out.append(hits[0])
+    return out
+
+
+@pytest.mark.parametrize("src, src_shape, dst, dst_shape", [
+    (ACC, (64, 64), ACC, (64, 64)),                                   # the identity
+    (ACC, (64, 64), ACC.with_kind("acc"), (64, 64)),                  # lanes swap: None
+    (ACC.with_kind("opa"), (64, 64), L.PermK(1, (2, 1, 4), ACC.with_kind("opa")), (64, 64)),  # registers permuted
+    (L.Expand(1, L.Slice(1, 64, ACC)), (64, 1), ACC, (64, 64)),       # a row vector broadcast
+    (L.Expand(1, L.Slice(1, 64, ACC)), (64, 1), ACC, (64, 128)),      # ... into a wider tile
+    (L.Blocked(8, 4), (128, 64), L.Blocked(8, 2), (128, 64)),         # fewer rows per lane: None
+])
+def test_register_map_is_its_definition(src, src_shape, dst, dst_shape) -> None:
+    assert L.register_map(src, src_shape, dst, dst_shape, T4) == \
+        _register_map_by_search(src, src_shape, dst, dst_shape, T4)
+
+
+def test_tile_ops_are_read_without_an_import_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bindings look up a Python class for every op they hand out, importing the dialect's
+    module, and remember only a module found: tiledsl.ir.py_dialects.tile is that module for
+    `tile` ops, so reading them imports nothing (each failed import cost ~0.1 ms, a fifth of a
+    compile's Python time)."""
+    import builtins
+    from pathlib import Path
+
+    from mlir import ir
+
+    from tiledsl.ir.dialect import new_context
+    from tiledsl.passes.common import ops_in, walk_blocks
+
+    text = (Path(__file__).parents[1] / "ir" / "dot.tile.mlir").read_text()
+    with new_context():
+        module = ir.Module.parse(text)
+        names = [op.name for block in walk_blocks(module.operation) for op in ops_in(block)]
+        assert any(n.startswith("tile.") for n in names)
+        imported = []
+        real_import = builtins.__import__
+
+        def counting_import(name, *args, **kwargs):
+            imported.append(name)
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", counting_import)
+        again = [op.name for block in walk_blocks(module.operation) for op in ops_in(block)]
+    assert again == names
+    assert not [n for n in imported if n.endswith(".tile")], imported

@@ -9,6 +9,7 @@ equivalent is a `tile` op. Every op's semantics is documented in docs/compiler.m
 from __future__ import annotations
 
 from mlir import ir
+from mlir._mlir_libs import _mlir
 
 from tiledsl.fp8 import F8_DTYPES, FORMATS, MLIR_NAMES, fp8_format
 
@@ -101,12 +102,18 @@ def _dialect_source() -> str:
     return "irdl.dialect @tile {\n" + "\n".join(ops) + "\n}\n"
 
 
+# Where the bindings find the `tile` namespace's Python module (see that package's docstring).
+_PY_DIALECTS = "tiledsl.ir.py_dialects"
+
+
 def load_tile_dialect(ctx: ir.Context) -> None:
     """Register the tile dialect in `ctx` (idempotent per context)."""
     from mlir.dialects import irdl
 
     if getattr(ctx, "_tiledsl_loaded", False):
         return
+    if _PY_DIALECTS not in _mlir.globals.dialect_search_modules:
+        _mlir.globals.append_dialect_search_prefix(_PY_DIALECTS)
     with ctx, ir.Location.unknown():
         irdl.load_dialects(ir.Module.parse(_dialect_source()))
     ctx._tiledsl_loaded = True  # type: ignore[attr-defined]

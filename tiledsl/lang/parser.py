@@ -7,6 +7,7 @@ exceptions become `SourceError`s whose message names the expected tokens in word
 
 from __future__ import annotations
 
+import functools
 import math
 import unicodedata
 from pathlib import Path
@@ -41,7 +42,16 @@ def _int(tok: Token | str) -> int:
 
 
 def parse(source: str, filename: str) -> ast.Kernel:
-    """Parse one .tile file; it must define exactly one kernel."""
+    """Parse one .tile file; it must define exactly one kernel.
+
+    The result is shared by every call with the same text and file name (parsing a library kernel
+    took a sixth of a compile, and a process compiles many variants of one source): treat it as
+    read-only. `checker.bind`, which rewrites it, works on a copy."""
+    return _parse_cached(source, filename)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_cached(source: str, filename: str) -> ast.Kernel:
     try:
         tree = _LARK.parse(source)
     except UnexpectedInput as e:
