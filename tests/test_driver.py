@@ -267,7 +267,8 @@ def test_buffer_accesses_kept_where_branches_would_enter_the_hot_loop(monkeypatc
 
         def once(arch_row, opts, *args, buffers=buffers, branches=branches, compiled=compiled):
             compiled.append(opts.buffer_masks)
-            return (types.SimpleNamespace(options=opts, asm=buffers if opts.buffer_masks else branches, facts={}),
+            asm = buffers if opts.buffer_masks else branches
+            return (types.SimpleNamespace(options=opts, isa=types.SimpleNamespace(asm=asm), facts={}),
                     b"",
                     {"vgpr_spill_count": 0, "sgpr_spill_count": 12 if opts.buffer_masks else 0})
 
@@ -295,7 +296,7 @@ def test_retries_skip_options_no_pass_acted_on(monkeypatch, taken, swapped, retr
     def once(arch_row, opts, *args):
         compiled.append(opts.transposed_rows if opts.swap_halves else "no swap")
         facts = {"transposed_rows_taken": min(taken, opts.transposed_rows), "halves_swapped": swapped}
-        return (types.SimpleNamespace(options=opts, asm="", facts=facts), b"",
+        return (types.SimpleNamespace(options=opts, isa=None, facts=facts), b"",
                 {"vgpr_spill_count": 2, "sgpr_spill_count": 0})
 
     monkeypatch.setattr(drv, "_compile_once", once)
@@ -314,8 +315,8 @@ def test_a_retry_reuses_what_its_stages_did_not_change(fake, monkeypatch):
     from tiledsl.backends.rocm import codegen
 
     llvm_runs = []
-    real = codegen.make_isa_and_object
-    monkeypatch.setattr(codegen, "make_isa_and_object", lambda *a, **k: llvm_runs.append(1) or real(*a, **k))
+    real = codegen.make_object
+    monkeypatch.setattr(codegen, "make_object", lambda *a, **k: llvm_runs.append(1) or real(*a, **k))
     once = drv._compile_once
     results = []
 
@@ -329,7 +330,7 @@ def test_a_retry_reuses_what_its_stages_did_not_change(fake, monkeypatch):
     first = _compile()
     assert (fake["parse"], fake["emit"], fake["passes"], len(llvm_runs)) == (2, 2, 3, 1)
     assert results[0][1] == results[1][1] == results[2][1] == first.hsaco
-    assert results[1][0].asm == results[0][0].asm and results[1][0].bound is results[0][0].bound
+    assert results[1][0].isa is results[0][0].isa and results[1][0].bound is results[0][0].bound
     _compile()
     assert (fake["parse"], fake["emit"], fake["passes"], len(llvm_runs)) == (4, 4, 6, 2)
 
@@ -453,7 +454,7 @@ def test_entry_with_a_recomputed_checksum_or_no_file_is_a_miss(fake, tmp_path, t
     entry = decode_entry(path.read_bytes())
     if tamper in ("kernel_path", "kernel_absolute", "garbage_hsaco"):
         if tamper == "garbage_hsaco":
-            entry = CacheEntry(b"\x7fELF\x02\x01\x01", entry.asm, entry.manifest)
+            entry = dataclasses.replace(entry, hsaco=b"\x7fELF\x02\x01\x01")
         else:
             entry.manifest["kernel"] = "../evil" if tamper == "kernel_path" else str(tmp_path / "evil")
         path.write_bytes(encode_entry(entry))
@@ -512,6 +513,9 @@ def test_entry_roundtrip_and_checks():
     assert decode_entry(blob) == entry
     assert decode_entry(blob + b"x") is None
     assert decode_entry(b"nonsense") is None
+    lazy = CacheEntry(b"\x7fELF", None, {"kernel": "k"}, "define void @k() { ret void }", True)
+    assert decode_entry(encode_entry(lazy)) == lazy  # the assembly not made: the IR that makes it
+    assert decode_entry(encode_entry(CacheEntry(b"\x7fELF", None, {"kernel": "k"}))) is None  # neither
 
 
 def test_cache_hit_imports_nothing_heavy(fake, tmp_path):
@@ -677,6 +681,27 @@ KN_GEMM = """kernel kn_gemm(
     store(c[rows[:, None], cols[None, :]], acc, mask=(rows[:, None] < M) & (cols[None, :] < N));
 }
 """
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_assembly_is_made_on_first_use_and_is_the_code_objects(tmp_path, arch):
+    """A compile makes the code object alone; its assembly (a second codegen run) is made when it
+    is asked for, from a cache hit too (the cache keeps the optimized IR), and it is the code
+    object's own code: the mnemonics of LLVM's .s are those the emulator decodes from the object."""
+    _need_real_frontend()
+    from _emu_util import asm_mnemonics
+
+    from tiledsl.backends.rocm.emulator.loader import disassembly, load_code_object
+    from tiledsl.driver import LazyAssembly
+
+    source, cache = (ROOT / "examples" / "gemm.tile").read_text(), Cache(tmp_path / "cache")
+    k = compile_source(source, "gemm.tile", arch, {"DT": "f16"}, cache=cache)
+    assert isinstance(k.assembly, LazyAssembly) and not k.assembly.made
+    hit = compile_source(source, "gemm.tile", arch, {"DT": "f16"}, cache=cache)
+    assert hit.from_cache and isinstance(hit.assembly, LazyAssembly)
+    assert hit.asm == k.asm and isinstance(k.assembly, str)
+    want = asm_mnemonics(k.asm, k.name)
+    assert len(want) > 50 and disassembly(load_code_object(k.hsaco, arch)[k.name])[:len(want)] == want
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)

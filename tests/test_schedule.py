@@ -38,7 +38,7 @@ def crashing_codegen(tmp_path, monkeypatch):
     crasher = tmp_path / "crash.sh"
     crasher.write_text("#!/bin/sh\nkill -SEGV $$\n")
     crasher.chmod(0o755)
-    monkeypatch.setattr(codegen, "_codegen_command", lambda arch, out: [str(crasher)])
+    monkeypatch.setattr(codegen, "_codegen_command", lambda arch, out, mode: [str(crasher)])
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
 
 
@@ -63,7 +63,7 @@ def test_codegen_child_errors_are_compile_errors(monkeypatch):
     from tiledsl.errors import CompileError
 
     with pytest.raises(CompileError, match="codegen.*(error|expected)"):
-        codegen.make_isa_and_object_isolated("this is not LLVM IR", get_arch("gfx942"))
+        codegen.optimize_and_make_object_isolated("this is not LLVM IR", get_arch("gfx942"))
 
 
 @pytest.mark.parametrize(("schedule", "interleave", "asked"), [

@@ -25,6 +25,7 @@ import re
 import sys
 import tempfile
 import warnings
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +71,10 @@ def reports_dir(cache_dir: Path) -> Path:
 @dataclass
 class CacheEntry:
     hsaco: bytes
-    asm: str
+    asm: str | None  # None where it was not made: optimized_ll makes it (tiledsl.driver.LazyAssembly)
     manifest: dict[str, Any]
+    optimized_ll: str | None = None  # LLVM's optimized IR, kept when the assembly was not made
+    isolated_codegen: bool = False  # that IR's codegen runs in a child process
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,8 +221,9 @@ _UNWRITABLE_WARNED: set[Path] = set()
 def encode_entry(entry: CacheEntry) -> bytes:
     import msgpack
 
-    payload = msgpack.packb({"hsaco": entry.hsaco, "asm": entry.asm, "manifest": entry.manifest},
-                            use_bin_type=True)
+    ll = None if entry.asm is not None or entry.optimized_ll is None else zlib.compress(entry.optimized_ll.encode(), 1)
+    payload = msgpack.packb({"hsaco": entry.hsaco, "asm": entry.asm, "manifest": entry.manifest,
+                             "optimized_ll": ll, "isolated_codegen": entry.isolated_codegen}, use_bin_type=True)
     return MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
 
 
@@ -237,7 +241,15 @@ def decode_entry(blob: bytes) -> CacheEntry | None:
         data = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception:  # a checksum collision with garbage is absurdly unlikely, but never crash
         return None
-    if not (isinstance(data, dict) and isinstance(data.get("hsaco"), bytes)
-            and isinstance(data.get("asm"), str) and isinstance(data.get("manifest"), dict)):
+    if not (isinstance(data, dict) and isinstance(data.get("hsaco"), bytes) and isinstance(data.get("manifest"), dict)):
         return None
-    return CacheEntry(data["hsaco"], data["asm"], data["manifest"])
+    asm, ll = data.get("asm"), data.get("optimized_ll")
+    if isinstance(asm, str):
+        return CacheEntry(data["hsaco"], asm, data["manifest"])
+    try:
+        text = zlib.decompress(ll).decode() if isinstance(ll, bytes) else None
+    except (zlib.error, UnicodeDecodeError):
+        return None
+    if text is None:
+        return None
+    return CacheEntry(data["hsaco"], None, data["manifest"], text, data.get("isolated_codegen") is True)

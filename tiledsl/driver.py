@@ -42,19 +42,53 @@ class CompiledKernel:
     name: str
     arch: str
     hsaco: bytes
-    asm: str
+    assembly: str | LazyAssembly  # the .s text (`asm`), or what makes it on first use
     manifest: dict[str, Any]
     from_cache: bool = False
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (empty on a hit)
     key: str | None = None  # a library kernel's package key (tiledsl.package.kernel_key)
 
+    @property
+    def asm(self) -> str:
+        """The code object's assembly text (LLVM's .s)."""
+        if isinstance(self.assembly, LazyAssembly):
+            self.assembly = self.assembly.text()
+        return self.assembly
+
+
+@dataclass
+class LazyAssembly:
+    """A code object's assembly text, made from its optimized LLVM IR on first use: a second
+    codegen run, which most compiles (the driver's retries above all) never need."""
+
+    optimized_ll: str
+    arch: Arch
+    isolated: bool  # codegen runs in a child process (make_isa)
+    _text: str | None = None
+
+    @property
+    def made(self) -> bool:
+        return self._text is not None
+
+    def text(self) -> str:
+        if self._text is None:
+            from tiledsl.backends.rocm import codegen
+
+            make = codegen.make_assembly_isolated if self.isolated else codegen.make_assembly
+            self._text = make(self.optimized_ll, self.arch)
+        return self._text
+
 
 @dataclass
 class IsaObject:
-    """The codegen stage's two artifacts: assembly text (.s) and relocatable object (.o)."""
+    """The codegen stage's artifacts: the relocatable object (.o) and its assembly (.s, lazy)."""
 
-    asm: str
     obj: bytes
+    assembly: LazyAssembly
+
+    @property
+    def asm(self) -> str:
+        return self.assembly.text()
 
 
 @dataclass
@@ -70,7 +104,7 @@ class StageContext:
     input_kind: str = "tile"  # what the run starts from (input_kind): tile, tile.mlir, gpu.mlir, rocdl.mlir, ll
     bound: Any = None  # the BoundKernel once the check stage ran
     facts: dict[str, Any] = field(default_factory=dict)  # what the tile passes found (PassContext.facts)
-    asm: str | None = None
+    isa: IsaObject | None = None  # the codegen stage's artifact once it ran
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -150,11 +184,14 @@ def make_isa(ctx: StageContext, llir: str) -> IsaObject:
     # LLVM aborts the process on some IR it cannot select (inline assembly it does not know, fp128
     # arithmetic): IR that did not come from our own passes is compiled in a child process, whose
     # death is a CompileError, as are the scheduling options' crashes.
-    isolated = scheduling(ctx.options) or ctx.input_kind != "tile"
-    make = codegen.make_isa_and_object_isolated if isolated else codegen.make_isa_and_object
-    asm, obj = make(llir, ctx.arch)
-    ctx.asm = asm
-    return IsaObject(asm, obj)
+    isolated = bool(scheduling(ctx.options)) or ctx.input_kind != "tile"
+    if isolated:
+        optimized, obj = codegen.optimize_and_make_object_isolated(llir, ctx.arch)
+    else:
+        optimized = codegen.optimize(llir, ctx.arch)
+        obj = codegen.make_object(optimized, ctx.arch)
+    ctx.isa = IsaObject(obj, LazyAssembly(optimized, ctx.arch, isolated))
+    return ctx.isa
 
 
 def make_hsaco(ctx: StageContext, isa: IsaObject) -> bytes:
@@ -311,7 +348,7 @@ def run_stages(ctx: StageContext, value: Any, start: int, kind: str, stop: int |
         if reused is not None and index == _BACKEND_START and isinstance(value, str):
             back_key = "back", ctx.arch.name, _digest(value)
             if back_key in reused:
-                ctx.asm, hsaco = reused[back_key]
+                ctx.isa, hsaco = reused[back_key]
                 return hsaco
         t0 = time.perf_counter()
         try:
@@ -340,8 +377,8 @@ def run_stages(ctx: StageContext, value: Any, start: int, kind: str, stop: int |
         index += 1
         if reused is not None and front_key is not None and index == _FRONT_END_STOP:
             reused[front_key] = (ctx.prefix, ctx.bound, value)
-    if reused is not None and back_key is not None and ctx.asm is not None:
-        reused[back_key] = (ctx.asm, value)
+    if reused is not None and back_key is not None and ctx.isa is not None:
+        reused[back_key] = (ctx.isa, value)
     return value
 
 
@@ -424,7 +461,9 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
         if not opts.dump_ir_dir:
             entry = cache.get(key)
             if entry is not None and _entry_matches(entry, arch_row.name, clean):
-                return CompiledKernel(entry.manifest["kernel"], arch_row.name, entry.hsaco, entry.asm,
+                assembly = entry.asm if entry.asm is not None else \
+                    LazyAssembly(entry.optimized_ll or "", arch_row, entry.isolated_codegen)
+                return CompiledKernel(entry.manifest["kernel"], arch_row.name, entry.hsaco, assembly,
                                       entry.manifest, from_cache=True)
     token = _RETRY_RESULTS.set({})
     try:
@@ -432,11 +471,21 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
     finally:
         _RETRY_RESULTS.reset(token)
     _check_spills(manifest, ctx, opts)
-    result = CompiledKernel(manifest["kernel"], arch_row.name, hsaco, ctx.asm or "", manifest,
+    assembly = ctx.isa.assembly if ctx.isa is not None else ""
+    result = CompiledKernel(manifest["kernel"], arch_row.name, hsaco, assembly, manifest,
                             from_cache=False, timings=ctx.timings)
     if cache is not None and key is not None:
-        cache.put(key, CacheEntry(result.hsaco, result.asm, result.manifest))
+        cache.put(key, _cache_entry(result))
     return result
+
+
+def _cache_entry(kernel: CompiledKernel) -> CacheEntry:
+    """What the cache keeps of a compiled kernel: its assembly where it was made, else the
+    optimized LLVM IR that makes it."""
+    lazy = kernel.assembly
+    if isinstance(lazy, LazyAssembly) and not lazy.made:
+        return CacheEntry(kernel.hsaco, None, kernel.manifest, lazy.optimized_ll, lazy.isolated)
+    return CacheEntry(kernel.hsaco, kernel.asm, kernel.manifest)
 
 
 def scheduling(opts: CompileOptions) -> str:
@@ -667,7 +716,7 @@ def hot_cost(compiled: tuple[StageContext, bytes, dict[str, Any]]) -> tuple[int,
     from tiledsl.isa_stats import count_instructions
 
     ctx, _, manifest = compiled
-    counts = count_instructions(ctx.asm or "")
+    counts = count_instructions(ctx.isa.asm if ctx.isa is not None else "")
     return (spill_counts(manifest)[0], counts.spill_moves_in_inner_loops, counts.branches_in_inner_loops,
             spill_counts(manifest)[1])
 

@@ -109,10 +109,9 @@ def _target_machine(arch_name: str, features: str):
                                         codemodel="default")
 
 
-def make_isa_and_object(llir: str, arch: Arch, filter_warnings: bool = True) -> tuple[str, bytes]:
-    """Run LLVM's O3 pipeline (needed for correct kernarg size and AGPR use), then AMDGPU codegen.
-    filter_warnings=False leaves LLVM's diagnostics on file descriptor 2 as they come (the child
-    of make_isa_and_object_isolated: an abort must not lose what LLVM said first)."""
+def optimize(llir: str, arch: Arch) -> str:
+    """LLVM's O3 pipeline (needed for correct kernarg size and AGPR use): the optimized IR text,
+    from which codegen makes both the object and the assembly (make_object, make_assembly)."""
     import llvmlite.binding as llvm
 
     tm = _target_machine(arch.name, arch.llvm_features)
@@ -124,30 +123,72 @@ def make_isa_and_object(llir: str, arch: Arch, filter_warnings: bool = True) -> 
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     builder = llvm.create_pass_builder(tm, tuning)
     builder.getModulePassManager().run(module, builder)
-    optimized = str(module)
     external = sorted({f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")})
     if external:
         # Nothing links ROCm's device libraries (ocml/ockl) here: a call would jump to address 0.
         raise CompileError("codegen", f"the kernel calls {', '.join(external)}, which is not defined: an op was "
                                       "lowered to a device-library call instead of an intrinsic")
-    # Codegen rewrites the IR module in place (control-flow annotation intrinsics), so the second
-    # emission must start again from the optimized IR text.
+    return str(module)
+
+
+# Both emissions parse the optimized text afresh: codegen rewrites a module in place (control-flow
+# annotation intrinsics), and a module parsed from text orders its use lists differently from the
+# one the optimizer left, which changes LLVM's choices: assembly made from the optimizer's module
+# was not the code of the object (a few scalar instructions placed or chosen otherwise).
+def make_object(optimized_ll: str, arch: Arch, filter_warnings: bool = True) -> bytes:
+    """AMDGPU codegen of optimize()'s text: the relocatable object. filter_warnings=False leaves
+    LLVM's diagnostics on file descriptor 2 as they come (the child of the isolated variants: an
+    abort must not lose what LLVM said first)."""
+    import llvmlite.binding as llvm
+
+    tm = _target_machine(arch.name, arch.llvm_features)
     with _llvm_warnings_filtered() if filter_warnings else contextlib.nullcontext():
-        return tm.emit_assembly(module), tm.emit_object(llvm.parse_assembly(optimized))
+        return tm.emit_object(llvm.parse_assembly(optimized_ll))
+
+
+def make_assembly(optimized_ll: str, arch: Arch, filter_warnings: bool = True) -> str:
+    """The same codegen as make_object, as assembly text (the .s). LLVM is deterministic, so it
+    is the object's code; the driver makes it only when it is asked for."""
+    import llvmlite.binding as llvm
+
+    tm = _target_machine(arch.name, arch.llvm_features)
+    with _llvm_warnings_filtered() if filter_warnings else contextlib.nullcontext():
+        return tm.emit_assembly(llvm.parse_assembly(optimized_ll))
+
+
+def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
+    """optimize, then both emissions: (assembly, object), for tools and tests."""
+    optimized = optimize(llir, arch)
+    return make_assembly(optimized, arch), make_object(optimized, arch)
 
 
 class CodegenCrashed(CompileError):
-    """LLVM died (a signal) in codegen run apart (make_isa_and_object_isolated)."""
+    """LLVM died (a signal) in codegen run apart (the isolated variants below)."""
 
 
-def make_isa_and_object_isolated(llir: str, arch: Arch) -> tuple[str, bytes]:
-    """make_isa_and_object in a child process, for kernels that ask something of LLVM's scheduler
-    (CompileOptions.schedule, .interleave: driver.scheduling): a crash there (LLVM's iterative
-    schedulers have segfaulted on our backward kernel, iglp.opt(1) aborted on the forward) must not
-    take the caller's process with it. Raises
-    CodegenCrashed when the child dies of a signal, CompileError when it reports an error."""
+# What a codegen child makes: its input on stdin, its outputs as files in a directory.
+_CHILD_OUTPUTS = {"object": ("k.ll", "k.o"), "assembly": ("k.s",)}
+
+
+def optimize_and_make_object_isolated(llir: str, arch: Arch) -> tuple[str, bytes]:
+    """(optimize, make_object) in a child process, for kernels that ask something of LLVM's
+    scheduler (CompileOptions.schedule, .interleave: driver.scheduling) or IR we did not make: a
+    crash there (LLVM's iterative schedulers have segfaulted on our backward kernel, iglp.opt(1)
+    aborted on the forward) must not take the caller's process with it. Raises CodegenCrashed
+    when the child dies of a signal, CompileError when it reports an error."""
+    optimized, obj = _run_codegen_child("object", llir, arch)
+    return optimized.decode(), obj
+
+
+def make_assembly_isolated(optimized_ll: str, arch: Arch) -> str:
+    """make_assembly in a child process (see optimize_and_make_object_isolated)."""
+    [asm] = _run_codegen_child("assembly", optimized_ll, arch)
+    return asm.decode()
+
+
+def _run_codegen_child(mode: str, text: str, arch: Arch) -> list[bytes]:
     with tempfile.TemporaryDirectory(prefix="tiledsl-codegen-") as tmp:
-        proc = subprocess.run(_codegen_command(arch, tmp), input=llir.encode(), capture_output=True)
+        proc = subprocess.run(_codegen_command(arch, tmp, mode), input=text.encode(), capture_output=True)
         stderr = "".join(line for line in proc.stderr.decode(errors="replace").splitlines(keepends=True)
                          if not any(w in line for w in _HANDLED_WARNINGS))
         said = f": {stderr.strip()}" if stderr.strip() else ""
@@ -156,25 +197,32 @@ def make_isa_and_object_isolated(llir: str, arch: Arch) -> tuple[str, bytes]:
         if proc.returncode != 0:
             raise CompileError("codegen", stderr.strip() or f"the codegen process exited with {proc.returncode}")
         sys.stderr.write(stderr)  # LLVM's own warnings
-        return Path(tmp, "k.s").read_text(), Path(tmp, "k.o").read_bytes()
+        return [Path(tmp, name).read_bytes() for name in _CHILD_OUTPUTS[mode]]
 
 
-def _codegen_command(arch: Arch, out: str) -> list[str]:
-    return [sys.executable, "-m", "tiledsl.backends.rocm.codegen", arch.name, out]
+def _codegen_command(arch: Arch, out: str, mode: str) -> list[str]:
+    return [sys.executable, "-m", "tiledsl.backends.rocm.codegen", mode, arch.name, out]
 
 
 def _child_main(argv: list[str]) -> int:
-    """`python -m tiledsl.backends.rocm.codegen ARCH DIR`: LLVM IR on stdin -> DIR/k.s, DIR/k.o."""
+    """`python -m tiledsl.backends.rocm.codegen object|assembly ARCH DIR`: LLVM IR on stdin ->
+    DIR/k.ll (optimized) and DIR/k.o; optimized LLVM IR on stdin -> DIR/k.s."""
     from tiledsl.backends.rocm.arch import get_arch
 
-    arch_name, out = argv
+    mode, arch_name, out = argv
+    arch = get_arch(arch_name)
+    text = sys.stdin.read()
     try:
-        asm, obj = make_isa_and_object(sys.stdin.read(), get_arch(arch_name), filter_warnings=False)
+        if mode == "object":
+            optimized = optimize(text, arch)
+            outputs = [optimized.encode(), make_object(optimized, arch, filter_warnings=False)]
+        else:
+            outputs = [make_assembly(text, arch, filter_warnings=False).encode()]
     except CompileError as exc:
         sys.stderr.write(exc.detail)
         return 3
-    Path(out, "k.s").write_text(asm)
-    Path(out, "k.o").write_bytes(obj)
+    for name, data in zip(_CHILD_OUTPUTS[mode], outputs, strict=True):
+        Path(out, name).write_bytes(data)
     return 0
 
 
@@ -202,13 +250,25 @@ def _llvm_warnings_filtered() -> Iterator[None]:
                     sys.stderr.write(line)
 
 
+@functools.cache
+def _zig() -> str:
+    """The ziglang wheel's zig binary, run directly (`python -m ziglang` only execs it, after a
+    Python start-up that took a third of the link)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ziglang")
+    zig = Path(spec.origin).with_name("zig") if spec and spec.origin else None
+    if zig is None or not zig.is_file():
+        raise CompileError("toolchain", "the ziglang package's zig binary (LLD) is missing: reinstall ziglang")
+    return str(zig)
+
+
 def make_hsaco(obj: bytes) -> bytes:
     """Link the relocatable object into a shared code object with LLD (from the ziglang wheel)."""
     with tempfile.TemporaryDirectory(prefix="tiledsl-link-") as tmp:
         src, dst = os.path.join(tmp, "k.o"), os.path.join(tmp, "k.hsaco")
         Path(src).write_bytes(obj)
-        proc = subprocess.run([sys.executable, "-m", "ziglang", "ld.lld", "-shared", src, "-o", dst],
-                              capture_output=True, text=True)
+        proc = subprocess.run([_zig(), "ld.lld", "-shared", src, "-o", dst], capture_output=True, text=True)
         if proc.returncode != 0:
             raise CompileError("link", proc.stderr.strip())
         return Path(dst).read_bytes()
