@@ -31,7 +31,7 @@ from tiledsl.backends.rocm.arch import ARCHS, Arch, get_arch
 from tiledsl.cache import FILE_MODE, Cache, CacheEntry, cache_key, default_cache_dir, reports_dir
 from tiledsl.errors import CompileError, SourceError, SourceLocation, TileError
 from tiledsl.lang import make_recursion_room
-from tiledsl.options import BACKEND_ONLY_OPTIONS, CompileOptions
+from tiledsl.options import CompileOptions
 
 # ---------------------------------------------------------------------------------------------
 # Results and per-run state.
@@ -318,9 +318,8 @@ _BACKEND_START = STAGE_NAMES.index("gpu.mlir") + 1
 
 
 def _front_end_key(ctx: StageContext, source: str) -> tuple[Any, ...]:
-    read = tuple((f.name, getattr(ctx.options, f.name)) for f in dataclasses.fields(ctx.options)
-                 if f.name not in BACKEND_ONLY_OPTIONS)
-    return "front", ctx.arch.name, ctx.filename, tuple(sorted(ctx.defines.items())), read, _digest(source)
+    return ("front", ctx.arch.name, ctx.filename, tuple(sorted(ctx.defines.items())), ctx.options.front_end_fields(),
+            _digest(source))
 
 
 def _digest(text: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 # LLVM's AMDGPU scheduling strategies (GCNSchedStrategy / GCNIterativeScheduler in LLVM 22) a kernel
 # may ask for; "" is LLVM's default (max-occupancy).
@@ -156,6 +156,11 @@ class CompileOptions:
     def cache_key(self) -> str:
         data = {k: v for k, v in asdict(self).items() if k not in ("dump_ir_dir", "failure_dir")}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+    def front_end_fields(self) -> tuple[tuple[str, object], ...]:
+        """(name, value) of every option the parser, checker and emitter may read: all but
+        BACKEND_ONLY_OPTIONS (the driver's key for reusing their tile.mlir in a retry)."""
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self) if f.name not in BACKEND_ONLY_OPTIONS)
 
     @staticmethod
     def make(arch: str, constexprs: dict[str, object] | None = None, **kw: object) -> CompileOptions:
