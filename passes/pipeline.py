@@ -8,6 +8,7 @@ saves the IR it failed on. With options.dump_ir_dir, every pass's output is writ
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,10 +109,20 @@ def verify_tile_module(module: ir.Module, arch: Arch) -> None:
                     raise op_error(op, f"internal: {op.name} {wrong}")
                 for value in op.results:
                     if is_tile(value) and ir.RankedTensorType(value.type).encoding is not None:
-                        try:
-                            L.verify(L.layout_of(value.type), tile_shape(value.type), threads, arch)
-                        except L.LayoutError as exc:
-                            raise op_error(op, f"internal: {op.name} result: {exc}") from None
+                        wrong = _layout_problem(L.layout_of(value.type), tile_shape(value.type), threads, arch)
+                        if wrong is not None:
+                            raise op_error(op, f"internal: {op.name} result: {wrong}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout_problem(layout: L.Layout, shape: tuple[int, ...], threads: L.Threads, arch: Arch) -> str | None:
+    """Why `layout` does not fit (L.verify), or None; remembered: a module has few distinct tile
+    types, and verify_tile_module checks every result after every pass."""
+    try:
+        L.verify(layout, shape, threads, arch)
+    except L.LayoutError as exc:
+        return str(exc)
+    return None
 
 
 def _run(name: str, thunk: Callable, op: ir.Operation):
