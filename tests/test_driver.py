@@ -507,6 +507,37 @@ def test_concurrent_writers_never_corrupt(tmp_path):
     assert [p.name for p in (tmp_path / "ab").iterdir()] == [f"{key}.entry"]  # no temp files left
 
 
+def _compile_softmax_at_once(root: str, barrier, seconds: float) -> tuple[bool, bytes]:
+    """Worker: compile examples/softmax.tile into the shared cache `root` once every worker is
+    ready, each compile made `seconds` slower so that the workers' compiles would overlap."""
+    import time
+
+    import tiledsl.driver as drv
+
+    searching = drv._compile_searching
+
+    def slow(*args):
+        time.sleep(seconds)
+        return searching(*args)
+
+    drv._compile_searching = slow
+    source = (ROOT / "examples" / "softmax.tile").read_text()
+    barrier.wait()
+    k = compile_source(source, "softmax.tile", "gfx942", {"DT": "f16"}, cache=Cache(root))
+    return k.from_cache, k.hsaco
+
+
+def test_processes_compiling_one_kernel_compile_it_once(tmp_path):
+    """Processes sharing a cache that ask for the same kernel at once (the ranks of a job, the
+    workers of a build) compile it once: the others wait for its entry and take it."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager, ctx.Pool(3) as pool:
+        barrier = manager.Barrier(3)
+        results = pool.starmap(_compile_softmax_at_once, [(str(tmp_path), barrier, 3.0)] * 3)
+    assert sorted(hit for hit, _ in results) == [False, True, True]
+    assert len({hsaco for _, hsaco in results}) == 1
+
+
 def test_entry_roundtrip_and_checks():
     entry = CacheEntry(b"\x7fELF", "s_endpgm", {"kernel": "k"})
     blob = encode_entry(entry)

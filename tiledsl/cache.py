@@ -17,6 +17,7 @@ avoids `importlib.metadata` (~50 ms to import here) unless its fast dist-info sc
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import warnings
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,28 @@ class Cache:
         except OSError:
             return None
         return decode_entry(blob)
+
+    @contextlib.contextmanager
+    def compiling(self, key: str) -> Iterator[None]:
+        """Held while this process compiles the kernel of `key`: a second process (another rank
+        of a job, a parallel build, a test worker) compiling the same kernel waits here, then
+        finds the entry instead of compiling it too. An advisory lock on `<key>.lock` beside the
+        entry, which the system releases when its holder dies; where the directory is not
+        writable there is nothing to share, and no lock."""
+        import fcntl
+
+        path = self.path(key).with_suffix(".lock")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask's mode, as entries have
+        except OSError:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def put(self, key: str, entry: CacheEntry) -> Path | None:
         """Store atomically; returns the path, or None when the cache directory is unwritable

@@ -438,7 +438,9 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
     """Compile one kernel for one arch. `filename` names the source in errors and selects where
     the run starts (".tile" or an intermediate extension). `cache=None` disables caching; pass
     `Cache.from_env()` at the edge to use the default location. A run that dumps IR
-    (options.dump_ir_dir) always compiles, but still stores its result. The input of a stage that
+    (options.dump_ir_dir) always compiles, but still stores its result. Processes sharing a cache
+    compile a kernel once: one asking for a kernel another is compiling waits for its entry
+    (`Cache.compiling`). The input of a stage that
     fails is saved under options.failure_dir, else the cache's `reports` directory (the default
     cache directory's without a cache)."""
     for what, value in (("source", source), ("filename", filename)):
@@ -454,16 +456,33 @@ def compile_source(source: str, filename: str, arch: str, defines: Mapping[str, 
     kind = input_kind(filename)
     if kind != "tile" and clean:
         raise TileError(f"-D defines apply to .tile sources only; '{filename}' is already lowered")
-    key = None
-    if cache is not None:
-        key = cache_key(arch=arch_row.name, options=opts, defines=clean, source=source, input_kind=kind)
-        if not opts.dump_ir_dir:
-            entry = cache.get(key)
-            if entry is not None and _entry_matches(entry, arch_row.name, clean):
-                assembly = entry.asm if entry.asm is not None else \
-                    LazyAssembly(entry.optimized_ll or "", arch_row, entry.isolated_codegen)
-                return CompiledKernel(entry.manifest["kernel"], arch_row.name, entry.hsaco, assembly,
-                                      entry.manifest, from_cache=True)
+    if cache is None:
+        return _compile_and_store(arch_row, opts, filename, clean, source, kind, None, None)
+    key = cache_key(arch=arch_row.name, options=opts, defines=clean, source=source, input_kind=kind)
+    if opts.dump_ir_dir:
+        return _compile_and_store(arch_row, opts, filename, clean, source, kind, cache, key)
+    hit = _cached(cache, key, arch_row, clean)
+    if hit is not None:
+        return hit
+    with cache.compiling(key):  # a process compiling the same kernel: wait for its entry
+        hit = _cached(cache, key, arch_row, clean)
+        if hit is not None:
+            return hit
+        return _compile_and_store(arch_row, opts, filename, clean, source, kind, cache, key)
+
+
+def _cached(cache: Cache, key: str, arch_row: Arch, clean: dict[str, str]) -> CompiledKernel | None:
+    entry = cache.get(key)
+    if entry is None or not _entry_matches(entry, arch_row.name, clean):
+        return None
+    assembly = entry.asm if entry.asm is not None else \
+        LazyAssembly(entry.optimized_ll or "", arch_row, entry.isolated_codegen)
+    return CompiledKernel(entry.manifest["kernel"], arch_row.name, entry.hsaco, assembly, entry.manifest,
+                          from_cache=True)
+
+
+def _compile_and_store(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
+                       kind: str, cache: Cache | None, key: str | None) -> CompiledKernel:
     token = _RETRY_RESULTS.set({})
     try:
         ctx, hsaco, manifest = _compile_searching(arch_row, opts, filename, clean, source, kind)
