@@ -50,6 +50,11 @@ def parse(source: str, filename: str) -> ast.Kernel:
     return _parse_cached(source, filename)
 
 
+def forget_parses() -> None:
+    """Drop the parses `parse` keeps (benchmarks/compile_time.py's cold compiles parse)."""
+    _parse_cached.cache_clear()
+
+
 @functools.lru_cache(maxsize=64)
 def _parse_cached(source: str, filename: str) -> ast.Kernel:
     try:
