@@ -203,8 +203,11 @@ class Cache:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask's mode, as entries have
         except OSError:
-            yield
-            return
+            try:  # another user's lock file in a shared cache: a lock needs only a read
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                yield
+                return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
