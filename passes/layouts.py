@@ -404,8 +404,8 @@ def register_map(src: Layout | str, src_shape: tuple[int, ...], dst: Layout | st
 @functools.lru_cache(maxsize=4096)
 def _register_map(src: Layout, src_shape: tuple[int, ...], dst: Layout, dst_shape: tuple[int, ...],
                   threads: Threads) -> tuple[int, ...] | None:
-    cs = _coords(src, src_shape, threads).astype(np.int64)
-    cd = _coords(dst, dst_shape, threads).astype(np.int64)
+    cs = _coords(src, src_shape, threads).astype(np.int64, copy=False)  # read only
+    cd = _coords(dst, dst_shape, threads).astype(np.int64)  # a copy: its broadcast axes are zeroed
     for axis, n in enumerate(src_shape):
         if n == 1:
             cd[:, :, axis] = 0

@@ -272,10 +272,10 @@ def decode_entry(blob: bytes) -> CacheEntry | None:
     asm, ll = data.get("asm"), data.get("optimized_ll")
     if isinstance(asm, str):
         return CacheEntry(data["hsaco"], asm, data["manifest"])
-    try:
-        text = zlib.decompress(ll).decode() if isinstance(ll, bytes) else None
-    except (zlib.error, UnicodeDecodeError):
+    if not isinstance(ll, bytes):  # neither the assembly nor the IR that makes it
         return None
-    if text is None:
+    try:
+        text = zlib.decompress(ll).decode()
+    except (zlib.error, UnicodeDecodeError):
         return None
     return CacheEntry(data["hsaco"], None, data["manifest"], text, data.get("isolated_codegen") is True)

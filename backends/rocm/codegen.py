@@ -139,21 +139,21 @@ def make_object(optimized_ll: str, arch: Arch, filter_warnings: bool = True) -> 
     """AMDGPU codegen of optimize()'s text: the relocatable object. filter_warnings=False leaves
     LLVM's diagnostics on file descriptor 2 as they come (the child of the isolated variants: an
     abort must not lose what LLVM said first)."""
-    import llvmlite.binding as llvm
-
-    tm = _target_machine(arch.name, arch.llvm_features)
-    with _llvm_warnings_filtered() if filter_warnings else contextlib.nullcontext():
-        return tm.emit_object(llvm.parse_assembly(optimized_ll))
+    return _emit("emit_object", optimized_ll, arch, filter_warnings)
 
 
 def make_assembly(optimized_ll: str, arch: Arch, filter_warnings: bool = True) -> str:
     """The same codegen as make_object, as assembly text (the .s). LLVM is deterministic, so it
     is the object's code; the driver makes it only when it is asked for."""
+    return _emit("emit_assembly", optimized_ll, arch, filter_warnings)
+
+
+def _emit(emission: str, optimized_ll: str, arch: Arch, filter_warnings: bool):
     import llvmlite.binding as llvm
 
     tm = _target_machine(arch.name, arch.llvm_features)
     with _llvm_warnings_filtered() if filter_warnings else contextlib.nullcontext():
-        return tm.emit_assembly(llvm.parse_assembly(optimized_ll))
+        return getattr(tm, emission)(llvm.parse_assembly(optimized_ll))
 
 
 def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
