@@ -57,7 +57,7 @@ from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_fwd_reference, fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_rows import HEADER, MODEL_B, MODEL_H, MODEL_S, format_result, model_tflops, triton_stats  # noqa: E402
+from peer_rows import HEADER, MODEL_B, MODEL_H, MODEL_S, format_result, model_with_ceiling, triton_stats  # noqa: E402
 
 B, S, H = 1, 512, 2
 TOLERANCE = {"f16": 5e-3, "bf16": 4e-2}  # max |out - reference| (outputs are O(1))
@@ -176,9 +176,10 @@ def peers(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict
                                         lambda out: check(out, qkv, causal, dtype))}
 
 
-def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -> dict[str, float | str]:
+def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -> dict[str, dict[str, float | str]]:
     """Modeled TFLOP/s at MODEL_B x MODEL_S x MODEL_H of ours and of each peer (Triton: its best
-    config of the small problem, compiled again for this shape), by the emulator's timing model."""
+    config of the small problem, compiled again for this shape), by the emulator's timing model:
+    {"tflops": {kernel: figure}, "ceiling": {kernel: the ceiling of its instruction mix}}."""
     import aiter_fa
     import flydsl_fa
     from triton_fa import compile_triton
@@ -194,24 +195,24 @@ def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -
     rng = np.random.default_rng(0)
     data = [rng.standard_normal(shape, dtype=np.float32).astype(numpy_dtype(dtype)) for _ in range(3)]
     flops = useful_flops("fmha_fwd", MODEL_B, MODEL_H, MODEL_S, MODEL_S, hdim, causal)
-    out: dict[str, float | str] = {}
-    out["tiledsl"] = model_tflops(a, flops, lambda dev: fmha_fwd(
+    runs = {}
+    runs["tiledsl"] = (lambda dev: fmha_fwd(
         *(DeviceArray.from_numpy(dev, x) for x in data), causal=causal, device=dev))
     if best is not None and "config" in best:
         def triton(dev):
             _asm, md, _s, hsaco = compile_triton(arch, a.wave_size, dtype, hdim, causal, best["config"], MODEL_S,
                                                  MODEL_H)
             triton_launch(dev, hsaco, md, best["config"], *data)
-        out["triton"] = model_tflops(a, flops, triton)
+        runs["triton"] = triton
     if aiter_fa.missing() is None and arch in ("gfx942", "gfx950"):
         def aiter(dev):
             ln, tensors = aiter_fa.compile_fwd(arch, a.wave_size, *data, causal)
             aiter_fa.run(dev, [ln], tensors)
-        out["aiter"] = model_tflops(a, flops, aiter)
+        runs["aiter"] = aiter
     if flydsl_fa.missing() is None and arch == "gfx942":
-        out["flydsl"] = model_tflops(a, flops, lambda dev: flydsl_fa.run(
-            dev, flydsl_fa.compile_fwd(a, dtype, shape, causal), *data))
-    return out
+        runs["flydsl"] = lambda dev: flydsl_fa.run(dev, flydsl_fa.compile_fwd(a, dtype, shape, causal), *data)
+    figures = {who: model_with_ceiling(a, flops, run) for who, run in runs.items()}
+    return {"tflops": {who: f[0] for who, f in figures.items()}, "ceiling": {who: f[1] for who, f in figures.items()}}
 
 
 def cell(arch: str, hdim: int, causal: bool, dtypes: list[str], emulate: bool, model: bool = True) -> list[tuple]:
@@ -290,17 +291,25 @@ def main() -> int:
     if not args.no_model:
         print(f"\nmodeled TFLOP/s at B {MODEL_B}, S {MODEL_S}, H {MODEL_H} (emulator timing model, docs/profile.md: "
               f"a ranking tool); ratio = ours / peer (> 1: ours faster)")
-        print(f"{'':26} {'tiledsl':>9}" + "".join(f" {n:>9} {'ratio':>6}" for n in names))
-        for label, _mine, _theirs, model in results:
-            a = model.get("tiledsl")
-            line = f"{label} {a:9.1f}" if isinstance(a, float) else f"{label} {'-':>9}"
-            notes = [f"{n}: {v}" for n, v in model.items() if isinstance(v, str)]
-            for n in names:
-                b = model.get(n)
-                line += f" {b:9.1f}" if isinstance(b, float) else f" {'-':>9}"
-                line += f" {a / b:6.2f}" if isinstance(a, float) and isinstance(b, float) else f" {'-':>6}"
-            print(line + ("  (" + "; ".join(notes) + ")" if notes else ""))
+        print_ratios(names, [(label, model.get("tflops", {})) for label, _mine, _theirs, model in results])
+        print("\nceiling of each kernel's instruction mix (modeled TFLOP/s were its busiest pipe never idle: "
+              "what scheduling could win at most, docs/profile.md)")
+        print_ratios(names, [(label, model.get("ceiling", {})) for label, _mine, _theirs, model in results])
     return 0
+
+
+def print_ratios(names: list[str], rows: list[tuple[str, dict[str, float | str]]]) -> None:
+    """Per row ours beside each peer and ours / peer, the reasons for missing figures after."""
+    print(f"{'':26} {'tiledsl':>9}" + "".join(f" {n:>9} {'ratio':>6}" for n in names))
+    for label, figures in rows:
+        a = figures.get("tiledsl")
+        line = f"{label} {a:9.1f}" if isinstance(a, float) else f"{label} {'-':>9}"
+        notes = [f"{n}: {v}" for n, v in figures.items() if isinstance(v, str)]
+        for n in names:
+            b = figures.get(n)
+            line += f" {b:9.1f}" if isinstance(b, float) else f" {'-':>9}"
+            line += f" {a / b:6.2f}" if isinstance(a, float) and isinstance(b, float) else f" {'-':>6}"
+        print(line + ("  (" + "; ".join(notes) + ")" if notes else ""))
 
 
 if __name__ == "__main__":

@@ -57,11 +57,17 @@ MODEL_B, MODEL_S, MODEL_H = 2, 2048, 16
 
 
 def model_tflops(arch: Arch, flops: float, run) -> float | str:
+    """Modeled TFLOP/s of `run(dev)` (`model_with_ceiling`), or a string that says why there is none."""
+    return model_with_ceiling(arch, flops, run)[0]
+
+
+def model_with_ceiling(arch: Arch, flops: float, run) -> tuple[float | str, float | str]:
     """Modeled TFLOP/s of `run(dev)`, which launches a kernel (or a plan) on `dev`: an emulator
     device in timing-only mode (runtime.timing_model.TimingOptions(execute=False)), so only the
-    sampled workgroups run. Reading results back is refused there; a peer's run helper that ends
-    by reading its output stops at that refusal, after its launches were modeled. A string says
-    why there is no figure."""
+    sampled workgroups run, and the ceiling of its instruction mix (each launch's busiest pipe
+    never idle: LaunchTiming.ceiling_tflops). Reading results back is refused there; a peer's run
+    helper that ends by reading its output stops at that refusal, after its launches were modeled.
+    A string says why there is no figure."""
     from tiledsl.backends.rocm.runtime.device import DeviceError
     from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
     from tiledsl.backends.rocm.runtime.timing_model import TimingOptions
@@ -71,8 +77,14 @@ def model_tflops(arch: Arch, flops: float, run) -> float | str:
         run(dev)
     except DeviceError as exc:
         if dev.unexecuted is None or "models time only" not in str(exc):
-            return f"not modeled: {str(exc).splitlines()[0][:80]}"
+            why = f"not modeled: {str(exc).splitlines()[0][:80]}"
+            return why, why
     except Exception as exc:  # a peer that cannot run at the modeled shape is a data point
-        return f"not modeled: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
-    seconds = sum(launch["timing"].seconds for launch in dev.launches)
-    return flops / seconds / 1e12 if seconds else "not modeled: nothing launched"
+        why = f"not modeled: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+        return why, why
+    timings = [launch["timing"] for launch in dev.launches]
+    seconds = sum(t.seconds for t in timings)
+    if not seconds:
+        return "not modeled: nothing launched", "not modeled: nothing launched"
+    at_ceiling = sum(t.matrix_flops / (t.ceiling_tflops * 1e12) for t in timings if t.ceiling_tflops)
+    return flops / seconds / 1e12, flops / at_ceiling / 1e12 if at_ceiling else "no ceiling"

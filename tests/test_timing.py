@@ -24,7 +24,9 @@ from tiledsl.backends.rocm.runtime.timing_model import (
     dispatch,
     distinct_bytes,
     interpolate,
+    mix_ceiling,
     most_loaded,
+    pipe_shares,
     probe_costs,
     workgroup_costs,
 )
@@ -56,6 +58,31 @@ def test_a_full_matrix_loop_reaches_the_published_peak(arch: str) -> None:
     assert 0.97 <= t.peak_fraction <= 1.01, t.summary()
     assert t.pipes["matrix"] > 0.97
     assert t.bound == "compute units"
+    # Its matrix pipe is never idle: the ceiling of its instruction mix is what it reaches.
+    assert "matrix" in t.busiest_pipe
+    assert t.ceiling_tflops == pytest.approx(t.matrix_tflops, rel=0.03)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_each_alu_kind_holds_one_simd_pipe(arch: str) -> None:
+    """WMMA runs on RDNA's vector ALU and transcendentals on CDNA's; each kind holds one pipe."""
+    a = get_arch(arch)
+    pipes = tm.simd_pipes(a)
+    assert sorted(k for kinds in pipes for k in kinds) == sorted([tm.VALU, tm.TRANS, tm.MATRIX])
+    valu = next(kinds for kinds in pipes if tm.VALU in kinds)
+    assert (tm.MATRIX in valu) == a.timing.matrix_shares_valu == (not a.is_cdna)
+    assert (tm.TRANS in valu) == a.is_cdna
+    shares = pipe_shares(a, {"valu": 0.2, "trans": 0.1, "matrix": 0.7, "lds": 0.3, "vmem": 0.1})
+    rdna = not a.is_cdna
+    assert shares["valu+matrix" if rdna else "matrix"] == pytest.approx(0.9 if rdna else 0.7)
+    assert shares["trans" if rdna else "valu+trans"] == pytest.approx(0.1 if rdna else 0.3)
+    assert shares["lds"] == 0.3
+
+
+def test_the_mix_ceiling_is_the_busiest_pipe_or_the_memory_traffic() -> None:
+    assert mix_ceiling(2e12, 0.5, 0.1) == pytest.approx(4.0)
+    assert mix_ceiling(2e12, 0.5, 1.0) == pytest.approx(2.0)  # memory bound: its traffic takes longer
+    assert mix_ceiling(2e12, 0.0, 0.0) == 0.0
 
 
 @pytest.mark.parametrize(("arch", "name", "cycles"), [
@@ -265,6 +292,14 @@ def test_what_if_frees_alu_instructions_and_barriers_but_not_the_results() -> No
         runs[name] = fmha_fwd(q, k, v, device=dev), dev.last_stats["timing"]
     (plain, t0), (free, t1) = runs["plain"], runs["free"]
     assert np.array_equal(plain, free)
+    # No barrier waits, the same instructions: still within the ceiling of the mix, which the
+    # plain run is below.
+    no_waits = EmulatorDevice("gfx1201", timing=TimingOptions(sample_cus=1, free_barriers=True))
+    fmha_fwd(q, k, v, device=no_waits)
+    t2 = no_waits.last_stats["timing"]
+    assert t0.matrix_tflops < t2.matrix_tflops <= t0.ceiling_tflops * 1.001
+    assert t0.busiest_pipe == "valu+matrix"
+    assert t2.ceiling_tflops == pytest.approx(t0.ceiling_tflops, rel=0.02)
     assert t1.freed > 0 and t0.freed == 0 and not t0.what_if
     assert t1.seconds < t0.seconds
     assert any("s_barrier" in text for _pc, text, _n, _s in t0.hot)

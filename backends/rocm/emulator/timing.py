@@ -234,6 +234,15 @@ class CuResult:
     timeline: list[tuple[int, str, float, float]] = field(default_factory=list)  # first workgroup
 
 
+def simd_pipes(arch: Arch) -> tuple[tuple[int, ...], ...]:
+    """The ALU instruction kinds that hold each of a SIMD's pipes: the vector ALU, RDNA's
+    transcendental unit, CDNA's matrix pipe. CDNA's transcendentals run on the vector ALU, and so
+    does RDNA's WMMA (`matrix_shares_valu`): such kinds cannot overlap each other."""
+    matrix_own = not arch.timing.matrix_shares_valu
+    return ((VALU, *((TRANS,) if arch.is_cdna else ()), *(() if matrix_own else (MATRIX,))),
+            () if arch.is_cdna else (TRANS,), (MATRIX,) if matrix_own else ())
+
+
 def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_per_cu: int,
                 timeline: bool = False) -> CuResult:
     """Run `traces` (the workgroups dispatched to one CU, in dispatch order) on the model, at most
@@ -241,9 +250,7 @@ def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_
     t_ = arch.timing
     simds, interval = arch.simds_per_cu, t_.issue_interval
     kind, busy, flops, waits, counters, arg = prog.kind, prog.busy, prog.flops, prog.waits, prog.counters, prog.arg
-    # Which of a SIMD's pipes (0 the vector ALU, 1 RDNA's transcendental unit, 2 CDNA's matrix
-    # pipe) an ALU instruction holds: CDNA's transcendentals run on the VALU, RDNA's WMMA too.
-    pipe_of = {VALU: 0, TRANS: 0 if arch.is_cdna else 1, MATRIX: 0 if t_.matrix_shares_valu else 2}
+    pipe_of = {k: p for p, kinds in enumerate(simd_pipes(arch)) for k in kinds}
     res = CuResult(0.0, len(traces))
     pc_issued: dict[int, int] = {}
     pc_stall: dict[int, float] = {}

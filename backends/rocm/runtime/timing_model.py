@@ -27,7 +27,7 @@ import numpy as np
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.backends.rocm.emulator.executor import BoundKernel, run_workgroup
 from tiledsl.backends.rocm.emulator.memory import Heap, Region, Regions
-from tiledsl.backends.rocm.emulator.timing import CuResult, TimingError, classify, simulate_cu
+from tiledsl.backends.rocm.emulator.timing import KIND_NAMES, CuResult, TimingError, classify, simd_pipes, simulate_cu
 from tiledsl.backends.rocm.emulator.trace import Tracer, WorkgroupTrace
 from tiledsl.backends.rocm.runtime.device import launch_dims
 
@@ -95,6 +95,10 @@ class LaunchTiming:
     pipes: dict[str, float]  # busy fraction of each pipe on the slowest simulated CU
     slots: dict[str, float]  # fraction of that CU's SIMD-cycles by what the SIMD did or waited for
     hot: list[tuple[int, str, int, float]]  # (instruction index, text, issues, wave-cycles stalled before it)
+    # The busiest pipe of the slowest CU ("valu+matrix" for RDNA's vector ALU with its WMMAs) and
+    # the matrix TFLOP/s this instruction mix would reach were that pipe never idle (`mix_ceiling`).
+    busiest_pipe: str = ""
+    ceiling_tflops: float = 0.0
     timeline: list[tuple[int, str, float, float]] = field(default_factory=list)
     model_seconds: float = 0.0  # host time the model took
     what_if: str = ""  # the what-if analysis modeled (TimingOptions.what_if), with the instructions freed
@@ -242,6 +246,7 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
     pipes = {k: (v / sim_cycles if k in ("valu", "trans", "matrix") else v / max(slowest.cycles, 1))
              for k, v in slowest.busy.items()} if sim_cycles else {}
     slots = {k: v / sim_cycles for k, v in sorted(slowest.slots.items(), key=lambda kv: -kv[1])} if sim_cycles else {}
+    busiest_pipe, busiest = max(pipe_shares(arch, pipes).items(), key=lambda kv: kv[1], default=("", 0.0))
     hot = sorted(((pc, prog.text[pc], slowest.pc_issued.get(pc, 0), slowest.pc_stall.get(pc, 0.0))
                   for pc in set(slowest.pc_issued) | set(slowest.pc_stall)), key=lambda h: -h[3])[:12]
     timeline = next((r.timeline for _, r in results if r.timeline), [])
@@ -251,8 +256,25 @@ def model_launch(bk: BoundKernel, meta: dict, heap: Heap, grid, block, dynamic_l
         cus_used=cus_used, sampled_cus=tuple(chosen), sampled_workgroups=len(traces), waves_per_simd=occupancy,
         groups_per_cu=groups_per_cu, matrix_flops=flops, matrix_tflops=flops / seconds / 1e12 if seconds else 0.0,
         peak_fraction=flops / seconds / peak if seconds else 0.0, dram_bytes=dram_bytes, pipes=pipes, slots=slots,
-        hot=hot, timeline=timeline, model_seconds=time.perf_counter() - t_start, what_if=what_if,
+        hot=hot, busiest_pipe=busiest_pipe, ceiling_tflops=mix_ceiling(flops, cu_seconds * busiest, dram_seconds),
+        timeline=timeline, model_seconds=time.perf_counter() - t_start, what_if=what_if,
         freed=prog.freed)
+
+
+def pipe_shares(arch: Arch, pipes: dict[str, float]) -> dict[str, float]:
+    """Busy shares by physical pipe: the SIMD's (named by the instruction kinds that share one,
+    `simd_pipes`: "valu+matrix" on RDNA, "valu+trans" on CDNA) and the CU's LDS and memory."""
+    shares = {"+".join(KIND_NAMES[k] for k in kinds): sum(pipes.get(KIND_NAMES[k], 0.0) for k in kinds)
+              for kinds in simd_pipes(arch) if kinds}
+    return shares | {k: pipes[k] for k in ("lds", "vmem") if k in pipes}
+
+
+def mix_ceiling(flops: float, busiest_seconds: float, dram_seconds: float) -> float:
+    """Matrix TFLOP/s at the bound of an instruction mix: no launch with this work per CU finishes
+    before its busiest pipe has done that work, nor before its compulsory memory traffic has moved.
+    What scheduling, latency hiding and barriers could win at most; past it only less work helps."""
+    seconds = max(busiest_seconds, dram_seconds)
+    return flops / seconds / 1e12 if seconds > 0 else 0.0
 
 
 def format_timing(t: LaunchTiming) -> str:
@@ -266,6 +288,8 @@ def format_timing(t: LaunchTiming) -> str:
               f"{t.waves_per_simd} waves/SIMD, {t.groups_per_cu} workgroups/CU; {t.workgroups} workgroups on "
               f"{t.cus_used} CUs, {len(t.sampled_cus)} CUs simulated ({t.sampled_workgroups} workgroups)",
               "  pipes busy (slowest simulated CU): " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in t.pipes.items()),
+              f"  ceiling of this instruction mix: {t.ceiling_tflops:.1f} TFLOP/s with its busiest pipe "
+              f"({t.busiest_pipe}) never idle",
               "  SIMD cycles: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in t.slots.items()),
               "  hottest instructions (wave-cycles stalled before issue, issues):"]
     for pc, text, n, stall in t.hot[:8]:
