@@ -238,9 +238,10 @@ def simd_pipes(arch: Arch) -> tuple[tuple[int, ...], ...]:
     """The ALU instruction kinds that hold each of a SIMD's pipes: the vector ALU, RDNA's
     transcendental unit, CDNA's matrix pipe. CDNA's transcendentals run on the vector ALU, and so
     does RDNA's WMMA (`matrix_shares_valu`): such kinds cannot overlap each other."""
-    matrix_own = not arch.timing.matrix_shares_valu
-    return ((VALU, *((TRANS,) if arch.is_cdna else ()), *(() if matrix_own else (MATRIX,))),
-            () if arch.is_cdna else (TRANS,), (MATRIX,) if matrix_own else ())
+    valu, trans, matrix = [VALU], [], []
+    (valu if arch.is_cdna else trans).append(TRANS)
+    (valu if arch.timing.matrix_shares_valu else matrix).append(MATRIX)
+    return tuple(valu), tuple(trans), tuple(matrix)
 
 
 def simulate_cu(arch: Arch, prog: Program, traces: list[WorkgroupTrace], groups_per_cu: int,
