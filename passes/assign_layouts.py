@@ -24,7 +24,8 @@ from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, 
 from tiledsl.passes.stage_lds import padded_row
 
 FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
-ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp", "tile.umulhi", "tile.philox_byte", "tile.round_bf16")
+ELEMENTWISE_PREFIXES = ("arith.", "math.", "tile.rcp", "tile.umulhi", "tile.philox_byte", "tile.round_bf16",
+                        "tile.round_f16")
 
 
 def _dot_tiling(arch: Arch, dtype: str, m: int, n: int, k: int, waves: int) -> tuple[MatrixOp, int, int] | None:

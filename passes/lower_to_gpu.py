@@ -23,6 +23,7 @@ from tiledsl.passes.axis_info import AxisAnalysis
 from tiledsl.passes.common import (
     PassContext,
     constant_trip_count,
+    defining_op,
     is_tile,
     kernel_funcs,
     op_error,
@@ -325,6 +326,31 @@ def rule_round_bf16(lw: _Lowering, op: ir.Operation) -> None:
     lw.vmap[op.result] = arith.BitcastOp(typed(ir.BF16Type.get()), half).result
 
 
+def rule_round_f16(lw: _Lowering, op: ir.Operation) -> None:
+    """f32 -> f16 toward zero, two values per v_cvt_pkrtz_f16_f32 (a lane's registers in order, the
+    last one alone if their count is odd), for `cast(x, f16, approx=true)`. NaN stays NaN and an
+    infinity an infinity; a finite value past the f16 range becomes the largest finite f16. A value
+    widened from f16 is its own rounding: the f16 it came from, with no instruction."""
+    widen = defining_op(op.operands[0])
+    if widen is not None and widen.name == "arith.extf" and tile_dtype(widen.operands[0].type) == "f16":
+        lw.vmap[op.result] = lw.v(widen.operands[0])
+        return
+    x = lw.v(op.operands[0])
+    f16 = ir.F16Type.get()
+    f16x2 = ir.VectorType.get([2], f16)
+
+    def pair(a: ir.Value, b: ir.Value) -> list[ir.Value]:
+        both = rocdl.cvt_pkrtz(f16x2, a, b)
+        return [vector.ExtractOp(both, [], [i]).result for i in (0, 1)]
+
+    if not isinstance(x.type, ir.VectorType):
+        lw.vmap[op.result] = pair(x, x)[0]
+        return
+    vals = lw.elems(x)
+    out = [h for i in range(0, len(vals), 2) for h in pair(vals[i], vals[min(i + 1, len(vals) - 1)])]
+    lw.vmap[op.result] = lw.pack(out[:len(vals)], f16)
+
+
 def rule_abs_i(lw: _Lowering, op: ir.Operation) -> None:
     x = lw.v(op.operands[0])
     lw.vmap[op.result] = arith.MaxSIOp(x, arith.SubIOp(_i32_like(x, 0), x).result).result
@@ -452,9 +478,16 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
     groups: dict[tuple, list[ir.Value]] = {}
     for i, val in enumerate(vals):  # 1. inside the lane
         groups.setdefault(tuple(lin.regs[i, keep]), []).append(val)
-    packed = is_float and str_attr(op, "kind") == "sum" and lw.arch.packed_f32
-    outs = [_sum_packed(members) if packed and len(members) >= 4 else _chain(members, comb)
-            for members in groups.values()]
+    halves = _widened_f16(lw, op)
+    if halves is not None:  # a sum of f16 values widened to f32: v_dot2_f32_f16 with 1.0 takes two
+        pos: dict[tuple, list[int]] = {}
+        for i in range(len(vals)):
+            pos.setdefault(tuple(lin.regs[i, keep]), []).append(i)
+        outs = [_sum_dot2([halves[i] for i in members]) for members in pos.values()]
+    else:
+        packed = is_float and str_attr(op, "kind") == "sum" and lw.arch.packed_f32
+        outs = [_sum_packed(members) if packed and len(members) >= 4 else _chain(members, comb)
+                for members in groups.values()]
     ws = lw.threads.wave_size
     for k, b in enumerate(lin.lane_bases):  # 2. across lanes of the wave (ds_bpermute / DPP)
         if b[axis]:
@@ -522,6 +555,41 @@ def _sum_packed(vals: list[ir.Value]) -> ir.Value:
     lo, hi = (vector.ExtractOp(pairs[0], [], [i]).result for i in range(2))
     total = arith.AddFOp(lo, hi).result
     return arith.AddFOp(total, vals[-1]).result if len(vals) % 2 else total
+
+
+def _widened_f16(lw: _Lowering, op: ir.Operation) -> list[ir.Value] | None:
+    """The lane's f16 values, when op sums (in f32) an arith.extf of an f16 tile: the softmax
+    denominator over P as the dot sees it. None for any other reduction."""
+    widen = defining_op(op.operands[0])
+    if str_attr(op, "kind") != "sum" or widen is None or widen.name != "arith.extf":
+        return None
+    narrow = widen.operands[0]
+    if tile_dtype(narrow.type) != "f16":
+        return None
+    return lw.elems(lw.v(narrow))
+
+
+def _sum_dot2(halves: list[ir.Value]) -> ir.Value:
+    """The f32 sum of f16 values, two per v_dot2_f32_f16 against (1.0, 1.0): n values in n/2
+    instructions (a chain of adds takes n - 1 after n widening converts). Two interleaved chains
+    halve the dependent latency; each product with 1.0 is exact, so the sum rounds only as f32
+    adds do."""
+    f16 = halves[0].type
+    f32 = ir.F32Type.get()
+    pairs_t = ir.VectorType.get([2], f16)
+    if len(halves) % 2:
+        halves = [*halves, arith.ConstantOp(f16, ir.FloatAttr.get(f16, 0.0)).result]
+    ones = arith.ConstantOp(pairs_t, ir.DenseElementsAttr.get_splat(pairs_t, ir.FloatAttr.get(f16, 1.0))).result
+    no_clamp = arith.ConstantOp(ir.IntegerType.get_signless(1), ir.IntegerAttr.get(ir.IntegerType.get_signless(1), 0))
+    chains: list[ir.Value | None] = [None, None]
+    for k in range(0, len(halves), 2):
+        pair = vector.FromElementsOp(pairs_t, halves[k:k + 2]).result
+        acc = chains[k // 2 % 2]
+        if acc is None:
+            acc = arith.ConstantOp(f32, ir.FloatAttr.get(f32, 0.0)).result
+        chains[k // 2 % 2] = llvm.call_intrinsic(f32, "llvm.amdgcn.fdot2", [pair, ones, acc, no_clamp.result], [], [])
+    first, second = chains
+    return first if second is None else arith.AddFOp(first, second).result
 
 
 def _reduce_across_waves(lw: _Lowering, outs: list[ir.Value], wave_bits: list[int], comb) -> list[ir.Value]:
@@ -763,7 +831,7 @@ RULES = {
     "tile.wave_fence": rule_wave_fence,
     "math.exp2": rule_exp2, "math.log2": rule_log2, "math.sqrt": rule_sqrt, "math.absf": rule_absf,
     "math.absi": rule_abs_i, "tile.rcp": rule_rcp, "tile.umulhi": rule_umulhi, "tile.philox_byte": rule_philox_byte,
-    "tile.round_bf16": rule_round_bf16,
+    "tile.round_bf16": rule_round_bf16, "tile.round_f16": rule_round_f16,
     "scf.for": rule_for, "scf.if": rule_if, "scf.yield": rule_yield, "func.return": rule_return,
 }
 for _name in ("constant", "addf", "subf", "mulf", "divf", "negf", "addi", "subi", "muli", "floordivsi",

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 from tiledsl.driver import compile_source
 from tiledsl.launcher import launch
@@ -105,6 +105,29 @@ def test_16_bit_column_reductions(arch: str, dtype: str) -> None:
     launch(k, x, r, s, device=EmulatorDevice(arch))
     np.testing.assert_array_equal(r.astype(np.float32), np.stack([x.max(0), x.min(0)]).astype(np.float32))
     np.testing.assert_allclose(s, x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-4)
+
+
+F16_SUMS = SOURCE.parent / "f16_sums.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_sums_of_widened_f16_take_dot2(arch: str) -> None:
+    """sum(cast(h, f32), axis) of an f16 tile takes one v_dot2_f32_f16 per pair of values (RDNA
+    pairs them in v_dual_dot2acc_f32_f16, which the emulator lacked), with no conversions, and
+    the sums are those of the exact values within f32 rounding, in both emulator modes."""
+    k = compile_source(F16_SUMS.read_text(), str(F16_SUMS), arch, {})
+    asm = str(k.asm)
+    assert "v_cvt_f32_f16" not in asm
+    threads = 2 * get_arch(arch).wave_size
+    assert asm.count("dot2") >= 64 * 64 // threads, asm.count("dot2")  # a pair of each lane's values, both axes
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((64, 64)) * rng.choice([1e-3, 1.0, 300.0], (64, 64))).astype(np.float16)
+    for lockstep in (False, True):
+        rows, cols = np.zeros(64, np.float32), np.zeros(64, np.float32)
+        launch(k, x, rows, cols, device=EmulatorDevice(arch, lockstep=lockstep))
+        wide = x.astype(np.float64)
+        np.testing.assert_allclose(rows, wide.sum(1), rtol=1e-6, atol=1e-4)
+        np.testing.assert_allclose(cols, wide.sum(0), rtol=1e-6, atol=1e-4)
 
 
 F16_DIV = SOURCE.parent / "f16_div.tile"

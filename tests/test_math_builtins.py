@@ -118,6 +118,47 @@ def test_row_sums_add_in_packed_pairs(arch: str) -> None:
         assert packed == 0, counts
 
 
+def _f16_toward_zero(x: np.ndarray) -> np.ndarray:
+    """The bits of cast(x, f16, approx=true): nearest even, then one step toward zero where that
+    went past x; a finite value past f16's range gives the largest finite f16 of its sign."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        near = x.astype(np.float16)
+    bits = near.view(np.uint16).copy()
+    past = np.isfinite(x) & (np.abs(near.astype(np.float64)) > np.abs(x.astype(np.float64)))
+    bits[past] -= 1  # the magnitude's bits, one step down
+    return bits
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_cast_approx_rounds_f16_toward_zero(arch: str) -> None:
+    """cast(x, f16, approx=true): toward zero, bit for bit, on every arch, one v_cvt_pkrtz_f16_f32
+    per pair of a lane's values (nearest even takes three instructions a pair but on gfx950);
+    subnormal results, infinities and NaNs included. approx=false rounds to nearest even."""
+    path = SOURCE.parent / "round_f16.tile"
+    kernels = {flag: compile_source(path.read_text(), str(path), arch, {"APPROX": flag}) for flag in ("true", "false")}
+    rng = np.random.default_rng(12)
+    special = np.array([1.00048828125, -1.00048828125, 1.0009765625, 65504.0, 65519.0, 65520.0, 1e6, -1e6,
+                        np.inf, -np.inf, np.nan, 0.0, -0.0, 6.1e-5, 3e-8, -3e-8, 1e-40, 2.0**-24 * 1.5],
+                       np.float32)
+    x = np.concatenate([special, rng.standard_normal(1000).astype(np.float32) * np.float32(100.0),
+                        (rng.random(1000) * 2.0**-14).astype(np.float32)])
+    with np.errstate(over="ignore", invalid="ignore"):
+        nearest_even = x.astype(np.float16).view(np.uint16)
+    for flag, want in (("true", _f16_toward_zero(x)), ("false", nearest_even)):
+        y, t = np.zeros(len(x), np.float16), np.zeros(1, np.float16)
+        launch(kernels[flag], x, y, special[0], t, device=EmulatorDevice(arch))
+        got = y.view(np.uint16)
+        keep = ~np.isnan(x)
+        np.testing.assert_array_equal(got[keep], want[keep])
+        assert np.isnan(y[~keep]).all()
+        assert t.view(np.uint16)[0] == want[0]  # the scalar path
+    assert _f16_toward_zero(special[:2]).view(np.float16).tolist() == [1.0, -1.0]  # a tie goes to zero
+    assert _f16_toward_zero(special[4:8]).view(np.float16).tolist() == [65504.0, 65504.0, 65504.0, -65504.0]
+    pairs = [str(kernels[f].asm).count("_rtz_f16_f32") + str(kernels[f].asm).count("pkrtz_f16_f32")
+             for f in ("true", "false")]
+    assert pairs[0] >= 2 and pairs[1] == 0, pairs  # the tile's two pairs a lane, and the scalar
+
+
 def _bf16_ties_away(x: np.ndarray) -> np.ndarray:
     """The bits of cast(x, bf16, approx=true): half a bf16 ulp added to the f32 bits, high half kept."""
     return ((x.view(np.uint32).astype(np.uint64) + 0x8000) >> 16).astype(np.uint16)

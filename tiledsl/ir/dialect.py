@@ -43,6 +43,7 @@ TILE_OPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "rcp": ((("value", "value"),), ("value",)),      # elementwise hardware reciprocal (1 ulp)
     "umulhi": ((("a", "value"), ("b", "value")), ("value",)),  # high 32 bits of the unsigned i32 product
     "round_bf16": ((("value", "value"),), ("value",)),  # f32 -> bf16, to nearest with ties away from zero
+    "round_f16": ((("value", "value"),), ("value",)),   # f32 -> f16, toward zero (two values per instruction)
     # byte (j mod 4) of word (i mod 4) of Philox-4x32-10 for key (key0, key1), counter (j >> 2, i >> 2, c2, c3)
     "philox_byte": (tuple((n, "value") for n in ("key0", "key1", "j", "i", "c2", "c3")), ("value",)),
 }

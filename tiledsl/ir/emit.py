@@ -616,6 +616,10 @@ class _Emitter:
             # Ties away from zero on the bits (passes/lower_to_gpu.rule_round_bf16); an arch with
             # a bf16 convert instruction rounds to nearest even at no more cost.
             return tile_op("round_bf16", [x], [rt]).result
+        if _flag(a["approx"]) and (src, dst) == ("f32", "f16"):
+            # Toward zero, two values per v_cvt_pkrtz_f16_f32 (passes/lower_to_gpu.rule_round_f16),
+            # on every arch, where nearest even takes three instructions a pair on all but gfx950.
+            return tile_op("round_f16", [x], [rt]).result
         return _cast(x, src, dst, rt)  # type: ignore[arg-type]
 
     def call_where(self, e: A.Call) -> ir.Value:

@@ -113,6 +113,10 @@ class FmhaConfig:
     # The key loop's K and V stagings in LDS bytes of their own, each behind one barrier instead of
     # two (CompileOptions.loop_arena), where the model finds it faster.
     loop_arena: bool = False
+    # f16's P rounded toward zero for P V (fmha_fwd.tile's P_TOWARD_ZERO: one v_cvt_pkrtz_f16_f32
+    # per pair against three instructions to nearest even), its denominator the sum of P so
+    # rounded where no LSE is returned (one v_dot2 per pair), where the model finds it faster.
+    p_toward_zero: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -131,6 +135,8 @@ class FmhaConfig:
             d["LAZY"] = "true"
         if self.overlap:
             d["OVERLAP"] = "true"
+        if self.p_toward_zero:
+            d["P_TOWARD_ZERO"] = "true"
         return d
 
     def scheduling(self) -> dict[str, str | bool]:
@@ -143,9 +149,10 @@ class FmhaConfig:
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
        mask_rows: bool = False, schedule: str = "", interleave: bool = False,
        lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False,
-       overlap: bool = False, fused_scale: bool | None = None, loop_arena: bool = False) -> FmhaConfig:
+       overlap: bool = False, fused_scale: bool | None = None, loop_arena: bool = False,
+       p_toward_zero: bool = False) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
-                      lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena)
+                      lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena, p_toward_zero)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -310,6 +317,12 @@ ILP = "iterative-ilp"
 # the lazy rescale 143.2, without reuse 144.7, iterative-ilp 150.0, interleave 147.7, 128x32
 # spills. The other hdim 64 and 128 rows compile the same with it: their K and V have bytes of
 # their own, or could not without costing a workgroup per compute unit.
+# Session 54, f16's P rounded toward zero in pairs (p_toward_zero; its denominator the rounded P's
+# sum by v_dot2 with the lazy rescale and no LSE, else P lifted by its mean loss), modeled f16 TFLOP/s
+# at B 2, H 16, S 2048, taken: gfx1201 hdim 64 147.7 -> 153.1 (lifted 150.1), causal (MASKED row)
+# 137.6 -> 143.9, hdim 128 153.5 -> 158.3, causal 148.7 -> 152.3; gfx1100 hdim 64 91.9 -> 93.9.
+# Not taken, CDNA: gfx942 hdim 64 597.9 -> 561.7 summed (596.4 lifted), gfx950 1015.2 -> 967.5
+# summed; its packed f32 adds sum P in as few instructions, and its VALU is not what binds.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
@@ -324,14 +337,14 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1),
                 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
-                       fused_scale=True),
+                       fused_scale=True, p_toward_zero=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
                         fused_scale=True, loop_arena=True),
                 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
-                                            mask_keys=True),
+                                            mask_keys=True, p_toward_zero=True),
                 128: _c(64, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True, mask_keys=True,
-                        loop_arena=True),
+                        loop_arena=True, p_toward_zero=True),
                 256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
@@ -390,7 +403,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx1100": {32: _c(128, 64, 8, 1),
                 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, lane_exchange=True, fused_scale=True),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True), 256: _c(64, 16, 4, 1)},
-    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, lazy_rescale=True)},
+    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, lazy_rescale=True,
+                                           p_toward_zero=True)},
 }
 
 

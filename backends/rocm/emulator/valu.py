@@ -18,6 +18,7 @@ from tiledsl.backends.rocm.emulator.operands import (
 )
 from tiledsl.backends.rocm.emulator.valu_fast import FAST
 from tiledsl.backends.rocm.emulator.valu_ops import CARRY, FCMP, ICMP, OPS, clamp01
+from tiledsl.backends.rocm.emulator.vop3p import _dot_parts
 
 FLOATS = ("f32", "f16", "f64", "bf16")
 HALF = ("f16", "u16", "i16", "bf16")
@@ -487,6 +488,18 @@ def _b_cmp(inst, ctx):
 
 
 # -- VOPD (gfx11+ dual issue): both halves read their sources before either writes ----------
+def _dot2acc(kind: str):
+    """VOPD's v_dual_dot2acc_f32_{f16,bf16}: D += S0.lo * S1.lo + S0.hi * S1.hi, exact products and
+    sum rounded once to f32, as the VOP3P dot products (vop3p._b_dot)."""
+    def fn(a, b, c):
+        pa, pb = _dot_parts(a, kind), _dot_parts(b, kind)
+        return (np.asarray(c, np.float32).astype(np.float64) + pa[0] * pb[0] + pa[1] * pb[1]).astype(np.float32)
+    return ("f32", ("u32", "u32", "f32"), fn)
+
+
+_VOPD_DOT = {"v_dot2acc_f32_f16": _dot2acc("f16"), "v_dot2acc_f32_bf16": _dot2acc("bf16")}
+
+
 @builder("vopd")
 def _b_vopd(inst, ctx):
     from dataclasses import replace
@@ -495,14 +508,13 @@ def _b_vopd(inst, ctx):
     f = inst.f
     halves = []
     for nm, s0, s1, d in ((xname, f["src0"], f["src1"], f["vdst"]), (yname, f["src0y"], f["src1y"], f["vdsty"])):
-        nm = {"v_add_nc_u32": "v_add_nc_u32", "v_dot2acc_f32_f16": "v_dot2c_f32_f16"}.get(nm, nm)
         sub = replace(inst, fam="VOP2", name=nm, f={"src0": s0, "src1": s1, "vdst": d}, dpp=None, sdwa=None)
-        spec = OPS.get(nm)
+        spec = _VOPD_DOT.get(nm) or OPS.get(nm)
         if spec is None:
             raise UnsupportedInstruction(f"VOPD half {nm}")
         dt, sts, fn = spec
         encs = [s0, s1]
-        if "mac" in nm:
+        if "mac" in nm or nm in _VOPD_DOT:
             encs.append(256 + d)
         elif nm in ("v_fmamk_f32",):
             encs = [s0, 255, s1]
