@@ -329,12 +329,7 @@ def rule_round_bf16(lw: _Lowering, op: ir.Operation) -> None:
 def rule_round_f16(lw: _Lowering, op: ir.Operation) -> None:
     """f32 -> f16 toward zero, two values per v_cvt_pkrtz_f16_f32 (a lane's registers in order, the
     last one alone if their count is odd), for `cast(x, f16, approx=true)`. NaN stays NaN and an
-    infinity an infinity; a finite value past the f16 range becomes the largest finite f16. A value
-    widened from f16 is its own rounding: the f16 it came from, with no instruction."""
-    widen = defining_op(op.operands[0])
-    if widen is not None and widen.name == "arith.extf" and tile_dtype(widen.operands[0].type) == "f16":
-        lw.vmap[op.result] = lw.v(widen.operands[0])
-        return
+    infinity an infinity; a finite value past the f16 range becomes the largest finite f16."""
     x = lw.v(op.operands[0])
     f16 = ir.F16Type.get()
     f16x2 = ir.VectorType.get([2], f16)

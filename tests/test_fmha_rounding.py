@@ -1,9 +1,7 @@
-"""The forward's P rounded toward zero (a config row's p_toward_zero, fmha_fwd.tile's P_TOWARD_ZERO)
-is as accurate as P rounded to nearest even, on every arch, in both of its forms: the denominator
-summing the rounded P (no LSE returned, with the lazy rescale: the RDNA rows) and the lifted P with
-the exact denominator (an LSE returned, or a max that moves every block: the CDNA rows).
-Toward zero uncompensated would shrink every output by about 3.5e-4 of itself: the signed error's
-mean tells it apart from the compensated forms."""
+"""The forward's P rounded toward zero (a config row's p_toward_zero, fmha_fwd.tile's P_TOWARD_ZERO,
+lifted by its mean loss first) is as accurate as P rounded to nearest even, on every arch, and the
+output does not depend on whether the LSE is returned. Toward zero uncompensated would shrink every
+output by about 3.5e-4 of itself: the signed error's mean tells it apart."""
 
 from __future__ import annotations
 
@@ -45,15 +43,14 @@ def test_p_toward_zero_is_as_accurate_as_nearest_even(arch: str, monkeypatch: py
     for toward_zero in (False, True):
         out = _forward(arch, toward_zero, monkeypatch, q, k, v)
         out_lse, lse = _forward(arch, toward_zero, monkeypatch, q, k, v, return_lse=True)
+        np.testing.assert_array_equal(out, out_lse)  # the same output with or without the LSE
         np.testing.assert_allclose(lse, want_lse, atol=1e-4, rtol=1e-5)
-        for form, o in (("rounded sum", out), ("lifted", out_lse)):
-            err = np.asarray(o, np.float64) - want
-            assert np.abs(err).max() <= 4e-3, (form, np.abs(err).max())
-            mean_abs[toward_zero, form] = np.abs(err).mean()
-            signed[toward_zero, form] = (err * np.sign(want)).mean()
-    for form in ("rounded sum", "lifted"):
-        assert mean_abs[True, form] <= 1.2 * mean_abs[False, form], (form, mean_abs)
-        assert abs(signed[True, form]) <= 0.25 * mean_abs[True, form], (form, signed, mean_abs)
+        err = np.asarray(out, np.float64) - want
+        assert np.abs(err).max() <= 4e-3, np.abs(err).max()
+        mean_abs[toward_zero] = np.abs(err).mean()
+        signed[toward_zero] = (err * np.sign(want)).mean()
+    assert mean_abs[True] <= 1.1 * mean_abs[False], mean_abs
+    assert abs(signed[True]) <= 0.2 * mean_abs[True], (signed, mean_abs)
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)

@@ -114,8 +114,8 @@ class FmhaConfig:
     # two (CompileOptions.loop_arena), where the model finds it faster.
     loop_arena: bool = False
     # f16's P rounded toward zero for P V (fmha_fwd.tile's P_TOWARD_ZERO: one v_cvt_pkrtz_f16_f32
-    # per pair against three instructions to nearest even), its denominator the sum of P so
-    # rounded where no LSE is returned (one v_dot2 per pair), where the model finds it faster.
+    # per pair against three instructions to nearest even; P lifted by its mean loss first, so the
+    # output is as accurate), where the model finds it faster.
     p_toward_zero: bool = False
 
     def __post_init__(self) -> None:
@@ -317,14 +317,14 @@ ILP = "iterative-ilp"
 # the lazy rescale 143.2, without reuse 144.7, iterative-ilp 150.0, interleave 147.7, 128x32
 # spills. The other hdim 64 and 128 rows compile the same with it: their K and V have bytes of
 # their own, or could not without costing a workgroup per compute unit.
-# Session 54, f16's P rounded toward zero in pairs (p_toward_zero; its denominator the rounded P's
-# sum by v_dot2 with the lazy rescale and no LSE, else P lifted by its mean loss), modeled f16 TFLOP/s
-# at B 2, H 16, S 2048, taken: gfx1201 hdim 64 147.7 -> 153.1 (lifted 150.1), causal (MASKED row)
-# 137.6 -> 143.9, hdim 128 153.5 -> 158.3, causal 148.7 -> 152.3; gfx1100 hdim 64 91.9 -> 93.9,
-# causal (MASKED row) 88.9 -> 89.1, hdim 128 94.0 -> 96.0. Not measured: gfx1100's hdim 128 MASKED
-# row (no lazy rescale, so the lifted form), left as it was.
-# Not taken, CDNA: gfx942 hdim 64 597.9 -> 561.7 summed (596.4 lifted), gfx950 1015.2 -> 967.5
-# summed; its packed f32 adds sum P in as few instructions, and its VALU is not what binds.
+# Session 54, f16's P rounded toward zero in pairs (p_toward_zero, P lifted by its mean loss first),
+# modeled f16 TFLOP/s at B 2, H 16, S 2048 (tiledsl profile), taken: gfx1201 hdim 64 147.7 -> 150.1,
+# causal (MASKED row) 137.6 -> 143.7, hdim 128 153.5 -> 153.3 with causal (the same row) 148.7 ->
+# 153.6; gfx1100 hdim 64 91.9 -> 94.0, causal (MASKED row) 88.9 -> 90.9, hdim 128 94.0 -> 94.8.
+# Not measured: gfx1100's hdim 128 MASKED row, left as it was. The denominator as the sum of the
+# rounded P (v_dot2) instead modeled gfx1201 hdim 64 153.1 but makes the output depend on whether
+# the LSE is returned (fmha_fwd.tile). Not taken, CDNA: gfx942 hdim 64 597.9 -> 596.4 lifted, whose
+# packed f32 conversions cost less and whose VALU is not what binds.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
