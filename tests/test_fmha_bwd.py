@@ -108,7 +108,7 @@ def test_bwd_small_qk_head_dim_beside_a_large_v(arch):
     assert_grads_close(got, ref, np.float16)
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100", "gfx1201"])
 @pytest.mark.parametrize("d", [128, 256])
 def test_bwd_large_head_dims(arch, d):
     q, k, v, do = inputs(sq=24, sk=40, hq=1, hk=1, d=d, seed=4)

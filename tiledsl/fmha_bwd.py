@@ -74,7 +74,11 @@ def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: t
 # 40.2 -> 48.3 / 35.2 -> 40.5 (gfx1100 keeps 32x64 with a bias or dropout, below). gfx1100 at hdim
 # 128 takes dQ from its own walk (64 query rows, 32 keys per step; docs/backward.md): with K^T and
 # dQ^T in the key walk it spills 95-106 VGPRs with every tile (its WMMA operands are held in both
-# lane halves). RDNA at hdim 256 spills: those rows compile with spills allowed.
+# lane halves). RDNA at hdim 256 takes dQ's own walk too, and 4 waves of 64 query rows beside 16
+# keys, so that dK and dV take 64 VGPRs a lane (2 waves held 128, and K^T and dQ^T beside them spilled
+# 429): spills down to 12-41 VGPRs (gfx1201 full 12, gfx1100 causal 41; `tiledsl plan fmha_bwd`), and
+# modeled at B1 H16 S1024 full 4.5 -> 35.1 TFLOP/s on gfx1201 and 5.3 -> 25.5 on gfx1100 (session
+# 54). Those rows still compile with spills allowed.
 # stages=2: the key walk loads the next step's Q, dO (a bias tile) while this one computes (pipeline-loops;
 # without it each step waited on its own loads). Modeled at B2 H16 S2048 (TFLOP/s full / causal,
 # stages 1 -> 2): gfx950 d64 744.7 -> 802.4 / 381.3 -> 426.7, d128 723.8 -> 763.4 / 503.0 -> 609.7;
@@ -105,9 +109,9 @@ BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
                128: _b(32, 128, 8, stages=2, interleave=True, mask_rows=True, merge_stores=True),
                256: _b(32, 32, 4)},
     "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
-                256: _b(32, 16, 2, spills=True)},
+                256: _b(64, 16, 4, spills=True, dq_block=(32, 32))},
     "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8),
-                256: _b(32, 16, 2, spills=True)},
+                256: _b(64, 16, 4, spills=True, dq_block=(32, 32))},
 }
 
 # Session 37, masked query rows (mask_rows: Q and dO bounded by tile.views, and the dQ walk's K and
