@@ -688,8 +688,10 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
 MINREG = "iterative-minreg"  # LLVM's scheduler for the fewest live registers (CompileOptions.schedule)
 # The most spilled VGPRs a min-reg retry is tried for. It removed 2-12 in the library's kernels. Of
 # hundreds, it removed a 256x256 GEMM's on gfx950 (232) but not those of tiles too large for the
-# register file (RDNA's hdim 256 backward 419-530, gfx1100's hdim 256 forward with a bias tensor
-# about 210), and it took minutes on a kernel spilling 976: such kernels keep their first compile.
+# register file (RDNA's hdim 256 backward 419-530 before its rows changed, gfx1100's hdim 256 forward
+# with a bias tensor about 210), and it took minutes on a kernel spilling 976: such kernels keep
+# their first compile. Up to 64 it would take RDNA's hdim 256 backward from 36 to 32 (gfx1201,
+# causal) and 59 to 47 (with the bias gradient), in 6-8 s a compile; gfx1100's stay (41, 53).
 MINREG_SPILLS = 32
 
 
