@@ -480,8 +480,9 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
             pos.setdefault(tuple(lin.regs[i, keep]), []).append(i)
         outs = [_sum_dot2([halves[i] for i in members]) for members in pos.values()]
     else:
-        packed = is_float and str_attr(op, "kind") == "sum" and lw.arch.packed_f32
-        outs = [_sum_packed(members) if packed and len(members) >= 4 else _chain(members, comb)
+        fsum = is_float and str_attr(op, "kind") == "sum"
+        outs = [_sum_packed(members) if fsum and lw.arch.packed_f32 and len(members) >= 4
+                else _tree(members, comb) if fsum and lw.options.tree_sums else _chain(members, comb)
                 for members in groups.values()]
     ws = lw.threads.wave_size
     for k, b in enumerate(lin.lane_bases):  # 2. across lanes of the wave (ds_bpermute / DPP)
@@ -528,6 +529,13 @@ def _combine_halves(x: ir.Value, comb) -> ir.Value:
         # NaN operand as maxNum/minNum do either way (IEEE mode), so the machine result is the same.
         out.owner.attributes["fastmath"] = ir.Attribute.parse("#arith.fastmath<nnan>")
     return out
+
+
+def _tree(vals: list[ir.Value], comb) -> ir.Value:
+    """(v0 . v1) . (v2 . v3) ...: independent ops at each level (CompileOptions.tree_sums)."""
+    while len(vals) > 1:
+        vals = [comb(vals[i], vals[i + 1]) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+    return vals[0]
 
 
 def _chain(vals: list[ir.Value], comb) -> ir.Value:

@@ -130,6 +130,32 @@ def test_sums_of_widened_f16_take_dot2(arch: str) -> None:
         np.testing.assert_allclose(cols, wide.sum(0), rtol=1e-6, atol=1e-4)
 
 
+F32_SUMS = SOURCE.parent / "f32_sums.tile"
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_tree_sums(arch: str) -> None:
+    """CompileOptions.tree_sums: a lane's f32 values summed as a tree, the same sums within f32
+    rounding; RDNA pairs more of the adds in dual-issue instructions than a chain allows; CDNA's
+    packed adds already sum as a tree, so its code is the same either way."""
+    from tiledsl.options import CompileOptions
+
+    kernels = [compile_source(F32_SUMS.read_text(), str(F32_SUMS), arch, {},
+                              CompileOptions.make(arch, {}, tree_sums=tree), cache=None) for tree in (False, True)]
+    x = np.random.default_rng(9).standard_normal((64, 64)).astype(np.float32)
+    for k in kernels:
+        rows, cols = np.zeros(64, np.float32), np.zeros(64, np.float32)
+        launch(k, x, rows, cols, device=EmulatorDevice(arch))
+        np.testing.assert_allclose(rows, x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(cols, x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
+    chain, tree = (str(k.asm) for k in kernels)
+    if get_arch(arch).packed_f32:
+        assert chain == tree
+    else:
+        assert tree.count("v_dual_add_f32") > chain.count("v_dual_add_f32"), \
+            (tree.count("v_dual_add_f32"), chain.count("v_dual_add_f32"))
+
+
 F16_DIV = SOURCE.parent / "f16_div.tile"
 
 

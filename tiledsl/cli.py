@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--loop-arena", action="store_true",
                    help="give each LDS staging of a loop bytes of its own where that costs no workgroup per "
                         "compute unit, so fewer need a barrier before their store (docs/compiler.md)")
+    c.add_argument("--tree-sums", action="store_true",
+                   help="sum each lane's f32 values as a tree of adds rather than a chain, whose independent adds "
+                        "RDNA pairs in dual-issue instructions (docs/compiler.md)")
     c.add_argument("--merge-stores", action="store_true",
                    help="store a loop's LDS stagings whose tiles are at hand at its first staging together with "
                         "it, behind one barrier (docs/compiler.md)")
@@ -301,7 +304,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                       disjoint_rows=not args.overlapping_rows,
                                       schedule="" if args.schedule == "default" else args.schedule,
                                       interleave=args.interleave, skip_unit_scales=args.skip_unit_scales,
-                                      loop_arena=args.loop_arena, merge_stores=args.merge_stores)
+                                      loop_arena=args.loop_arena, merge_stores=args.merge_stores,
+                                      tree_sums=args.tree_sums)
         try:
             compile_file(args.file, [arch], defines, args.outdir, options, cache=cache, on_result=report)
         except TileError as exc:

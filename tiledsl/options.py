@@ -18,8 +18,9 @@ SCHEDULES = ("", "max-ilp", "max-memory-clause", "iterative-ilp", "iterative-min
 # Options the front end (parser, checker, emitter: tiledsl/lang, tiledsl/ir) never reads, only the
 # tile passes and LLVM: a driver retry that changes only these reuses the front end's tile.mlir
 # (driver.run_stages). tests/test_driver.py checks that the names do not occur there.
-BACKEND_ONLY_OPTIONS = ("lds_spread", "transposed_rows", "swap_halves", "fold_laid_out", "resident_operands",
-                        "schedule", "interleave", "allow_spills", "spills_last_resort", "dump_ir_dir", "failure_dir")
+BACKEND_ONLY_OPTIONS = ("lds_spread", "transposed_rows", "swap_halves", "tree_sums", "fold_laid_out",
+                        "resident_operands", "schedule", "interleave", "allow_spills", "spills_last_resort",
+                        "dump_ir_dir", "failure_dir")
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,11 @@ class CompileOptions:
     # kernel spills a few registers: at the 256-register edge the allocation can tip either way
     # (gfx950's 8-wave forward row with group mode, a sink and a soft-cap spilled 1 VGPR).
     swap_halves: bool = True
+    # A lane's f32 sum (a reduction's first step, lower-to-gpu) as a tree of adds rather than a
+    # chain, on archs without packed f32 adds (RDNA): the tree's independent adds pair in dual-issue
+    # instructions, where a chain's each wait for the one before. The timing model finds gfx1201's
+    # forward faster with it and gfx1100's slower, so the config rows choose (FmhaConfig.tree_sums).
+    tree_sums: bool = False
     # LLVM's machine scheduler for the kernel ("amdgpu-sched-strategy"; "" keeps LLVM's default).
     # "iterative-ilp" keeps more LDS reads in flight ahead of the matrix instructions that use them,
     # which the timing model finds faster in some tile rows and slower in others, so the config rows

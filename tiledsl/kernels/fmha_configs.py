@@ -117,6 +117,9 @@ class FmhaConfig:
     # per pair against three instructions to nearest even; P lifted by its mean loss first, so the
     # output is as accurate), where the model finds it faster.
     p_toward_zero: bool = False
+    # The softmax's row sums as trees of adds (CompileOptions.tree_sums), where the model finds it
+    # faster.
+    tree_sums: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -143,16 +146,16 @@ class FmhaConfig:
         """The CompileOptions fields of this row's asks of the compiler beyond its defaults: LLVM's
         scheduler, and the skipped rescale of a lazy softmax."""
         return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale,
-                "lane_exchange": self.lane_exchange, "loop_arena": self.loop_arena}
+                "lane_exchange": self.lane_exchange, "loop_arena": self.loop_arena, "tree_sums": self.tree_sums}
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
        mask_rows: bool = False, schedule: str = "", interleave: bool = False,
        lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False,
        overlap: bool = False, fused_scale: bool | None = None, loop_arena: bool = False,
-       p_toward_zero: bool = False) -> FmhaConfig:
+       p_toward_zero: bool = False, tree_sums: bool = False) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
-                      lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena, p_toward_zero)
+                      lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena, p_toward_zero, tree_sums)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -325,6 +328,9 @@ ILP = "iterative-ilp"
 # rounded P (v_dot2) instead modeled gfx1201 hdim 64 153.1 but makes the output depend on whether
 # the LSE is returned (fmha_fwd.tile). Not taken, CDNA: gfx942 hdim 64 597.9 -> 596.4 lifted, whose
 # packed f32 conversions cost less and whose VALU is not what binds.
+# Then the row sums as trees of adds (tree_sums), which gfx12 pairs in dual-issue instructions,
+# taken on gfx1201: hdim 64 150.1 -> 152.9, causal (MASKED row) 143.7 -> 149.4, hdim 128 153.3 ->
+# 159.3 with causal 153.6 -> 152.7. Not taken: gfx1100 hdim 64 94.0 -> 93.2.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
@@ -344,9 +350,9 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                         fused_scale=True, loop_arena=True, p_toward_zero=True),
                 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
-                                            mask_keys=True, p_toward_zero=True),
+                                            mask_keys=True, p_toward_zero=True, tree_sums=True),
                 128: _c(64, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True, mask_keys=True,
-                        loop_arena=True, p_toward_zero=True),
+                        loop_arena=True, p_toward_zero=True, tree_sums=True),
                 256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
@@ -407,7 +413,7 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
                        p_toward_zero=True),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, lazy_rescale=True,
-                                           p_toward_zero=True)},
+                                           p_toward_zero=True, tree_sums=True)},
 }
 
 
