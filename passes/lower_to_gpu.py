@@ -470,20 +470,19 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
     lin = lw.lin(src)
     keep = [d for d in range(lin.regs.shape[1]) if d != axis]
     vals = lw.elems(lw.v(src))
-    groups: dict[tuple, list[ir.Value]] = {}
-    for i, val in enumerate(vals):  # 1. inside the lane
-        groups.setdefault(tuple(lin.regs[i, keep]), []).append(val)
+    groups: dict[tuple, list[int]] = {}
+    for i in range(len(vals)):  # 1. inside the lane
+        groups.setdefault(tuple(lin.regs[i, keep]), []).append(i)
     halves = _widened_f16(lw, op)
-    if halves is not None:  # a sum of f16 values widened to f32: v_dot2_f32_f16 with 1.0 takes two
-        pos: dict[tuple, list[int]] = {}
-        for i in range(len(vals)):
-            pos.setdefault(tuple(lin.regs[i, keep]), []).append(i)
-        outs = [_sum_dot2([halves[i] for i in members]) for members in pos.values()]
-    else:
-        fsum = is_float and str_attr(op, "kind") == "sum"
-        outs = [_sum_packed(members) if fsum and lw.arch.packed_f32 and len(members) >= 4
-                else _tree(members, comb) if fsum and lw.options.tree_sums else _chain(members, comb)
-                for members in groups.values()]
+    fsum = is_float and str_attr(op, "kind") == "sum"
+    outs = []
+    for members in groups.values():
+        if halves is not None:  # f16 values widened to f32: v_dot2_f32_f16 against 1.0 sums two
+            outs.append(_sum_dot2([halves[i] for i in members]))
+        elif fsum and lw.arch.packed_f32 and len(members) >= 4:
+            outs.append(_sum_packed([vals[i] for i in members]))
+        else:
+            outs.append((_tree if fsum and lw.options.tree_sums else _chain)([vals[i] for i in members], comb))
     ws = lw.threads.wave_size
     for k, b in enumerate(lin.lane_bases):  # 2. across lanes of the wave (ds_bpermute / DPP)
         if b[axis]:
@@ -561,8 +560,8 @@ def _sum_packed(vals: list[ir.Value]) -> ir.Value:
 
 
 def _widened_f16(lw: _Lowering, op: ir.Operation) -> list[ir.Value] | None:
-    """The lane's f16 values, when op sums (in f32) an arith.extf of an f16 tile: the softmax
-    denominator over P as the dot sees it. None for any other reduction."""
+    """The lane's f16 values, when op sums (in f32) an arith.extf of an f16 tile, as
+    `sum(cast(h, f32), axis)` writes it; None for any other reduction."""
     widen = defining_op(op.operands[0])
     if str_attr(op, "kind") != "sum" or widen is None or widen.name != "arith.extf":
         return None
@@ -576,7 +575,7 @@ def _sum_dot2(halves: list[ir.Value]) -> ir.Value:
     """The f32 sum of f16 values, two per v_dot2_f32_f16 against (1.0, 1.0): n values in n/2
     instructions (a chain of adds takes n - 1 after n widening converts). Two interleaved chains
     halve the dependent latency; each product with 1.0 is exact, so the sum rounds only as f32
-    adds do."""
+    adds do (a sum of zeros is +0: the chains start from it)."""
     f16 = halves[0].type
     f32 = ir.F32Type.get()
     pairs_t = ir.VectorType.get([2], f16)
