@@ -452,6 +452,23 @@ def test_compile_loop_arena_reaches_stage_lds(arch, tmp_path, monkeypatch):
         assert wide > narrow and wide_barriers < narrow_barriers
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_compile_tree_sums_reaches_lower_to_gpu(arch, tmp_path, monkeypatch):
+    """--tree-sums sums tests/kernels/f32_sums.tile's lanes as trees (CompileOptions.tree_sums):
+    more adds paired in dual issue on RDNA; CDNA's packed adds sum as a tree either way."""
+    monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    asm = {}
+    for flags in (["--tree-sums"], []):
+        out = tmp_path / f"out-{bool(flags)}"
+        assert main(["compile", str(ROOT / "tests" / "kernels" / "f32_sums.tile"), "--arch", arch, "-o", str(out),
+                     "-q", *flags]) == 0
+        asm[bool(flags)] = next(out.rglob("*.s")).read_text()
+    if arch == "gfx942":
+        assert asm[True] == asm[False]
+    else:
+        assert asm[True].count("v_dual_add_f32") > asm[False].count("v_dual_add_f32")
+
+
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_compile_merge_stores_reaches_stage_lds(arch, tmp_path, monkeypatch):
     """--merge-stores stores tests/kernels/merged_three.tile's C tile right after its B tile, before

@@ -23,6 +23,7 @@ import struct
 import numpy as np
 import pytest
 from _emu_util import compile_llvm
+from _lanes import compile_lanes, decoded, inst_words, opcode, patch, run_lanes, wave
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
@@ -566,3 +567,57 @@ def test_carry_in_add_of_two_scalars_under_partial_exec(arch):
     lanes = np.arange(32)
     on, carry = (active >> lanes) & 1, (carries >> lanes) & 1
     np.testing.assert_array_equal(w.v[2], np.where(on == 1, 1000 + carry, 7))
+
+
+# -- VOPD dot2acc (gfx11+): LLVM pairs two accumulating f16 dot products in one dual-issue word --
+def _dot2acc_pair_kernel(arch: str) -> tuple[bytes, object]:
+    """A kernel whose two chains of two llvm.amdgcn.fdot2 each (acc += a . b) LLVM issues as
+    v_dual_dot2acc_f32_f16 pairs on gfx1100; the first such word."""
+    lines, ins = [], []
+    for c in range(2):
+        acc = f"%x{len(ins)}"
+        ins.append("float")
+        for j in range(2):
+            a, b = f"%x{len(ins)}", f"%x{len(ins) + 1}"
+            ins += ["<2 x half>", "<2 x half>"]
+            lines.append(f"  %c{c}_{j} = call float @llvm.amdgcn.fdot2(<2 x half> {a}, <2 x half> {b}, float {acc}, "
+                         "i1 false)")
+            acc = f"%c{c}_{j}"
+        lines.append(f"  %r{c} = fadd float {acc}, 0.0")
+    _, hsaco = compile_lanes(arch, "\n".join(lines), ins, ["float", "float"],
+                             "declare float @llvm.amdgcn.fdot2(<2 x half>, <2 x half>, float, i1)")
+    pairs = [i for i in decoded(hsaco, arch) if i.fam == "VOPD" and i.xy == ("v_dual_dot2acc_f32_f16",) * 2]
+    assert pairs, [i.raw_name for i in decoded(hsaco, arch)]
+    return hsaco, pairs
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_vopd_dot2acc(kind, lockstep):
+    """v_dual_dot2acc_f32_{f16,bf16}: each half adds the two products of its packed pairs to its
+    VDST, with one f32 rounding. The bf16 form is the f16 word with both opcodes set to bf16's
+    (LLVM pairs only the f16 form here); the emulator used to refuse both."""
+    import ml_dtypes
+
+    arch = "gfx1100"
+    hsaco, pairs = _dot2acc_pair_kernel(arch)
+    if kind == "bf16":
+        op = opcode(arch, "VOPDX", "v_dual_dot2acc_f32_bf16")
+        assert op == opcode(arch, "VOPDY", "v_dual_dot2acc_f32_bf16")
+        for inst in pairs:
+            w0, *rest = inst_words(hsaco, inst)
+            hsaco = patch(hsaco, inst, [w0 & ~(0xF << 22 | 0x1F << 17) | op << 22 | op << 17, *rest])
+    W = wave(arch)
+    rng = np.random.default_rng(21)
+    npt = np.float16 if kind == "f16" else ml_dtypes.bfloat16
+    accs = [rng.standard_normal(W).astype(np.float32) for _ in range(2)]
+    vecs = [(rng.standard_normal((W, 2)) * 4).astype(npt) for _ in range(8)]
+    inputs = [accs[0], *vecs[:4], accs[1], *vecs[4:]]
+    got = run_lanes(arch, hsaco, [x if x.ndim == 1 else x.view(np.uint32).reshape(W) for x in inputs],
+                    [np.float32, np.float32], lockstep=lockstep, groups=2)
+    for c, out in enumerate(got):
+        acc, (a0, b0, a1, b1) = accs[c], vecs[4 * c:4 * c + 4]
+        want = acc.astype(np.float64)
+        for a, b in ((a0, b0), (a1, b1)):  # each step rounds once to f32
+            want = (want + (a.astype(np.float64) * b.astype(np.float64)).sum(1)).astype(np.float32).astype(np.float64)
+        np.testing.assert_array_equal(out, want.astype(np.float32))
