@@ -324,7 +324,7 @@ ILP = "iterative-ilp"
 # modeled f16 TFLOP/s at B 2, H 16, S 2048 (tiledsl profile), taken: gfx1201 hdim 64 147.7 -> 150.1,
 # causal (MASKED row) 137.6 -> 143.7, hdim 128 153.5 -> 153.3 with causal (the same row) 148.7 ->
 # 153.6; gfx1100 hdim 64 91.9 -> 94.0, causal (MASKED row) 88.9 -> 90.9, hdim 128 94.0 -> 94.8.
-# Not measured: gfx1100's hdim 128 MASKED row, left as it was. The denominator as the sum of the
+# Not taken: gfx1100's hdim 128 MASKED row 93.7 -> 93.3. The denominator as the sum of the
 # rounded P (v_dot2) instead modeled gfx1201 hdim 64 153.1 but makes the output depend on whether
 # the LSE is returned (fmha_fwd.tile). Not taken, CDNA: gfx942 hdim 64 597.9 -> 596.4 lifted, whose
 # packed f32 conversions cost less and whose VALU is not what binds.
