@@ -145,13 +145,13 @@ def test_cast_approx_rounds_f16_toward_zero(arch: str) -> None:
     with np.errstate(over="ignore", invalid="ignore"):
         nearest_even = x.astype(np.float16).view(np.uint16)
     for flag, want in (("true", _f16_toward_zero(x)), ("false", nearest_even)):
-        y, t = np.zeros(len(x), np.float16), np.zeros(1, np.float16)
-        launch(kernels[flag], x, y, special[0], t, device=EmulatorDevice(arch))
-        got = y.view(np.uint16)
+        y, t, u = np.zeros(len(x), np.float16), np.zeros(1, np.float16), np.zeros(64, np.float16)
+        launch(kernels[flag], x, y, special[0], t, u, device=EmulatorDevice(arch))
         keep = ~np.isnan(x)
-        np.testing.assert_array_equal(got[keep], want[keep])
+        np.testing.assert_array_equal(y.view(np.uint16)[keep], want[keep])
         assert np.isnan(y[~keep]).all()
         assert t.view(np.uint16)[0] == want[0]  # the scalar path
+        np.testing.assert_array_equal(u.view(np.uint16)[keep[:64]], want[:64][keep[:64]])  # one value a lane
     assert _f16_toward_zero(special[:2]).view(np.float16).tolist() == [1.0, -1.0]  # a tie goes to zero
     assert _f16_toward_zero(special[4:8]).view(np.float16).tolist() == [65504.0, 65504.0, 65504.0, -65504.0]
     pairs = [str(kernels[f].asm).count("_rtz_f16_f32") + str(kernels[f].asm).count("pkrtz_f16_f32")
