@@ -469,20 +469,17 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
 
     lin = lw.lin(src)
     keep = [d for d in range(lin.regs.shape[1]) if d != axis]
-    vals = lw.elems(lw.v(src))
-    groups: dict[tuple, list[int]] = {}
-    for i in range(len(vals)):  # 1. inside the lane
-        groups.setdefault(tuple(lin.regs[i, keep]), []).append(i)
+    # f16 values widened to f32 are summed as they are, v_dot2_f32_f16 against 1.0 taking two
     halves = _widened_f16(lw, op)
+    vals = halves if halves is not None else lw.elems(lw.v(src))
+    groups: dict[tuple, list[ir.Value]] = {}
+    for i, val in enumerate(vals):  # 1. inside the lane
+        groups.setdefault(tuple(lin.regs[i, keep]), []).append(val)
     fsum = is_float and str_attr(op, "kind") == "sum"
-    outs = []
-    for members in groups.values():
-        if halves is not None:  # f16 values widened to f32: v_dot2_f32_f16 against 1.0 sums two
-            outs.append(_sum_dot2([halves[i] for i in members]))
-        elif fsum and lw.arch.packed_f32 and len(members) >= 4:
-            outs.append(_sum_packed([vals[i] for i in members]))
-        else:
-            outs.append((_tree if fsum and lw.options.tree_sums else _chain)([vals[i] for i in members], comb))
+    outs = [_sum_dot2(members) if halves is not None
+            else _sum_packed(members) if fsum and lw.arch.packed_f32 and len(members) >= 4
+            else (_tree if fsum and lw.options.tree_sums else _chain)(members, comb)
+            for members in groups.values()]
     ws = lw.threads.wave_size
     for k, b in enumerate(lin.lane_bases):  # 2. across lanes of the wave (ds_bpermute / DPP)
         if b[axis]:

@@ -144,7 +144,8 @@ class FmhaConfig:
 
     def scheduling(self) -> dict[str, str | bool]:
         """The CompileOptions fields of this row's asks of the compiler beyond its defaults: LLVM's
-        scheduler, and the skipped rescale of a lazy softmax."""
+        scheduler and interleaving, the skipped rescale of a lazy softmax, lane exchanges, the loop
+        arena and tree sums."""
         return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale,
                 "lane_exchange": self.lane_exchange, "loop_arena": self.loop_arena, "tree_sums": self.tree_sums}
 
