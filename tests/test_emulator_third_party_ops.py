@@ -621,3 +621,28 @@ def test_vopd_dot2acc(kind, lockstep):
         for a, b in ((a0, b0), (a1, b1)):  # each step rounds once to f32
             want = (want + (a.astype(np.float64) * b.astype(np.float64)).sum(1)).astype(np.float32).astype(np.float64)
         np.testing.assert_array_equal(out, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_mbcnt_with_a_mask_per_lane(arch, lockstep):
+    """v_mbcnt_{lo,hi}_u32_b32 with a VGPR mask (VOP3 takes any source; Triton's atomics pass one):
+    each lane counts the set bits of its own mask below its position in that half of the wave,
+    plus its addend. The emulator used to read the mask only from scalar sources and refuse it."""
+    body = ("  %r0 = call i32 @llvm.amdgcn.mbcnt.lo(i32 %x0, i32 %x1)\n"
+            "  %r1 = call i32 @llvm.amdgcn.mbcnt.hi(i32 %x0, i32 %x1)")
+    decls = "declare i32 @llvm.amdgcn.mbcnt.lo(i32, i32)\ndeclare i32 @llvm.amdgcn.mbcnt.hi(i32, i32)"
+    _, hsaco = compile_lanes(arch, body, ["i32", "i32"], ["i32", "i32"], decls)
+    names = [i.raw_name for i in decoded(hsaco, arch)]
+    assert any(n.startswith("v_mbcnt_lo") for n in names), names
+    W = wave(arch)
+    rng = np.random.default_rng(7)
+    masks = rng.integers(0, 2**32, W, dtype=np.uint64).astype(np.uint32)
+    adds = rng.integers(0, 1000, W).astype(np.uint32)
+    lo, hi = run_lanes(arch, hsaco, [masks, adds], [np.uint32, np.uint32], lockstep=lockstep)
+    lanes = np.arange(W)
+
+    def below(m, n):
+        return np.array([bin(int(x) & ((1 << int(k)) - 1)).count("1") for x, k in zip(m, n, strict=True)])
+    np.testing.assert_array_equal(lo, below(masks, np.minimum(lanes, 32)) + adds)
+    np.testing.assert_array_equal(hi, below(masks, np.clip(lanes - 32, 0, 32)) + adds)

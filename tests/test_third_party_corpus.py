@@ -13,18 +13,22 @@ import numpy as np
 import pytest
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES
+from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
 
 pytestmark = pytest.mark.emulator
 
 CORPUS = Path(__file__).resolve().parent / "third_party"
 CORE = ("vector_add", "softmax", "layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_dwdb", "matmul",
-        "attn_fwd", "attn_bwd_preprocess", "attn_bwd")
+        "attn_fwd", "attn_bwd_preprocess", "attn_bwd", "math_f32", "int_ops", "conversions", "scan_sort",
+        "atomics", "dot_bf16", "dot_i8", "dot_f32", "rand")
 # Variants on the archs where they compile to something else (regenerate.py VARIANTS): Triton's
 # asynchronous copies (global/buffer loads straight into LDS) on gfx942/gfx950, an fp8 matmul on
-# gfx950 (ds_read_b64_tr_b8).
-EXTRA = {"gfx942": ("matmul_async_buffer", "matmul_async_global"),
-         "gfx950": ("matmul_async_buffer", "matmul_async_global", "matmul_fp8")}
+# gfx950 (ds_read_b64_tr_b8), TF32 (refused: check_refused) and FNUZ fp8 dots on gfx942, an OCP
+# fp8 WMMA on gfx1201.
+EXTRA = {"gfx942": ("matmul_async_buffer", "matmul_async_global", "dot_tf32", "dot_fp8_fnuz"),
+         "gfx950": ("matmul_async_buffer", "matmul_async_global", "matmul_fp8"),
+         "gfx1201": ("dot_fp8",)}
 PAIRS = [(arch, case) for arch in ARCH_NAMES for case in CORE + EXTRA.get(arch, ())]
 F16, F32 = np.float16, np.float32
 LOG2E = 1.4426950408889634
@@ -38,13 +42,15 @@ def test_corpus_is_complete(arch):
     assert {p.stem for p in (CORPUS / arch).glob("*.json")} == want
 
 
-def run_case(arch: str, case: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_case(arch: str, case: str, arrays: dict[str, np.ndarray], supported: bool = True) -> dict[str, np.ndarray]:
     """Launch one corpus kernel with `arrays` as its pointer arguments (by name) and the scalar
-    values recorded at compile time; returns every array as it is after the launch."""
+    values recorded at compile time; returns every array as it is after the launch. supported:
+    first check that the emulator models every instruction of the kernel."""
     meta = json.loads((CORPUS / arch / f"{case}.json").read_text())
     dev = EmulatorDevice(arch)
     kern = dev.kernel((CORPUS / arch / f"{case}.hsaco").read_bytes(), meta["kernel"])
-    assert dev.unsupported(kern) == []
+    if supported:
+        assert dev.unsupported(kern) == []
     bufs = {name: dev.to_device(np.ascontiguousarray(a), name) for name, a in arrays.items()}
     assert set(bufs) == set(meta["pointers"])
     values = [bufs[n].addr if n in bufs else meta["values"][n] for n in meta["args"]]
@@ -206,11 +212,198 @@ def check_attn_bwd(arch, case):
         np.testing.assert_allclose(got[name].astype(F32), ref, rtol=0, atol=5e-3, err_msg=name)
 
 
+# Row k of math_f32's output: (reference in f64, the error allowed in units in the last place of
+# the f32 result, an absolute error allowed besides). 0, 0: correctly rounded (equal to the f32
+# rounding of the exact value). The allowances are the functions' own accuracy as Triton and ocml
+# compute them (exp as exp2 of x * log2(e), log as log2 times ln 2: an absolute error near 1), not
+# the emulator's: a wrong instruction misses by far more.
+MATH_F32 = (
+    (lambda x, y: np.exp(x), 4, 0), (lambda x, y: np.log(np.abs(x) + 0.5), 4, 3e-7),
+    (lambda x, y: np.sqrt(np.abs(x)), 1, 0), (lambda x, y: 1 / np.sqrt(np.abs(x) + 0.25), 2, 0),
+    (lambda x, y: np.sin(x), 2, 0), (lambda x, y: np.cos(x), 2, 0),
+    (lambda x, y: x / y, 1, 0), (lambda x, y: x / y, 0, 0), (lambda x, y: np.floor(x * np.float32(3.7)), 0, 0),
+    (lambda x, y: np.ceil(x * np.float32(3.7)), 0, 0), (lambda x, y: _erf(x), 2, 0),
+    (lambda x, y: np.tanh(x), 2, 0), (lambda x, y: (np.abs(x) + 0.5) ** y, 4, 0),
+    (lambda x, y: 1 / (1 + np.exp(-x)), 4, 0), (lambda x, y: x * y + 0.25, 0, 0),
+    (lambda x, y: np.maximum(x, y), 0, 0), (lambda x, y: np.minimum(x, y), 0, 0),
+    (lambda x, y: np.arctan2(x, y), 2, 0), (lambda x, y: np.log1p(np.abs(x)), 2, 0),
+    (lambda x, y: np.expm1(x * 0.5), 2, 0))
+
+
+def _erf(x):
+    from math import erf
+
+    return np.vectorize(erf)(x)
+
+
+def check_math_f32(arch, case):
+    rng = _rng(case)
+    x = (rng.standard_normal(1000) * 2).astype(F32)
+    y = (np.sign(rng.standard_normal(1000)) * (0.5 + np.abs(rng.standard_normal(1000)))).astype(F32)
+    out = run_case(arch, case, {"X": x, "Y": y, "Out": np.zeros((len(MATH_F32), 1000), F32)})["Out"]
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    for k, (fn, ulps, atol) in enumerate(MATH_F32):
+        want = fn(x64, y64)
+        if ulps == 0 and atol == 0:
+            np.testing.assert_array_equal(out[k], want.astype(F32), err_msg=f"row {k}")
+            continue
+        err = np.abs(out[k] - want)
+        allowed = ulps * np.spacing(np.abs(want).astype(F32)).astype(np.float64) + atol
+        assert (err <= allowed).all(), f"row {k}: {np.count_nonzero(err > allowed)} values off, worst " \
+            f"{out[k][np.argmax(err / allowed)]} for {want[np.argmax(err / allowed)]}"
+
+
+def _wrap32(v):
+    return (np.asarray(v, np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def check_int_ops(arch, case):
+    rng = _rng(case)
+    a = rng.integers(-2**31 + 1, 2**31, 1000).astype(np.int32)
+    b = np.where(rng.random(1000) < 0.5, rng.integers(-300, 300, 1000),
+                 rng.integers(-2**31 + 1, 2**31, 1000)).astype(np.int32)
+    b[b == 0] = 7
+    a[:8] = [0, 1, -1, 2**31 - 1, -2**31 + 1, 12345, -12345, 65536]
+    b[:8] = [5, -1, 3, -2, 2**31 - 1, -7, 7, 65536]
+    got = run_case(arch, case, {"A": a, "B": b, "Out": np.zeros((16, 1000), np.int32),
+                                "Wide": np.zeros((2, 1000), np.int64)})
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    q = np.sign(a64) * np.sign(b64) * (np.abs(a64) // np.abs(b64))  # C division: toward zero
+    ua, ub = a.view(np.uint32).astype(np.uint64), b.view(np.uint32).astype(np.uint64)
+    sh = b64 & 31
+    want = [q, a64 - b64 * q, ua // ub, ua % ub, a64 >> sh, ua >> sh.astype(np.uint64), a64 << sh,
+            (ua * ub) >> np.uint64(32), a64 * b64, a ^ b, a & ~b, np.abs(a64), np.minimum(a, b),
+            np.maximum(ua, ub), [bin(v).count("1") for v in a.view(np.uint32)],
+            [32 - int(v).bit_length() for v in a.view(np.uint32)]]
+    for k, w in enumerate(want):
+        np.testing.assert_array_equal(got["Out"][k], _wrap32(w), err_msg=f"row {k}")
+    wide = a64 * b64 + (a64 << 20)
+    np.testing.assert_array_equal(got["Wide"][0], wide)
+    np.testing.assert_array_equal(got["Wide"][1], np.sign(wide) * (np.abs(wide) // 7))
+
+
+def check_conversions(arch, case):
+    import ml_dtypes
+
+    rng = _rng(case)
+    x = (rng.standard_normal(1000) * 3000).astype(F32)
+    # Ties and their neighbours for f16 (1 + k/2048: halfway between f16 values near 1) and
+    # bf16 (halfway at bit 15), f16 subnormals, signed zeros.
+    ties = np.float32(1) + np.arange(-8, 8, dtype=F32) * np.float32(2.0 ** -11)
+    bties = (np.arange(16, dtype=np.uint32) * 0x8000 + 0x3F800000).view(F32)
+    x[:16], x[16:32], x[32:40] = ties, bties, [6e-8, -6e-8, 3e-5, 1e-7, 0.0, -0.0, 2.5, -3.5]
+    got = run_case(arch, case, {"X": x, "F16Out": np.zeros(1000, F16), "BF16Out": np.zeros(1000, np.uint16),
+                                "IntOut": np.zeros((2, 1000), np.int32), "F32Out": np.zeros((2, 1000), F32)})
+    h, bf = x.astype(F16), x.astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(got["F16Out"].view(np.uint16), h.view(np.uint16))
+    np.testing.assert_array_equal(got["BF16Out"], bf.view(np.uint16))
+    i = np.trunc(x).astype(np.int32)
+    np.testing.assert_array_equal(got["IntOut"][0], i)
+    np.testing.assert_array_equal(got["IntOut"][1], (i & 255) + np.trunc(h.astype(F32)).astype(np.int32) * 1000)
+    np.testing.assert_array_equal(got["F32Out"][0], h.astype(F32) + bf.astype(F32))
+    np.testing.assert_array_equal(got["F32Out"][1], _wrap32(i.astype(np.int64) * 3 + 1).astype(F32) * F32(0.5))
+
+
+def check_scan_sort(arch, case):
+    rng = _rng(case)
+    x = rng.standard_normal((8, 128)).astype(F32)
+    ints = rng.integers(-50, 50, (8, 128)).astype(np.int32)
+    got = run_case(arch, case, {"X": x, "Ints": ints, "CumF": np.zeros_like(x), "CumI": np.zeros_like(ints),
+                                "Sorted": np.zeros_like(x), "ArgMax": np.zeros(8, np.int32),
+                                "ArgMin": np.zeros(8, np.int32)})
+    bound = 1e-6 * np.abs(x).sum(1, keepdims=True)  # summed in another order than numpy's
+    np.testing.assert_allclose(got["CumF"], np.cumsum(x.astype(np.float64), 1), rtol=0, atol=bound.max())
+    np.testing.assert_array_equal(got["CumI"], np.cumsum(ints, 1))
+    np.testing.assert_array_equal(got["Sorted"], np.sort(x, 1))
+    np.testing.assert_array_equal(got["ArgMax"], x.argmax(1))
+    np.testing.assert_array_equal(got["ArgMin"], ints.argmin(1))  # ties: the first
+
+
+def check_atomics(arch, case):
+    rng = _rng(case)
+    keys = rng.integers(0, 16, 1000).astype(np.int32)
+    keys[keys == 13] = 12  # bin 13 stays empty
+    vals = rng.integers(0, 100, 1000).astype(np.int32)
+    got = run_case(arch, case, {"Keys": keys, "Vals": vals, "Hist": np.zeros(16, np.int32),
+                                "Sums": np.zeros(16, F32), "Maxes": np.full(16, -1, np.int32),
+                                "Counter": np.zeros(1, np.int32), "Olds": np.full(1000, -1, np.int32)})
+    np.testing.assert_array_equal(got["Hist"], np.bincount(keys, minlength=16))
+    np.testing.assert_array_equal(got["Sums"], np.bincount(keys, vals, minlength=16).astype(F32))
+    maxes = np.full(16, -1, np.int32)
+    np.maximum.at(maxes, keys, vals)
+    np.testing.assert_array_equal(got["Maxes"], maxes)
+    assert got["Counter"][0] == 1000
+    np.testing.assert_array_equal(np.sort(got["Olds"]), np.arange(1000))  # each lane saw its own old value
+
+
+def check_dot(arch, case):
+    import ml_dtypes
+
+    rng = _rng(case)
+    kind = case.split("_")[1]
+    if kind == "i8":
+        a, b = (rng.integers(-128, 128, s).astype(np.int8) for s in ((32, 64), (64, 32)))
+        got = run_case(arch, case, {"A": a, "B": b, "C": np.zeros((32, 32), np.int32)})["C"]
+        np.testing.assert_array_equal(got, a.astype(np.int32) @ b.astype(np.int32))
+        return
+    dt = {"bf16": ml_dtypes.bfloat16, "f32": F32, "fp8": ml_dtypes.float8_e4m3fn}[kind]
+    if case == "dot_fp8_fnuz":
+        dt = ml_dtypes.float8_e4m3fnuz  # gfx942's fp8
+    a, b = (rng.standard_normal(s).astype(dt) for s in ((32, 64), (64, 32)))
+    bits = {2: np.uint16, 1: np.uint8, 4: F32}[a.itemsize]
+    got = run_case(arch, case, {"A": a.view(bits), "B": b.view(bits), "C": np.zeros((32, 32), F32)})["C"]
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+
+
+def _philox(seed: int, c0: np.ndarray) -> np.ndarray:
+    """Triton's randint (triton/language/random.py): ten Philox-4x32 rounds of (offset, 0, 0, 0)
+    under the seed's two halves; the first word."""
+    m32 = np.uint64(0xFFFFFFFF)
+    c = [c0.astype(np.uint64), *(np.zeros_like(c0, np.uint64) for _ in range(3))]
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
+    ra, rb = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+    for _ in range(10):
+        p0, p2 = ra * c[0], rb * c[2]
+        c = [(p2 >> np.uint64(32)) ^ c[1] ^ k0, p2 & m32, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & m32]
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m32, (k1 + np.uint64(0xBB67AE85)) & m32
+    return c[0].astype(np.uint32)
+
+
+def check_rand(arch, case):
+    seed = 20261201
+    got = run_case(arch, case, {"Ints": np.zeros(1000, np.int32), "Floats": np.zeros(1000, F32)})
+    offs = np.arange(1000, dtype=np.uint32)
+    np.testing.assert_array_equal(got["Ints"], _philox(seed, offs).view(np.int32))
+    x = _philox(seed, offs + 1000).view(np.int32).astype(np.int64)
+    x = np.where(x < 0, -x - 1, x).astype(F32)
+    np.testing.assert_array_equal(got["Floats"], x * F32(4.6566127342e-10))
+
+
+def check_refused(arch, case):
+    """A kernel whose instructions the emulator does not model must be refused by name before it
+    runs, not run wrongly. gfx942's XF32 MFMAs (TF32 dots): how they cut an f32 to XF32's 10
+    mantissa bits (truncation or rounding) is not documented anywhere we can cite, so the emulator
+    refuses them rather than guess."""
+    meta = json.loads((CORPUS / arch / f"{case}.json").read_text())
+    dev = EmulatorDevice(arch)
+    kern = dev.kernel((CORPUS / arch / f"{case}.hsaco").read_bytes(), meta["kernel"])
+    refused = dev.unsupported(kern)
+    assert refused and all("_xf32" in r for r in refused), refused
+    with pytest.raises(UnsupportedInstruction, match="v_mfma_f32_.*_xf32"):
+        run_case(arch, case, {"A": np.ones((32, 64), F32), "B": np.ones((64, 32), F32),
+                              "C": np.zeros((32, 32), F32)}, supported=False)
+
+
 CHECKS = {"vector_add": check_vector_add, "softmax": check_softmax, "layer_norm_fwd": check_layer_norm_fwd,
           "layer_norm_bwd_dx": check_layer_norm_bwd_dx, "layer_norm_bwd_dwdb": check_layer_norm_bwd_dwdb,
           "matmul": check_matmul, "matmul_async_buffer": check_matmul, "matmul_async_global": check_matmul,
           "matmul_fp8": check_matmul_fp8,
-          "attn_fwd": check_attn_fwd, "attn_bwd_preprocess": check_attn_bwd_preprocess, "attn_bwd": check_attn_bwd}
+          "attn_fwd": check_attn_fwd, "attn_bwd_preprocess": check_attn_bwd_preprocess, "attn_bwd": check_attn_bwd,
+          "math_f32": check_math_f32, "int_ops": check_int_ops, "conversions": check_conversions,
+          "scan_sort": check_scan_sort, "atomics": check_atomics, "dot_bf16": check_dot, "dot_i8": check_dot,
+          "dot_f32": check_dot, "dot_tf32": check_refused, "dot_fp8_fnuz": check_dot, "dot_fp8": check_dot,
+          "rand": check_rand}
 
 
 @pytest.mark.parametrize(("arch", "case"), PAIRS)

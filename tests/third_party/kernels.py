@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.hip import libdevice
 
 
 @triton.jit
@@ -251,3 +252,117 @@ def attn_bwd(Q, K, V, sm_scale, DO, DQ, DK, DV, M, D, stride_h, stride_tok, N_CT
         ds = (p * (dp - delta[:, None])).to(kT.dtype)
         dq += tl.dot(ds, tl.trans(kT))
     tl.store(DQ + base + offs_m[:, None] * stride_tok + offs_d[None, :], (dq * sm_scale).to(q.dtype))
+
+
+# Kernels past the tutorials: the instruction classes a vendor library's code uses and attention
+# kernels do not (ocml's math expansions, integer division, conversions and their rounding, cross-
+# lane scans and sorts, atomics with and without results, other dot input types, Philox).
+
+
+@triton.jit
+def math_f32(X, Y, Out, n, BLOCK: tl.constexpr):
+    # Row k of Out holds function k of x (and y where it takes two): ocml's expansions of the
+    # libdevice calls, IEEE division and square root, the approximate exp/log Triton emits.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask, other=1.0)
+    y = tl.load(Y + offs, mask=mask, other=1.0)
+    results = (tl.exp(x), tl.log(tl.abs(x) + 0.5), tl.sqrt(tl.abs(x)), tl.math.rsqrt(tl.abs(x) + 0.25),
+               tl.sin(x), tl.cos(x), x / y, tl.div_rn(x, y), tl.floor(x * 3.7), tl.ceil(x * 3.7),
+               tl.math.erf(x), libdevice.tanh(x), libdevice.pow(tl.abs(x) + 0.5, y), tl.sigmoid(x),
+               tl.math.fma(x, y, 0.25), tl.maximum(x, y), tl.minimum(x, y), libdevice.atan2(x, y),
+               libdevice.log1p(tl.abs(x)), libdevice.expm1(x * 0.5))
+    for k in tl.static_range(len(results)):
+        tl.store(Out + k * n + offs, results[k], mask=mask)
+
+
+@triton.jit
+def int_ops(A, B, Out, Wide, n, BLOCK: tl.constexpr):
+    # Signed and unsigned division and remainder (no division instruction: reciprocal estimates
+    # and corrections), shifts, high multiplies, 64-bit products and sums, bit counts.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(A + offs, mask=mask, other=1)
+    b = tl.load(B + offs, mask=mask, other=1)
+    ua, ub = a.to(tl.uint32, bitcast=True), b.to(tl.uint32, bitcast=True)
+    results = (a // b, a % b, (ua // ub).to(tl.int32, bitcast=True), (ua % ub).to(tl.int32, bitcast=True),
+               a >> (b & 31), (ua >> (ub & 31)).to(tl.int32, bitcast=True), a << (b & 31),
+               tl.math.umulhi(ua, ub).to(tl.int32, bitcast=True), a * b, a ^ b, a & ~b, tl.abs(a),
+               tl.minimum(a, b), tl.maximum(ua, ub).to(tl.int32, bitcast=True), libdevice.popc(a),
+               libdevice.clz(a))
+    for k in tl.static_range(len(results)):
+        tl.store(Out + k * n + offs, results[k], mask=mask)
+    wide = a.to(tl.int64) * b.to(tl.int64) + (a.to(tl.int64) << 20)
+    tl.store(Wide + offs, wide, mask=mask)
+    tl.store(Wide + n + offs, wide // 7, mask=mask)
+
+
+@triton.jit
+def conversions(X, F16Out, BF16Out, IntOut, F32Out, n, BLOCK: tl.constexpr):
+    # f32 -> f16 and bf16 (nearest even), back to f32, f32 -> i32 (toward zero) and u8 (saturating
+    # only through the int path), i32 -> f32, f16 -> i16 -> f32.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    h = x.to(tl.float16)
+    bf = x.to(tl.bfloat16)
+    tl.store(F16Out + offs, h, mask=mask)
+    tl.store(BF16Out + offs, bf, mask=mask)
+    i = x.to(tl.int32)
+    tl.store(IntOut + offs, i, mask=mask)
+    tl.store(IntOut + n + offs, (i & 255).to(tl.uint8).to(tl.int32) + h.to(tl.int16).to(tl.int32) * 1000, mask=mask)
+    tl.store(F32Out + offs, h.to(tl.float32) + bf.to(tl.float32), mask=mask)
+    tl.store(F32Out + n + offs, (i * 3 + 1).to(tl.float32) * 0.5, mask=mask)
+
+
+@triton.jit
+def scan_sort(X, Ints, CumF, CumI, Sorted, ArgMax, ArgMin, N: tl.constexpr):
+    # One row per program: prefix sums of f32 and i32, a bitonic sort, the arg-max and arg-min.
+    row = tl.program_id(0)
+    cols = tl.arange(0, N)
+    x = tl.load(X + row * N + cols)
+    i = tl.load(Ints + row * N + cols)
+    tl.store(CumF + row * N + cols, tl.cumsum(x, axis=0))
+    tl.store(CumI + row * N + cols, tl.cumsum(i, axis=0))
+    tl.store(Sorted + row * N + cols, tl.sort(x, dim=0))
+    tl.store(ArgMax + row, tl.argmax(x, axis=0))
+    tl.store(ArgMin + row, tl.argmin(i, axis=0))
+
+
+@triton.jit
+def atomics(Keys, Vals, Hist, Sums, Maxes, Counter, Olds, n, BLOCK: tl.constexpr):
+    # A histogram (i32 adds), per-bin f32 sums of small integers (exact in any order), per-bin
+    # maxima, and one counter every lane adds 1 to, keeping the old values (a permutation of
+    # 0 .. n - 1 whatever the order).
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    key = tl.load(Keys + offs, mask=mask, other=0)
+    val = tl.load(Vals + offs, mask=mask, other=0)
+    tl.atomic_add(Hist + key, 1, mask=mask)
+    tl.atomic_add(Sums + key, val.to(tl.float32), mask=mask)
+    tl.atomic_max(Maxes + key, val, mask=mask)
+    old = tl.atomic_add(Counter + offs * 0, 1, mask=mask)
+    tl.store(Olds + offs, old, mask=mask)
+
+
+@triton.jit
+def dot_typed(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, PRECISION: tl.constexpr):
+    # One block: C = A @ B for the element types the case gives (bf16, int8 into int32, f32 with
+    # the precision asked for).
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(A + rm[:, None] * K + rk[None, :])
+    b = tl.load(B + rk[:, None] * N + rn[None, :])
+    if PRECISION == "none":
+        c = tl.dot(a, b)
+    else:
+        c = tl.dot(a, b, input_precision=PRECISION)
+    tl.store(C + rm[:, None] * N + rn[None, :], c)
+
+
+@triton.jit
+def rand(Ints, Floats, seed, n, BLOCK: tl.constexpr):
+    # Triton's Philox (ten rounds of 32-bit high and low multiplies): raw integers and uniform floats.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(Ints + offs, tl.randint(seed, offs), mask=mask)
+    tl.store(Floats + offs, tl.rand(seed, offs + n), mask=mask)

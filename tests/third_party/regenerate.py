@@ -64,18 +64,47 @@ CASES: dict[str, tuple] = {
                                     "D": "*fp32", "stride_h": S * D, "stride_tok": D, "N_CTX": S},
                  {"BLOCK_M": 32, "BLOCK_N": 64, "HEAD_DIM": D}, {"num_warps": 4, "num_stages": 1},
                  (S // 64, H, 1)),
+    "math_f32": (kernels.math_f32, {"X": "*fp32", "Y": "*fp32", "Out": "*fp32", "n": 1000}, {"BLOCK": 256},
+                 {"num_warps": 4}, (4, 1, 1)),
+    "int_ops": (kernels.int_ops, {"A": "*i32", "B": "*i32", "Out": "*i32", "Wide": "*i64", "n": 1000},
+                {"BLOCK": 256}, {"num_warps": 4}, (4, 1, 1)),
+    "conversions": (kernels.conversions, {"X": "*fp32", "F16Out": "*fp16", "BF16Out": "*bf16", "IntOut": "*i32",
+                                          "F32Out": "*fp32", "n": 1000}, {"BLOCK": 256}, {"num_warps": 4},
+                    (4, 1, 1)),
+    "scan_sort": (kernels.scan_sort, {"X": "*fp32", "Ints": "*i32", "CumF": "*fp32", "CumI": "*i32",
+                                      "Sorted": "*fp32", "ArgMax": "*i32", "ArgMin": "*i32"},
+                  {"N": 128}, {"num_warps": 2}, (8, 1, 1)),
+    "atomics": (kernels.atomics, {"Keys": "*i32", "Vals": "*i32", "Hist": "*i32", "Sums": "*fp32", "Maxes": "*i32",
+                                  "Counter": "*i32", "Olds": "*i32", "n": 1000}, {"BLOCK": 256}, {"num_warps": 4},
+                (4, 1, 1)),
+    "dot_bf16": (kernels.dot_typed, {"A": "*bf16", "B": "*bf16", "C": "*fp32"},
+                 {"M": 32, "N": 32, "K": 64, "PRECISION": "none"}, {"num_warps": 4}, (1, 1, 1)),
+    "dot_i8": (kernels.dot_typed, {"A": "*i8", "B": "*i8", "C": "*i32"},
+               {"M": 32, "N": 32, "K": 64, "PRECISION": "none"}, {"num_warps": 4}, (1, 1, 1)),
+    "dot_f32": (kernels.dot_typed, {"A": "*fp32", "B": "*fp32", "C": "*fp32"},
+                {"M": 32, "N": 32, "K": 64, "PRECISION": "ieee"}, {"num_warps": 4}, (1, 1, 1)),
+    "rand": (kernels.rand, {"Ints": "*i32", "Floats": "*fp32", "seed": 20261201, "n": 1000}, {"BLOCK": 256},
+             {"num_warps": 4}, (4, 1, 1)),
 }
 
 
 # Variants of a case, only on the archs where they compile to something the others do not test:
-# variant -> (case, archs, async copy, pointer range, element types replacing the case's).
+# variant -> (case, archs, async copy, pointer range, element types replacing the case's[,
+# constexprs replacing the case's]).
 # - Triton's asynchronous copies (TRITON_HIP_USE_ASYNC_COPY=1, the default on gfx950; Triton has
 #   them on gfx942 and gfx950): loads straight into LDS, through buffer instructions or -- for a
 #   tensor past 2 GiB, which gets no `tt.pointer_range` -- through global ones.
 # - An fp8 (OCP e4m3) matmul on gfx950, whose B operand goes through ds_read_b64_tr_b8.
+# - f32 dots as TF32 (gfx942's xf32 MFMA, the only arch with one), fp8 dots in each arch's own fp8
+#   (gfx942: FNUZ e4m3; gfx1201: OCP e4m3 into WMMA).
 VARIANTS = {"matmul_async_buffer": ("matmul", ("gfx942", "gfx950"), True, True, {}),
             "matmul_async_global": ("matmul", ("gfx942", "gfx950"), True, False, {}),
-            "matmul_fp8": ("matmul", ("gfx950",), None, True, {"A": "*fp8e4nv", "B": "*fp8e4nv"})}
+            "matmul_fp8": ("matmul", ("gfx950",), None, True, {"A": "*fp8e4nv", "B": "*fp8e4nv"}),
+            "dot_tf32": ("dot_f32", ("gfx942",), None, True, {}, {"PRECISION": "tf32"}),
+            "dot_fp8_fnuz": ("dot_f32", ("gfx942",), None, True, {"A": "*fp8e4b8", "B": "*fp8e4b8"},
+                             {"PRECISION": "none"}),
+            "dot_fp8": ("dot_f32", ("gfx1201",), None, True, {"A": "*fp8e4nv", "B": "*fp8e4nv"},
+                        {"PRECISION": "none"})}
 
 
 def _signature(values: dict) -> dict[str, str]:
@@ -87,10 +116,11 @@ def _signature(values: dict) -> dict[str, str]:
 
 def compile_case(case: str, arch: str) -> tuple[bytes, dict, str]:
     """(code object, launch metadata, assembly) of one case (or variant) for one arch."""
-    base, _archs, async_copy, pointer_range, types = VARIANTS.get(case, (case, (), None, True, {}))
+    base, _archs, async_copy, pointer_range, types, *replaced = VARIANTS.get(case, (case, (), None, True, {}))
     knobs.amd.use_async_copy = async_copy  # None: Triton's default
     fn, values, constexprs, options, grid = CASES[base]
     values = {**values, **types}
+    constexprs = {**constexprs, **(replaced[0] if replaced else {})}
     order = fn.arg_names
     sig = _signature(values)
     # Like the JIT: an integer argument equal to 1 becomes a constant (a unit stride).
@@ -119,6 +149,24 @@ def compile_case(case: str, arch: str) -> tuple[bytes, dict, str]:
     return k.asm["hsaco"], meta, k.asm["amdgcn"]
 
 
+def _llvm_strip() -> str:
+    """llvm-strip of the `llvm` wheel the compiler installs, else one on PATH."""
+    import shutil
+
+    try:
+        import llvm
+
+        wheel = Path(llvm.__file__).parent / "bin" / "llvm-strip"
+        if wheel.exists():
+            return str(wheel)
+    except ImportError:
+        pass
+    found = shutil.which("llvm-strip-22") or shutil.which("llvm-strip")
+    if found is None:
+        raise SystemExit("regenerate.py: no llvm-strip (install the compiler: make .venv)")
+    return found
+
+
 def _strip(blob: bytes) -> bytes:
     """Drop the symbol table and debug sections (the loader needs the kernel descriptor symbol
     and the notes, which strip keeps): small binaries for the repository."""
@@ -127,7 +175,7 @@ def _strip(blob: bytes) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "k.hsaco"
         p.write_bytes(blob)
-        subprocess.run(["llvm-strip-22", "--strip-debug", str(p)], check=True)
+        subprocess.run([_llvm_strip(), "--strip-debug", str(p)], check=True)
         return p.read_bytes()
 
 

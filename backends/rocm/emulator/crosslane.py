@@ -152,19 +152,21 @@ def _b_writelane(inst, ctx):
 @builder("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32")
 def _b_mbcnt(inst, ctx):
     f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
-    mask = scalar_reader(f["src0"], ctx, inst.lit)
+    # The mask is usually an SGPR pair's half, but VOP3 takes any source, a VGPR too (a mask per
+    # lane: Triton's atomics count the lanes below with a mask it computed per lane).
+    mask = vsrc(f["src0"], "u32", ctx, inst.lit)
     add = vsrc(f["src1"], "u32", ctx, inst.lit)
     wr = vdst(f["vdst"], "u32", ctx)
     lanes = np.arange(W)
     hi = inst.name.endswith("hi_u32_b32")
     # Bits of the 32-bit mask below each lane's position in that half of the wave.
     below = np.clip((lanes - 32) if hi else lanes, 0, 32)
+    under = (np.uint64(1) << below.astype(np.uint64)) - np.uint64(1)
 
     def h(w):
-        m = mask(w)
-        bits = (m >> np.arange(32)) & 1
-        prefix = np.concatenate(([0], np.cumsum(bits)))
-        wr(w, prefix[below].astype(np.int64) + np.asarray(add(w), dtype=np.int64))
+        m = np.broadcast_to(np.asarray(mask(w), dtype=np.uint64), (W,)) & under
+        bits = (m[:, None] >> np.arange(32, dtype=np.uint64)) & np.uint64(1)
+        wr(w, bits.sum(axis=1).astype(np.int64) + np.asarray(add(w), dtype=np.int64))
         return nxt
     return h
 
