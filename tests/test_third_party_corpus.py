@@ -21,7 +21,8 @@ pytestmark = pytest.mark.emulator
 CORPUS = Path(__file__).resolve().parent / "third_party"
 CORE = ("vector_add", "softmax", "layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_dwdb", "matmul",
         "attn_fwd", "attn_bwd_preprocess", "attn_bwd", "math_f32", "int_ops", "conversions", "scan_sort",
-        "atomics", "dot_bf16", "dot_i8", "dot_f32", "rand")
+        "atomics", "dot_bf16", "dot_i8", "dot_f32", "rand", "math_f64", "math_16bit", "atomics_more",
+        "scan_custom", "gather_wide")
 # Variants on the archs where they compile to something else (regenerate.py VARIANTS): Triton's
 # asynchronous copies (global/buffer loads straight into LDS) on gfx942/gfx950, an fp8 matmul on
 # gfx950 (ds_read_b64_tr_b8), TF32 (refused: check_refused) and FNUZ fp8 dots on gfx942, an OCP
@@ -253,6 +254,109 @@ def check_math_f32(arch, case):
             f"{out[k][np.argmax(err / allowed)]} for {want[np.argmax(err / allowed)]}"
 
 
+def check_math_f64(arch, case):
+    import math
+    from fractions import Fraction
+
+    rng = _rng(case)
+    x = rng.standard_normal(500) * 2
+    y = np.sign(rng.standard_normal(500)) * (0.5 + np.abs(rng.standard_normal(500)))
+    # Large arguments take sin's Payne-Hanek reduction (v_trig_preop_f64's segments of 2/pi).
+    big = [1e5, -3e7, 3e9, 1e12, 1e15, 2.0**53, 1e17, 1e20, 1e30, 4e200, -1e300, 123456789.123]
+    x[:len(big)], y[:len(big)] = big, 0.75
+    out = run_case(arch, case, {"X": x, "Y": y, "Out": np.zeros((9, 500))})["Out"]
+    # (reference: exact Python/numpy f64, or glibc's libm within 1 ulp; ulps allowed)
+    rows = [(x / y, 0), (np.sqrt(np.abs(x)), 0), ([math.exp(v) if v < 700 else math.inf for v in x], 2),
+            ([math.log(abs(v) + 0.5) for v in x], 2), ([math.sin(v) for v in x], 2),
+            ([(abs(a) + 0.5) ** b for a, b in zip(x, y, strict=True)], 2),
+            ([float(Fraction(a) * Fraction(b) + Fraction(1, 4)) for a, b in zip(x, y, strict=True)], 0),
+            (np.floor(x * 3.7), 0), (x * y - x, 0)]
+    for k, (want, ulps) in enumerate(rows):
+        want = np.asarray(want, np.float64)
+        with np.errstate(invalid="ignore"):
+            err = np.where(out[k] == want, 0.0, np.abs(out[k] - want))  # infinities and zeros: equal
+        allowed = np.where(np.isfinite(want), ulps * np.spacing(np.abs(np.where(np.isfinite(want), want, 0))), 0)
+        off = np.nonzero(~(err <= allowed))[0]
+        assert len(off) == 0, f"row {k}: {len(off)} values off, e.g. {out[k][off[0]]!r} for {want[off[0]]!r} " \
+            f"(x = {x[off[0]]!r}, y = {y[off[0]]!r})"
+
+
+def check_math_16bit(arch, case):
+    import ml_dtypes
+
+    bf = ml_dtypes.bfloat16
+    rng = _rng(case)
+    h = (rng.standard_normal(1000) * 4).astype(F16)
+    b = (rng.standard_normal(1000) * 4).astype(bf)
+    got = run_case(arch, case, {"H": h, "B": b.view(np.uint16), "HOut": np.zeros((6, 1000), F16),
+                                "BOut": np.zeros((5, 1000), np.uint16)})
+    h64, b64 = h.astype(np.float64), b.astype(np.float64)
+
+    def ulp(v, dt):
+        mant, emin = (10, -14) if dt == F16 else (7, -126)
+        return 2.0 ** (np.maximum(np.floor(np.log2(np.maximum(np.abs(v), 1e-300))), emin) - mant)
+
+    def rounded(v, dt):
+        return np.asarray(v, np.float64).astype(F32).astype(dt).astype(np.float64) if dt == bf else \
+            np.asarray(v, np.float64).astype(dt).astype(np.float64)
+
+    hout, bout = got["HOut"].astype(np.float64), got["BOut"].view(bf).astype(np.float64)
+    hh, bb = rounded(h64 * h64, F16), rounded(b64 * b64, bf)
+    # (output, candidate results (exact values, rounded here to the dtype), dtype, ulps allowed):
+    # fused or op by op, each rounding Triton may do is a candidate; f16 division goes through
+    # f32's approximate reciprocal (1 ulp), with its denominator |h| + 1 rounded to f16 first.
+    checks = [(hout[0], [h64 * h64 + h64, hh + h64], F16, 0), (hout[1], [h64 * h64 - h64], F16, 0),
+              (hout[2], [np.maximum(h64, -h64 * 0.5)], F16, 0),
+              (hout[3], [h64 / rounded(np.abs(h64) + 1, F16)], F16, 1), (hout[4], [b64], F16, 0),
+              (hout[5], [np.exp(h64)], F16, 1),
+              (bout[0], [b64 * b64 + b64, bb + b64], bf, 0), (bout[1], [np.minimum(b64, -b64)], bf, 0),
+              (bout[2], [b64 * 1.5], bf, 0), (bout[3], [h64], bf, 0), (bout[4], [np.abs(b64) + 1], bf, 0)]
+    for k, (row, candidates, dt, ulps) in enumerate(checks):
+        ok = np.zeros(row.shape, bool)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for exact in candidates:
+                want = rounded(exact, dt)
+                ok |= (row == want) | (np.abs(row - want) <= ulps * ulp(want, dt))
+        assert ok.all(), f"check {k}: {np.count_nonzero(~ok)} off, e.g. {row[~ok][0]} for {candidates[0][~ok][0]}"
+
+
+def check_atomics_more(arch, case):
+    n = 1024
+    swapped = np.concatenate([np.arange(n, dtype=np.int32) * 7, np.zeros(n, np.int32)])
+    got = run_case(arch, case, {"Flags": np.zeros(64, np.int32), "Swapped": swapped,
+                                "Winners": np.full(n, -1, np.int32), "HalfSums": np.zeros(64, F16),
+                                "Order": np.zeros(64, np.int64)})
+    lanes = np.arange(n)
+    winners = np.nonzero(got["Winners"] == 1)[0]
+    assert set(np.unique(got["Winners"])) <= {0, 1}
+    np.testing.assert_array_equal(np.sort(winners % 64), np.arange(64))  # one winner per slot
+    np.testing.assert_array_equal(got["Flags"][winners % 64], winners + 1)  # ... whose value stuck
+    np.testing.assert_array_equal(got["Swapped"][:n], lanes * 2)
+    np.testing.assert_array_equal(got["Swapped"][n:], lanes * 7)  # exchange returns the old value
+    np.testing.assert_array_equal(got["HalfSums"], np.full(64, 16.0, F16))
+    np.testing.assert_array_equal(got["Order"], (16 * np.arange(64) + 64 * 120).astype(np.int64) << 33)
+
+
+def check_scan_custom(arch, case):
+    rng = _rng(case)
+    x = rng.standard_normal((8, 128)).astype(F32)
+    got = run_case(arch, case, {"X": x, "Out": np.zeros((16, 128), F32), "Hist": np.zeros((8, 16), np.int32)})
+    np.testing.assert_array_equal(got["Out"][:8], np.maximum.accumulate(x, axis=1))
+    np.testing.assert_allclose(got["Out"][8:], np.cumprod(1 + 0.01 * x.astype(np.float64), axis=1), rtol=2e-6)
+    bins = (np.abs(x) * F32(4)).astype(np.int32) % 16
+    np.testing.assert_array_equal(got["Hist"], [np.bincount(r, minlength=16) for r in bins])
+
+
+def check_gather_wide(arch, case):
+    rng = _rng(case)
+    src = rng.standard_normal(4096).astype(F32)
+    idx = rng.integers(0, 5000, 1000).astype(np.int32)
+    got = run_case(arch, case, {"Src": src, "Idx": idx, "Out": np.zeros(2000, F32)})["Out"]
+    far = idx.astype(np.int64) * 1048583
+    np.testing.assert_array_equal(got[:1000], src[far % 4096] * 2)
+    np.testing.assert_array_equal(got[1000:], (far >> 20).astype(F32))
+
+
 def _wrap32(v):
     return (np.asarray(v, np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
@@ -403,7 +507,8 @@ CHECKS = {"vector_add": check_vector_add, "softmax": check_softmax, "layer_norm_
           "math_f32": check_math_f32, "int_ops": check_int_ops, "conversions": check_conversions,
           "scan_sort": check_scan_sort, "atomics": check_atomics, "dot_bf16": check_dot, "dot_i8": check_dot,
           "dot_f32": check_dot, "dot_tf32": check_refused, "dot_fp8_fnuz": check_dot, "dot_fp8": check_dot,
-          "rand": check_rand}
+          "rand": check_rand, "math_f64": check_math_f64, "math_16bit": check_math_16bit,
+          "atomics_more": check_atomics_more, "scan_custom": check_scan_custom, "gather_wide": check_gather_wide}
 
 
 @pytest.mark.parametrize(("arch", "case"), PAIRS)

@@ -366,3 +366,81 @@ def rand(Ints, Floats, seed, n, BLOCK: tl.constexpr):
     mask = offs < n
     tl.store(Ints + offs, tl.randint(seed, offs), mask=mask)
     tl.store(Floats + offs, tl.rand(seed, offs + n), mask=mask)
+
+
+@triton.jit
+def math_f64(X, Y, Out, n, BLOCK: tl.constexpr):
+    # f64: division and square root (v_div_scale/fmas/fixup_f64, v_rsq_f64 refined), ocml's exp,
+    # log, sin, pow, and fma.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask, other=1.0)
+    y = tl.load(Y + offs, mask=mask, other=1.0)
+    results = (x / y, libdevice.sqrt(tl.abs(x)), libdevice.exp(x), libdevice.log(tl.abs(x) + 0.5), libdevice.sin(x),
+               libdevice.pow(tl.abs(x) + 0.5, y), tl.math.fma(x, y, 0.25), tl.floor(x * 3.7), x * y - x)
+    for k in tl.static_range(len(results)):
+        tl.store(Out + k * n + offs, results[k], mask=mask)
+
+
+@triton.jit
+def math_16bit(H, B, HOut, BOut, n, BLOCK: tl.constexpr):
+    # Arithmetic in f16 and bf16 (packed f16 instructions, bf16 through f32 or natively on gfx950)
+    # and conversions between the two.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    h = tl.load(H + offs, mask=mask, other=1.0)
+    b = tl.load(B + offs, mask=mask, other=1.0)
+    hs = (h * h + h, tl.math.fma(h, h, -h), tl.maximum(h, -h * 0.5), h / (tl.abs(h) + 1.0), b.to(tl.float16),
+          tl.exp(h.to(tl.float32)).to(tl.float16))
+    bs = (b * b + b, tl.minimum(b, -b), (b + b * 0.5), h.to(tl.bfloat16), tl.abs(b) + 1.0)
+    for k in tl.static_range(len(hs)):
+        tl.store(HOut + k * n + offs, hs[k], mask=mask)
+    for k in tl.static_range(len(bs)):
+        tl.store(BOut + k * n + offs, bs[k], mask=mask)
+
+
+@triton.jit
+def atomics_more(Flags, Swapped, Winners, HalfSums, Order, n, BLOCK: tl.constexpr):
+    # Compare-and-swap (each slot goes to exactly one lane), exchange, f16 atomic adds (packed on
+    # the archs that have them), and a 64-bit atomic add.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    slot = offs % 64
+    won = tl.atomic_cas(Flags + slot, tl.zeros_like(offs), offs + 1) == 0
+    tl.store(Winners + offs, won.to(tl.int32), mask=mask)
+    old = tl.atomic_xchg(Swapped + offs, offs * 2, mask=mask)
+    tl.store(Swapped + n + offs, old, mask=mask)
+    tl.atomic_add(HalfSums + slot, tl.full([BLOCK], 1.0, tl.float16), mask=mask)
+    tl.atomic_add(Order + slot, offs.to(tl.int64) << 33, mask=mask)
+
+
+@triton.jit
+def scan_custom(X, Out, Hist, N: tl.constexpr, BINS: tl.constexpr):
+    # An associative scan with a combine of our own (running max and count of rows), a reduction
+    # with one, and tl.histogram.
+    row = tl.program_id(0)
+    cols = tl.arange(0, N)
+    x = tl.load(X + row * N + cols)
+    running = tl.associative_scan(x, 0, _combine_max)
+    tl.store(Out + row * N + cols, running)
+    tl.store(Out + (tl.num_programs(0) + row) * N + cols, tl.cumprod(1.0 + 0.01 * x, axis=0))
+    h = tl.histogram((tl.abs(x) * 4).to(tl.int32) % BINS, BINS)
+    tl.store(Hist + row * BINS + tl.arange(0, BINS), h)
+
+
+@triton.jit
+def _combine_max(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def gather_wide(Src, Idx, Out, stride, n, BLOCK: tl.constexpr):
+    # 64-bit addressing (a stride that overflows 32 bits in the products), a gather through an
+    # index tensor, and stores with cache modifiers.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    idx = tl.load(Idx + offs, mask=mask, other=0)
+    far = idx.to(tl.int64) * stride  # element offsets past 2^31 bytes in the index arithmetic
+    v = tl.load(Src + (far % 4096), mask=mask, other=-1.0, cache_modifier=".cg")
+    tl.store(Out + offs, v * 2.0, mask=mask, cache_modifier=".cs")
+    tl.store(Out + n + offs, (far >> 20).to(tl.float32), mask=mask, eviction_policy="evict_last")

@@ -85,6 +85,20 @@ CASES: dict[str, tuple] = {
                 {"M": 32, "N": 32, "K": 64, "PRECISION": "ieee"}, {"num_warps": 4}, (1, 1, 1)),
     "rand": (kernels.rand, {"Ints": "*i32", "Floats": "*fp32", "seed": 20261201, "n": 1000}, {"BLOCK": 256},
              {"num_warps": 4}, (4, 1, 1)),
+    "math_f64": (kernels.math_f64, {"X": "*fp64", "Y": "*fp64", "Out": "*fp64", "n": 500}, {"BLOCK": 128},
+                 # Without fusion: Triton's default contracts ocml's double-double steps into fmas that
+                 # count a product's low part twice (sin is wrong past 2^31, pow off by ulps: the
+                 # emulator matched glibc only with fusion off, on every arch).
+                 {"num_warps": 2, "enable_fp_fusion": False}, (4, 1, 1)),
+    "math_16bit": (kernels.math_16bit, {"H": "*fp16", "B": "*bf16", "HOut": "*fp16", "BOut": "*bf16", "n": 1000},
+                   {"BLOCK": 256}, {"num_warps": 4}, (4, 1, 1)),
+    "atomics_more": (kernels.atomics_more, {"Flags": "*i32", "Swapped": "*i32", "Winners": "*i32",
+                                            "HalfSums": "*fp16", "Order": "*i64", "n": 1024},
+                     {"BLOCK": 256}, {"num_warps": 4}, (4, 1, 1)),
+    "scan_custom": (kernels.scan_custom, {"X": "*fp32", "Out": "*fp32", "Hist": "*i32"}, {"N": 128, "BINS": 16},
+                    {"num_warps": 2}, (8, 1, 1)),
+    "gather_wide": (kernels.gather_wide, {"Src": "*fp32", "Idx": "*i32", "Out": "*fp32", "stride": 1048583,
+                                          "n": 1000}, {"BLOCK": 256}, {"num_warps": 4}, (4, 1, 1)),
 }
 
 

@@ -83,6 +83,52 @@ def _frexp_exp(x):
     return np.where(np.isfinite(x), e, 0)
 
 
+def _two_over_pi_bits(bits: int) -> int:
+    """floor(2/pi * 2^bits): the first `bits` fraction bits of 2/pi (an integer below 2^bits), from
+    Machin's pi = 16 atan(1/5) - 4 atan(1/239) in integer fixed point with 64 guard bits."""
+    scale = bits + 64
+
+    def atan_inv(n: int) -> int:  # atan(1/n) * 2^scale
+        total, power, k, sign = 0, (1 << scale) // n, 1, 1
+        while power:
+            total += sign * (power // k)
+            power //= n * n
+            k, sign = k + 2, -sign
+        return total
+
+    pi = 16 * atan_inv(5) - 4 * atan_inv(239)
+    return (2 << (scale + bits)) // pi
+
+
+# v_trig_preop_f64's table: 37 words of 2/pi (1184 bits), as the hardware and LLVM's constant folder
+# hold it (a segment reaching past it gives 0).
+_TRIG_PREOP_BITS = 37 * 32
+_TWO_OVER_PI = _two_over_pi_bits(_TRIG_PREOP_BITS)
+assert _TWO_OVER_PI >> (_TRIG_PREOP_BITS - 64) == 0xA2F9836E4E441529  # 2/pi = 0.a2f9836e4e441529...
+
+
+def _trig_preop(x, seg):
+    """v_trig_preop_f64: the 53 bits of 2/pi's fraction starting at bit 53 * segment (plus
+    exponent - 1077 for inputs above 2^53, so that x times the segments loses nothing), as an f64
+    of their true weight (scaled up by 2^128 for inputs of exponent 1968 and up); 0 when the
+    segment runs past the table; a NaN input comes back quiet (LLVM folds it the same way)."""
+    xs, segs = np.atleast_1d(np.asarray(x, np.float64)), np.atleast_1d(_i(seg))
+    xs, segs = np.broadcast_arrays(xs, segs)
+    out = np.empty(xs.shape, np.float64)
+    for j, (v, s) in enumerate(zip(xs.ravel(), segs.ravel(), strict=True)):
+        if np.isnan(v):
+            out.flat[j] = v
+            continue
+        exponent = (int(np.float64(v).view(np.uint64)) >> 52) & 0x7FF
+        shift = (int(s) & 31) * 53 + max(0, exponent - 1077)
+        if (shift >> 5) + 2 >= _TRIG_PREOP_BITS // 32:
+            out.flat[j] = 0.0
+            continue
+        segment = (_TWO_OVER_PI >> (_TRIG_PREOP_BITS - shift - 53)) & ((1 << 53) - 1)
+        out.flat[j] = np.ldexp(float(segment), -53 - shift + (128 if exponent >= 1968 else 0))
+    return out.reshape(np.shape(x)) if np.ndim(x) else out[0]
+
+
 def _ldexp(x, e):
     return np.ldexp(x, np.clip(_i(e), -1000, 1000))
 
@@ -449,6 +495,7 @@ OPS: dict[str, tuple[str, tuple[str, ...], object]] = {
     "v_div_fixup_f64": ("f64", ("f64",) * 3, _div_fixup), "v_div_fmas_f64": ("f64", ("f64",) * 3, fma64),
     "v_div_scale_f64": ("f64", ("f64",) * 3, _div_scale),
     "v_frexp_mant_f64": ("f64", ("f64",), _frexp_mant), "v_frexp_exp_i32_f64": ("i32", ("f64",), _frexp_exp),
+    "v_trig_preop_f64": ("f64", ("f64", "u32"), _trig_preop),
 }
 for _t in ("f32", "f16"):
     for _a, _b in (("max", "max_num"), ("min", "min_num")):
