@@ -420,19 +420,91 @@ def test_v_cvt_off_f32_i4(form):
     np.testing.assert_array_equal(w.vf[0], np.where(nib < 8, nib, nib - 16) / 16)
 
 
-def test_scaled_mfma_prefix_decodes_and_is_unsupported():
-    """gfx950's scaled MFMA is a v_mfma_ld_scale_b32 prefix and an f8f6f4 MFMA. The prefix decodes
-    (kernels that use it load and list it) and is unsupported, so the pair never runs as the plain,
-    unscaled MFMA."""
-    from tiledsl.backends.rocm.emulator import matrix
-    from tiledsl.backends.rocm.emulator.decoder import Decoder
-    from tiledsl.backends.rocm.emulator.executor import BUILDERS
+_SCALED_MFMA = """
+declare <4 x float> @llvm.amdgcn.mfma.scale.f32.16x16x128.f8f6f4.v8i32.v4i32(<8 x i32>, <4 x i32>, <4 x float>,
+                                                                             i32, i32, i32, i32, i32, i32)
+define amdgpu_kernel void @k(ptr addrspace(1) %p) {
+  %id = call i32 @llvm.amdgcn.workitem.id.x()
+  %pa = getelementptr <8 x i32>, ptr addrspace(1) %p, i32 %id
+  %a = load <8 x i32>, ptr addrspace(1) %pa
+  %qb = getelementptr i8, ptr addrspace(1) %p, i32 2048
+  %pb = getelementptr <4 x i32>, ptr addrspace(1) %qb, i32 %id
+  %b = load <4 x i32>, ptr addrspace(1) %pb
+  %qs = getelementptr i8, ptr addrspace(1) %p, i32 3072
+  %ps = getelementptr <2 x i32>, ptr addrspace(1) %qs, i32 %id
+  %s = load <2 x i32>, ptr addrspace(1) %ps
+  %sa = extractelement <2 x i32> %s, i32 0
+  %sb = extractelement <2 x i32> %s, i32 1
+  %r = call <4 x float> @llvm.amdgcn.mfma.scale.f32.16x16x128.f8f6f4.v8i32.v4i32(<8 x i32> %a, <4 x i32> %b,
+                       <4 x float> zeroinitializer, i32 0, i32 4, i32 OPSEL_A, i32 %sa, i32 OPSEL_B, i32 %sb)
+  %qd = getelementptr i8, ptr addrspace(1) %p, i32 3584
+  %pd = getelementptr <4 x float>, ptr addrspace(1) %qd, i32 %id
+  store <4 x float> %r, ptr addrspace(1) %pd
+  ret void
+}
+declare i32 @llvm.amdgcn.workitem.id.x()
+"""
 
-    words = bytes([0x00, 0x40, 0xAC, 0xD3, 0x02, 0x05, 0x00, 0x18, 0x00, 0x00, 0xAD, 0xD3, 0x02, 0x05, 0x0A, 0x04])
-    insts = Decoder("gfx950").decode_all(words + struct.pack("<I", 0xBF810000), 0, 0)
-    assert [i.raw_name for i in insts] == ["v_mfma_ld_scale_b32", "v_mfma_f32_16x16x128_f8f6f4", "s_endpgm"]
-    matrix.register_names(["v_mfma_ld_scale_b32"])  # as binding a gfx950 kernel does
-    assert "v_mfma_ld_scale_b32" not in BUILDERS
+
+@pytest.mark.parametrize(("opsel_a", "opsel_b"), [(0, 0), (1, 2), (3, 1), (2, 3)])
+def test_scaled_mfma(opsel_a, opsel_b):
+    """gfx950's v_mfma_scale_f32_16x16x128_f8f6f4 (a v_mfma_ld_scale_b32 prefix, then the MFMA),
+    fp8 e4m3 A times fp4 e2m1 B: every 32 values of K (row i of A, column j of B) times 2^(byte - 127)
+    of the scale dword of lane i + 16 * (k // 32), the byte chosen by the prefix's {op_sel_hi, op_sel}.
+    A's lanes hold K in runs of 16, lane groups taking turns; B's in runs of 32 (matrix._F8F6F4). The
+    emulator used to refuse the prefix."""
+    import ml_dtypes
+
+    ir = _SCALED_MFMA.replace("OPSEL_A", str(opsel_a)).replace("OPSEL_B", str(opsel_b))
+    _, hsaco = compile_llvm(ir, "gfx950")
+    assert [i.raw_name for i in decoded(hsaco, "gfx950") if "mfma" in i.raw_name] == \
+        ["v_mfma_ld_scale_b32", "v_mfma_f32_16x16x128_f8f6f4"]
+    rng = np.random.default_rng(opsel_a * 4 + opsel_b)
+    M = N = 16
+    K = 128
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.float8_e4m3fn)
+    b = (rng.standard_normal((N, K)) * 2).astype(ml_dtypes.float4_e2m1fn)  # B^T: [N, K]
+    sa, sb = (rng.integers(120, 134, (64, 4)).astype(np.uint8) for _ in range(2))  # 4 bytes a lane
+    lanes = np.arange(64)
+    a_regs = np.zeros((64, 32), np.uint8)  # lane l: row l % 16, runs of 16 K values
+    for lane in lanes:
+        i, g = lane % 16, lane // 16
+        a_regs[lane] = np.concatenate([a[i, 16 * g:16 * g + 16], a[i, 64 + 16 * g:64 + 16 * g + 16]]).view(np.uint8)
+    b_codes = b.view(np.uint8) & 0xF
+    b_regs = np.zeros((64, 16), np.uint8)  # lane l: column l % 16, K values 32 g .. 32 g + 31, two a byte
+    for lane in lanes:
+        j, g = lane % 16, lane // 16
+        run = b_codes[j, 32 * g:32 * g + 32]
+        b_regs[lane] = run[0::2] | run[1::2] << 4
+    buf = np.zeros(4096 + 64 * 16, np.uint8)
+    buf[:2048] = a_regs.reshape(-1)
+    buf[2048:3072] = b_regs.reshape(-1)
+    buf[3072:3584] = np.stack([sa.view(np.uint32)[:, 0], sb.view(np.uint32)[:, 0]], 1).view(np.uint8).reshape(-1)
+    dev = EmulatorDevice("gfx950")
+    kern = dev.kernel(hsaco, "k")
+    assert dev.unsupported(kern) == []
+    dbuf = dev.to_device(buf, "buf")
+    dev.launch(kern, (1, 1, 1), (64, 1, 1), struct.pack("<Q", dbuf.addr))
+    got = dev.from_device(dbuf, np.uint8, buf.size)[3584:3584 + 1024].view(np.float32).reshape(64, 4)
+    scale_a = np.exp2(sa[:, opsel_a].astype(np.float64) - 127)  # per lane
+    scale_b = np.exp2(sb[:, opsel_b].astype(np.float64) - 127)
+    ka = np.arange(K)
+    a_s = a.astype(np.float64) * scale_a[np.arange(M)[:, None] + 16 * (ka // 32)[None, :]]
+    b_s = b.astype(np.float64) * scale_b[np.arange(N)[:, None] + 16 * (ka // 32)[None, :]]
+    want = a_s @ b_s.T  # D[i][j]: lane j + 16 * (i // 4), register i % 4
+    d = np.array([[got[j + 16 * (i // 4), i % 4] for j in range(N)] for i in range(M)])
+    np.testing.assert_allclose(d, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
+def test_scale_prefix_alone_is_refused():
+    """The prefix followed by anything but an f8f6f4 MFMA is refused at bind time (it would
+    otherwise be skipped and the MFMA after it run unscaled)."""
+    _, hsaco = compile_llvm(_SCALED_MFMA.replace("OPSEL_A", "0").replace("OPSEL_B", "0"), "gfx950")
+    mfma = next(i for i in decoded(hsaco, "gfx950") if i.raw_name == "v_mfma_f32_16x16x128_f8f6f4")
+    nops = [0xBF800000] * (mfma.size // 4)  # s_nop 0
+    dev = EmulatorDevice("gfx950")
+    refused = dev.unsupported(dev.kernel(patch(hsaco, mfma, nops), "k"))
+    assert any("v_mfma_ld_scale_b32" in r and "not followed" in r for r in refused), refused
 
 
 _SOFFSET_KERNEL = r"""

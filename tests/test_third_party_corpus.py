@@ -28,7 +28,8 @@ CORE = ("vector_add", "softmax", "layer_norm_fwd", "layer_norm_bwd_dx", "layer_n
 # gfx950 (ds_read_b64_tr_b8), TF32 (refused: check_refused) and FNUZ fp8 dots on gfx942, an OCP
 # fp8 WMMA on gfx1201.
 EXTRA = {"gfx942": ("matmul_async_buffer", "matmul_async_global", "dot_tf32", "dot_fp8_fnuz"),
-         "gfx950": ("matmul_async_buffer", "matmul_async_global", "matmul_fp8"),
+         "gfx950": ("matmul_async_buffer", "matmul_async_global", "matmul_fp8", "dot_scaled_fp4",
+                    "dot_scaled_fp8_fp4", "dot_scaled_bf8"),
          "gfx1201": ("dot_fp8",)}
 PAIRS = [(arch, case) for arch in ARCH_NAMES for case in CORE + EXTRA.get(arch, ())]
 F16, F32 = np.float16, np.float32
@@ -357,6 +358,35 @@ def check_gather_wide(arch, case):
     np.testing.assert_array_equal(got[1000:], (far >> 20).astype(F32))
 
 
+def check_dot_scaled(arch, case):
+    """MX-scaled dot (v_mfma_scale_f32_*_f8f6f4): every 32 K values of a row of A (a column of B)
+    times 2^(scale byte - 127); fp4 packs two values a byte along K, the even one low."""
+    import ml_dtypes
+
+    meta = json.loads((CORPUS / arch / f"{case}.json").read_text())["constexprs"]
+    M, N, K = meta["M"], meta["N"], meta["K"]
+    types = {"e2m1": ml_dtypes.float4_e2m1fn, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+    rng = _rng(case)
+
+    def operand(fmt, rows, cols):  # values [rows, cols] (cols along K) and their bytes, K packed
+        vals = (rng.standard_normal((rows, cols)) * 2).astype(types[fmt])
+        codes = vals.view(np.uint8)
+        if fmt == "e2m1":
+            codes = (codes[:, 0::2] & 0xF) | (codes[:, 1::2] & 0xF) << 4
+        return vals.astype(np.float64), np.ascontiguousarray(codes)
+
+    a, a_bytes = operand(meta["FA"], M, K)
+    bt, bt_bytes = operand(meta["FB"], N, K)  # B transposed: [N, K]
+    sa = rng.integers(118, 136, (M, K // 32)).astype(np.uint8)
+    sb = rng.integers(118, 136, (N, K // 32)).astype(np.uint8)
+    got = run_case(arch, case, {"A": a_bytes, "AS": sa, "B": np.ascontiguousarray(bt_bytes.T), "BS": sb,
+                                "C": np.zeros((M, N), F32)})["C"]
+    a_s = a * np.repeat(np.exp2(sa.astype(np.float64) - 127), 32, axis=1)
+    b_s = bt * np.repeat(np.exp2(sb.astype(np.float64) - 127), 32, axis=1)
+    want = a_s @ b_s.T
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * (np.abs(a_s) @ np.abs(b_s).T).max())
+
+
 def _wrap32(v):
     return (np.asarray(v, np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
@@ -506,7 +536,9 @@ CHECKS = {"vector_add": check_vector_add, "softmax": check_softmax, "layer_norm_
           "attn_fwd": check_attn_fwd, "attn_bwd_preprocess": check_attn_bwd_preprocess, "attn_bwd": check_attn_bwd,
           "math_f32": check_math_f32, "int_ops": check_int_ops, "conversions": check_conversions,
           "scan_sort": check_scan_sort, "atomics": check_atomics, "dot_bf16": check_dot, "dot_i8": check_dot,
-          "dot_f32": check_dot, "dot_tf32": check_refused, "dot_fp8_fnuz": check_dot, "dot_fp8": check_dot,
+          "dot_f32": check_dot, "dot_tf32": check_refused, "dot_scaled_fp4": check_dot_scaled,
+          "dot_scaled_fp8_fp4": check_dot_scaled, "dot_scaled_bf8": check_dot_scaled, "dot_fp8_fnuz": check_dot,
+          "dot_fp8": check_dot,
           "rand": check_rand, "math_f64": check_math_f64, "math_16bit": check_math_16bit,
           "atomics_more": check_atomics_more, "scan_custom": check_scan_custom, "gather_wide": check_gather_wide}
 

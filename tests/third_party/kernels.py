@@ -444,3 +444,18 @@ def gather_wide(Src, Idx, Out, stride, n, BLOCK: tl.constexpr):
     v = tl.load(Src + (far % 4096), mask=mask, other=-1.0, cache_modifier=".cg")
     tl.store(Out + offs, v * 2.0, mask=mask, cache_modifier=".cs")
     tl.store(Out + n + offs, (far >> 20).to(tl.float32), mask=mask, eviction_policy="evict_last")
+
+
+@triton.jit
+def dot_scaled(A, AS, B, BS, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, FA: tl.constexpr,
+               FB: tl.constexpr):
+    # One block of an MX-scaled dot (gfx950's v_mfma_scale_f32_*_f8f6f4): A [M, K] and B [K, N] in
+    # fp4 (two per byte along K) or fp8, each run of 32 K values with its own E8M0 scale byte.
+    PA: tl.constexpr = 2 if FA == "e2m1" else 1
+    PB: tl.constexpr = 2 if FB == "e2m1" else 1
+    rm, rn = tl.arange(0, M), tl.arange(0, N)
+    a = tl.load(A + rm[:, None] * (K // PA) + tl.arange(0, K // PA)[None, :])
+    b = tl.load(B + tl.arange(0, K // PB)[:, None] * N + rn[None, :])
+    sa = tl.load(AS + rm[:, None] * (K // 32) + tl.arange(0, K // 32)[None, :])
+    sb = tl.load(BS + rn[:, None] * (K // 32) + tl.arange(0, K // 32)[None, :])
+    tl.store(C + rm[:, None] * N + rn[None, :], tl.dot_scaled(a, sa, FA, b, sb, FB))

@@ -85,6 +85,9 @@ CASES: dict[str, tuple] = {
                 {"M": 32, "N": 32, "K": 64, "PRECISION": "ieee"}, {"num_warps": 4}, (1, 1, 1)),
     "rand": (kernels.rand, {"Ints": "*i32", "Floats": "*fp32", "seed": 20261201, "n": 1000}, {"BLOCK": 256},
              {"num_warps": 4}, (4, 1, 1)),
+    # The MX-scaled dot runs only as its gfx950 variants (VARIANTS: main() skips cases listed there).
+    "dot_scaled": (kernels.dot_scaled, {"A": "*u8", "AS": "*u8", "B": "*u8", "BS": "*u8", "C": "*fp32"},
+                   {"M": 32, "N": 32, "K": 128, "FA": "e2m1", "FB": "e2m1"}, {"num_warps": 4}, (1, 1, 1)),
     "math_f64": (kernels.math_f64, {"X": "*fp64", "Y": "*fp64", "Out": "*fp64", "n": 500}, {"BLOCK": 128},
                  # Without fusion: Triton's default contracts ocml's double-double steps into fmas that
                  # count a product's low part twice (sin is wrong past 2^31, pow off by ulps: the
@@ -115,10 +118,18 @@ VARIANTS = {"matmul_async_buffer": ("matmul", ("gfx942", "gfx950"), True, True, 
             "matmul_async_global": ("matmul", ("gfx942", "gfx950"), True, False, {}),
             "matmul_fp8": ("matmul", ("gfx950",), None, True, {"A": "*fp8e4nv", "B": "*fp8e4nv"}),
             "dot_tf32": ("dot_f32", ("gfx942",), None, True, {}, {"PRECISION": "tf32"}),
+            "dot_scaled_fp4": ("dot_scaled", ("gfx950",), None, True, {}, {}),
+            "dot_scaled_fp8_fp4": ("dot_scaled", ("gfx950",), None, True, {}, {"M": 16, "N": 16, "K": 256,
+                                                                             "FA": "e4m3", "FB": "e2m1"}),
+            "dot_scaled_bf8": ("dot_scaled", ("gfx950",), None, True, {}, {"FA": "e5m2", "FB": "e5m2"}),
             "dot_fp8_fnuz": ("dot_f32", ("gfx942",), None, True, {"A": "*fp8e4b8", "B": "*fp8e4b8"},
                              {"PRECISION": "none"}),
             "dot_fp8": ("dot_f32", ("gfx1201",), None, True, {"A": "*fp8e4nv", "B": "*fp8e4nv"},
                         {"PRECISION": "none"})}
+
+
+# Cases compiled only as variants (their kernels exist on one arch).
+VARIANT_ONLY = ("dot_scaled",)
 
 
 def _signature(values: dict) -> dict[str, str]:
@@ -198,7 +209,8 @@ def main() -> None:
     for arch in archs:
         out = HERE / arch
         out.mkdir(exist_ok=True)
-        for case in [*CASES, *(v for v, spec in VARIANTS.items() if arch in spec[1])]:
+        for case in [*(c for c in CASES if c not in VARIANT_ONLY),
+                     *(v for v, spec in VARIANTS.items() if arch in spec[1])]:
             blob, meta, _asm = compile_case(case, arch)
             blob = _strip(blob)
             (out / f"{case}.hsaco").write_bytes(blob)

@@ -71,7 +71,52 @@ def _elements(raw: np.ndarray, typ: str, flavour: str, signed: bool = True) -> n
         return (lanes_major.view(np.int8) if signed else lanes_major.view(np.uint8)).astype(np.int64)
     if typ in ("fp8", "bf8"):
         return fp8_table(typ, flavour)[lanes_major.view(np.uint8)].astype(np.float64)
+    if typ in _MX_NARROW:
+        # gfx950's f8f6f4 operands: 32 elements of `bits` bits packed back to back (element j at
+        # bits bits*j of the lane's registers taken as one little-endian integer).
+        bits, table = _MX_NARROW[typ]
+        stream = np.unpackbits(lanes_major.view(np.uint8), axis=1, bitorder="little")
+        n = stream.shape[1] // bits
+        codes = stream[:, :n * bits].reshape(-1, n, bits) @ (1 << np.arange(bits))
+        return table[codes]
     raise UnsupportedInstruction(f"matrix operand type {typ}")
+
+
+def _mx_table(exp_bits: int, mant_bits: int) -> np.ndarray:
+    """Values of every code of an OCP MX narrow float (sign, exponent, mantissa; no infinities or
+    NaNs): fp4 e2m1, fp6 e2m3, bf6 e3m2."""
+    bias = (1 << (exp_bits - 1)) - 1
+    codes = np.arange(1 << (1 + exp_bits + mant_bits))
+    sign = np.where(codes >> (exp_bits + mant_bits) & 1, -1.0, 1.0)
+    e = codes >> mant_bits & ((1 << exp_bits) - 1)
+    m = codes & ((1 << mant_bits) - 1)
+    mag = np.where(e == 0, m / (1 << mant_bits) * 2.0 ** (1 - bias), (1 + m / (1 << mant_bits)) * 2.0 ** (e - bias))
+    return sign * mag
+
+
+_MX_NARROW = {"fp4": (4, _mx_table(2, 1)), "fp6": (6, _mx_table(2, 3)), "bf6": (6, _mx_table(3, 2))}
+# f8f6f4 MFMAs: CBSZ (A) / BLGP (B) -> (element type, VGPRs of 32 elements, K values a lane holds
+# in a row before the next lane group takes over). fp4: a lane's 32 values are one run of K; fp8:
+# two runs of 16, the lane groups taking turns (lane group g holds runs g, g + 64 / M, ...). Both
+# were found by running Triton's MX-scaled dots (tests/test_third_party_corpus.py): only these
+# agree with numpy when formats mix or scales differ along K. fp6/bf6 are refused: no compiler here
+# emits them, so their layout could not be checked.
+_F8F6F4 = {0: ("fp8", 8, 16), 1: ("bf8", 8, 16), 4: ("fp4", 4, 32)}
+
+
+@functools.cache
+def _f8f6f4_layout(M: int, K: int, run: int):
+    """(lane [M, K], element [M, K]) of an f8f6f4 operand whose lanes hold K in runs of `run`."""
+    groups = 64 // M
+    i, k = np.meshgrid(np.arange(M), np.arange(K), indexing="ij")
+    chunk = k // run
+    return i + M * (chunk % groups), run * (chunk // groups) + k % run
+
+
+def _e8m0(bits: np.ndarray) -> np.ndarray:
+    """OCP E8M0 scale bytes: 2^(e - 127), and 0xFF a NaN."""
+    e = bits.astype(np.float64)
+    return np.where(bits == 0xFF, np.nan, np.exp2(e - 127))
 
 
 def _read_regs(w, enc, nregs, acc, ctx, typ):
@@ -135,10 +180,10 @@ def _b_mfma(inst, ctx):
     if in_t in ("fp8_fp8", "fp8_bf8", "bf8_fp8", "bf8_bf8"):
         ta, tb = in_t.split("_")
     elif in_t == "f8f6f4":
-        fmt = {0: "fp8", 1: "bf8"}
-        if f["cbsz"] not in fmt or f["blgp"] not in fmt:
-            raise UnsupportedInstruction(f"{inst.name} with fp6/fp4 operands (cbsz={f['cbsz']}, blgp={f['blgp']})")
-        ta, tb = fmt[f["cbsz"]], fmt[f["blgp"]]
+        if f["cbsz"] not in _F8F6F4 or f["blgp"] not in _F8F6F4:
+            raise UnsupportedInstruction(f"{inst.name} with operand formats cbsz={f['cbsz']}, blgp={f['blgp']} "
+                                         "(fp6/bf6: their register layout is not modelled)")
+        ta, tb = _F8F6F4[f["cbsz"]][0], _F8F6F4[f["blgp"]][0]
     else:
         ta = tb = in_t
     if nblocks > 1:
@@ -148,8 +193,18 @@ def _b_mfma(inst, ctx):
     a_lane, a_elem, d_lane, d_elem = mfma_layout(M, N, K)
     na, nb = inst.widths.get("s0", 1), inst.widths.get("s1", 1)
     kpl = K // (64 // M)
-    na = max(na, kpl * _ELEM_BITS[ta] // 32)
-    nb = max(nb, kpl * _ELEM_BITS[tb] // 32)
+    if in_t == "f8f6f4":  # the formats set how many of the operand's 8 VGPRs it reads
+        na, nb = _F8F6F4[f["cbsz"]][1], _F8F6F4[f["blgp"]][1]
+    else:
+        na = max(na, kpl * _ELEM_BITS[ta] // 32)
+        nb = max(nb, kpl * _ELEM_BITS[tb] // 32)
+    scales = _scale_prefix(inst, ctx) if in_t == "f8f6f4" else None
+    # Where each operand's (row, k) sits; an E8M0 scale covers 32 values of K, read from the lane
+    # that holds the 32-value run (fp4's layout) whichever lanes hold them.
+    a_at = b_at = (a_lane, a_elem)
+    if in_t == "f8f6f4":
+        a_at, b_at = _f8f6f4_layout(M, K, _F8F6F4[f["cbsz"]][2]), _f8f6f4_layout(M, K, _F8F6F4[f["blgp"]][2])
+    scale_lane = _f8f6f4_layout(M, K, 32)[0]
     out_per = 2 if out_t == "f64" else 1
     nd = M * N // 64 * out_per
     acc_a, acc_b = f["acc"] & 1, f["acc"] >> 1 & 1
@@ -162,8 +217,12 @@ def _b_mfma(inst, ctx):
         return fast
 
     def h(w):
-        A = _elements(_read_regs(w, s0, na, acc_a, ctx, ta), ta, flavour)[a_lane, a_elem]
-        B = _elements(_read_regs(w, s1, nb, acc_b, ctx, tb), tb, flavour)[a_lane, a_elem]  # [N, K]
+        A = _elements(_read_regs(w, s0, na, acc_a, ctx, ta), ta, flavour)[a_at]
+        B = _elements(_read_regs(w, s1, nb, acc_b, ctx, tb), tb, flavour)[b_at]  # [N, K]
+        if scales is not None:  # every 32 values of K times their E8M0 scale byte
+            (enc_a, byte_a), (enc_b, byte_b) = scales
+            A = A * _e8m0(_read_regs(w, enc_a, 1, 0, ctx, "b32")[0] >> np.uint32(8 * byte_a) & 0xFF)[scale_lane]
+            B = B * _e8m0(_read_regs(w, enc_b, 1, 0, ctx, "b32")[0] >> np.uint32(8 * byte_b) & 0xFF)[scale_lane]
         craw = _read_regs(w, s2, nd, acc_cd, ctx, "f64" if out_t == "f64" else "f32")
         if out_t == "f64":
             C = np.ascontiguousarray(craw.T).view(np.float64)[d_lane, d_elem]
@@ -459,12 +518,38 @@ def _pack_d(out, out_t, gen, hi, old):
     return np.ascontiguousarray(h16).view(np.uint32).T
 
 
+def _scale_prefix(inst, ctx):
+    """For an f8f6f4 MFMA right after a v_mfma_ld_scale_b32 (the pair LLVM writes as
+    v_mfma_scale_f32_*_f8f6f4): ((A scale source, byte), (B scale source, byte)), the byte of each
+    lane's scale dword being {op_sel_hi[i], op_sel[i]} of the prefix; None when there is none."""
+    img = ctx.image
+    i = img.index_of.get(inst.addr, 0)
+    if i == 0 or img.insts[i - 1].name != "v_mfma_ld_scale_b32":
+        return None
+    pf = img.insts[i - 1].f
+    return ((pf["src0"], (pf["opsel"] & 1) | (pf["opsel_hi"] & 1) << 1),
+            (pf["src1"], (pf["opsel"] >> 1 & 1) | (pf["opsel_hi"] >> 1 & 1) << 1))
+
+
+@builder("v_mfma_ld_scale_b32")
+def _b_ld_scale(inst, ctx):
+    """The scaled MFMA's prefix does nothing by itself: the MFMA after it reads its scale
+    operands (_scale_prefix). Anything else after it is refused."""
+    img = ctx.image
+    i = img.index_of.get(inst.addr, -1)
+    after = img.insts[i + 1] if 0 <= i < len(img.insts) - 1 else None
+    if after is None or not _MFMA.match(after.name) or not after.name.endswith("_f8f6f4"):
+        raise UnsupportedInstruction("v_mfma_ld_scale_b32 not followed by an f8f6f4 MFMA")
+    nxt = ctx.nxt
+    return lambda w: nxt
+
+
 def register_names(table_names) -> None:
     """Route every v_mfma_* / v_wmma_* mnemonic of an opcode table to the builders above."""
     from tiledsl.backends.rocm.emulator.executor import BUILDERS
 
     for n in table_names:
-        if n == "v_mfma_ld_scale_b32":  # a scaled MFMA's prefix: not modelled, so no handler at all
+        if n == "v_mfma_ld_scale_b32":  # a scaled MFMA's prefix: its own builder (_b_ld_scale)
             continue
         if n.startswith("v_mfma_"):
             BUILDERS.setdefault(n, _b_mfma)
