@@ -761,3 +761,66 @@ def test_trig_preop_f64(arch):
             bits = table >> (1184 - shift - 53) & ((1 << 53) - 1)
             want = float(np.ldexp(float(bits), -53 - shift + (128 if exponent >= 1968 else 0)))
         assert g == want, (v, s, g, want)
+
+
+# f32 fmas whose product sits exactly on an f32 tie and whose addend is far below it: the exact sum
+# is just past the tie (or just short of it), which a float64 sum rounded once more to f32 loses
+# (a double rounding). Each row: a, b, c.
+_FMA_TIES = np.array([[1 + 2 ** -12, 1 + 2 ** -12, 2 ** -70], [1 + 2 ** -12, 1 + 2 ** -12, -2 ** -70],
+                      [-(1 + 2 ** -12), 1 + 2 ** -12, 2 ** -90], [3 + 2 ** -11, 1 + 2 ** -13, 2 ** -60],
+                      [2 ** 40 * (1 + 2 ** -12), 1 + 2 ** -12, 2 ** -20]], dtype=np.float32)
+
+
+def _round_f32(q) -> np.float32:
+    """A Fraction rounded to nearest even f32 in one step (float(q) would round to f64 first)."""
+    import math
+    from fractions import Fraction
+
+    if q == 0:
+        return np.float32(0)
+    e = math.floor(math.log2(abs(q))) - 23  # 24 significant bits (normal results only here)
+    while abs(q) / Fraction(2) ** e >= 2 ** 24:
+        e += 1
+    while abs(q) / Fraction(2) ** e < 2 ** 23:
+        e -= 1
+    m = q / Fraction(2) ** e
+    n = math.floor(m)
+    if m - n > Fraction(1, 2) or (m - n == Fraction(1, 2) and n % 2):
+        n += 1
+    return np.float32(math.ldexp(n, e))
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+@pytest.mark.parametrize("form", ["fma", "pk_fma"])
+def test_fma_f32_rounds_once(arch, form):
+    """v_fma_f32 / v_fmac_f32 / v_pk_fma_f32: the exact a * b + c rounded once to f32. The emulator
+    used to round a float64 sum to f32 again, which is 1 ulp off where the product lies on a tie."""
+    from fractions import Fraction
+
+    if form == "pk_fma" and not get_arch(arch).is_cdna:
+        pytest.skip("v_pk_fma_f32 is CDNA's")
+    if form == "fma":
+        body = "  %r0 = call float @llvm.fma.f32(float %x0, float %x1, float %x2)"
+        decls, ins, outs = "declare float @llvm.fma.f32(float, float, float)", ["float"] * 3, ["float"]
+    else:
+        body = ("  %v = call <2 x float> @llvm.fma.v2f32(<2 x float> %x0, <2 x float> %x1, <2 x float> %x2)\n"
+                "  %r0 = extractelement <2 x float> %v, i32 0\n  %r1 = extractelement <2 x float> %v, i32 1")
+        decls, ins, outs = ("declare <2 x float> @llvm.fma.v2f32(<2 x float>, <2 x float>, <2 x float>)",
+                            ["<2 x float>"] * 3, ["float", "float"])
+    _, hsaco = compile_lanes(arch, body, ins, outs, decls)
+    names = [i.raw_name for i in decoded(hsaco, arch)]
+    assert any(n.startswith("v_pk_fma_f32" if form == "pk_fma" else ("v_fma_f32", "v_fmac_f32")) for n in names), names
+    W = wave(arch)
+    rows = np.resize(np.arange(len(_FMA_TIES)), W)
+    a, b, c = (_FMA_TIES[rows, i] for i in range(3))
+    want = np.array([_round_f32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)))
+                     for x, y, z in zip(a, b, c, strict=True)])
+    for lockstep in (False, True):
+        if form == "fma":
+            (got,) = run_lanes(arch, hsaco, [a, b, c], [np.float32], lockstep=lockstep)
+            np.testing.assert_array_equal(got, want)
+        else:
+            pair = [np.stack([v, v[::-1]], 1) for v in (a, b, c)]
+            lo, hi = run_lanes(arch, hsaco, pair, [np.float32, np.float32], lockstep=lockstep)
+            np.testing.assert_array_equal(lo, want)
+            np.testing.assert_array_equal(hi, want[::-1])

@@ -22,7 +22,7 @@ CORPUS = Path(__file__).resolve().parent / "third_party"
 CORE = ("vector_add", "softmax", "layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_dwdb", "matmul",
         "attn_fwd", "attn_bwd_preprocess", "attn_bwd", "math_f32", "int_ops", "conversions", "scan_sort",
         "atomics", "dot_bf16", "dot_i8", "dot_f32", "rand", "math_f64", "math_16bit", "atomics_more",
-        "scan_custom", "gather_wide")
+        "scan_custom", "gather_wide", "math_special", "dot_f16_acc", "reshape_ops")
 # Variants on the archs where they compile to something else (regenerate.py VARIANTS): Triton's
 # asynchronous copies (global/buffer loads straight into LDS) on gfx942/gfx950, an fp8 matmul on
 # gfx950 (ds_read_b64_tr_b8), TF32 (refused: check_refused) and FNUZ fp8 dots on gfx942, an OCP
@@ -387,6 +387,95 @@ def check_dot_scaled(arch, case):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * (np.abs(a_s) @ np.abs(b_s).T).max())
 
 
+def _erfinv(u: float) -> float:
+    import math
+
+    x = 0.0
+    for _ in range(60):  # Newton on erf(x) = u, in f64
+        x -= (math.erf(x) - u) / (2 / math.sqrt(math.pi) * math.exp(-x * x))
+    return x
+
+
+def _j0(x: float) -> float:
+    """Bessel J0 by the trapezoidal rule on (1/pi) int_0^pi cos(x sin t) dt (exact to f64 here)."""
+    t = (np.arange(400) + 0.5) * np.pi / 400
+    return float(np.mean(np.cos(x * np.sin(t))))
+
+
+def _y0(x: float) -> float:
+    """Bessel Y0 from its series (2/pi)(ln(x/2) + gamma) J0(x) + (2/pi) sum (-1)^(k+1) H_k (x^2/4)^k / k!^2."""
+    import math
+
+    total, term, harmonic = 0.0, 1.0, 0.0
+    for k in range(1, 60):
+        term *= -(x * x / 4) / (k * k)
+        harmonic += 1 / k
+        total -= term * harmonic
+    return 2 / math.pi * ((math.log(x / 2) + 0.5772156649015329) * _j0(x) + total)
+
+
+def check_math_special(arch, case):
+    import math
+
+    rng = _rng(case)
+    x = (rng.standard_normal(1000) * 1.5).astype(F32)
+    x = np.clip(x, -3.2, 3.2)  # 0.3 x stays inside (-1, 1); j0/y0 within the series' reach
+    y = (np.sign(rng.standard_normal(1000)) * (0.5 + np.abs(rng.standard_normal(1000)))).astype(F32)
+    out = run_case(arch, case, {"X": x, "Y": y, "Out": np.zeros((22, 1000), F32)})["Out"]
+    xs, ys = x.astype(np.float64), y.astype(np.float64)
+
+    def f32(v):  # an argument the kernel computes in f32, widened
+        return np.asarray(v, F32).astype(np.float64)
+    u = f32(x * F32(0.3))
+    f = np.vectorize
+    # (reference in f64, ulps of the f32 result, absolute error allowed besides): ocml's accuracy
+    # (1-4 ulp); absolute allowances where a function crosses zero (j0, y0, lgamma, log10).
+    rows = [(np.arcsin(u), 4, 0), (np.arccos(u), 4, 0), (np.arctan(xs), 4, 0), (np.tan(xs), 4, 0),
+            (np.sinh(xs), 4, 0), (np.cosh(xs), 4, 0), (np.arcsinh(xs), 4, 0),
+            (np.arccosh(f32(np.abs(x) + F32(1))), 4, 0),
+            (np.arctanh(u), 4, 0), (f(_erfinv)(u), 4, 0), (f(math.erfc)(xs), 4, 0),
+            (f(math.lgamma)(f32(np.abs(x) + F32(0.1))), 4, 2e-7), (f(_j0)(xs), 8, 2e-7),
+            (f(_y0)(f32(np.abs(x) + F32(0.1))), 8, 2e-7), (np.hypot(xs, ys), 2, 0),
+            (np.fmod((x * F32(7)).astype(np.float64), ys), 0, 0), (np.nextafter(x, y), 0, 0),
+            (np.frexp(xs)[1] - 1, 0, 0), (np.rint(x * F32(3)), 0, 0), (np.copysign(x, y), 0, 0),
+            (np.log10(f32(np.abs(x) + F32(0.01))), 4, 2e-7), (np.exp2(xs), 2, 0)]
+    for k, (want, ulps, atol) in enumerate(rows):
+        want = np.asarray(want, np.float64)
+        if ulps == 0 and atol == 0:
+            np.testing.assert_array_equal(out[k], want.astype(F32), err_msg=f"row {k}")
+            continue
+        err = np.abs(out[k] - want)
+        allowed = ulps * np.spacing(np.abs(want).astype(F32)).astype(np.float64) + atol
+        off = np.nonzero(~(err <= allowed))[0]
+        assert len(off) == 0, f"row {k}: {len(off)} off, e.g. {out[k][off[0]]!r} for {want[off[0]]!r} (x={x[off[0]]})"
+
+
+def check_dot_f16_acc(arch, case):
+    rng = _rng(case)
+    a, bt = rng.standard_normal((32, 64)).astype(F16), rng.standard_normal((32, 64)).astype(F16)
+    got = run_case(arch, case, {"A": a, "B": bt, "C": np.zeros((32, 32), F16)})["C"].astype(np.float64)
+    want = a.astype(np.float64) @ bt.astype(np.float64).T
+    # rounded to f16 once (an f32 accumulation first, or f16 steps on gfx11: bound by K half-ulps)
+    bound = np.spacing(np.abs(want).astype(F16)).astype(np.float64) + 64 * 2.0 ** -11 * (
+        np.abs(a.astype(np.float64)) @ np.abs(bt.astype(np.float64)).T) * (arch == "gfx1100")
+    assert (np.abs(got - want) <= bound).all()
+
+
+def check_reshape_ops(arch, case):
+    rng = _rng(case)
+    R, C = 32, 64
+    x = rng.standard_normal((R, C)).astype(F32)
+    idx = rng.integers(0, C, (R, C)).astype(np.int32)
+    out = run_case(arch, case, {"X": x, "Idx": idx, "Out": np.zeros(5 * R * C, F32)})["Out"]
+    np.testing.assert_array_equal(out[:R * C].reshape(C, R), x.T)
+    np.testing.assert_array_equal(out[R * C:2 * R * C].reshape(C, R), x.T * 2)
+    np.testing.assert_array_equal(out[2 * R * C:3 * R * C].reshape(2, R, C // 2),
+                                  x.reshape(R, 2, C // 2).transpose(1, 0, 2))
+    pairs = x.reshape(R, C // 2, 2)
+    np.testing.assert_array_equal(out[3 * R * C:4 * R * C].reshape(R, C), pairs[:, :, ::-1].reshape(R, C))
+    np.testing.assert_array_equal(out[4 * R * C:].reshape(R, C), np.take_along_axis(x, idx, axis=1))
+
+
 def _wrap32(v):
     return (np.asarray(v, np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
@@ -540,7 +629,8 @@ CHECKS = {"vector_add": check_vector_add, "softmax": check_softmax, "layer_norm_
           "dot_scaled_fp8_fp4": check_dot_scaled, "dot_scaled_bf8": check_dot_scaled, "dot_fp8_fnuz": check_dot,
           "dot_fp8": check_dot,
           "rand": check_rand, "math_f64": check_math_f64, "math_16bit": check_math_16bit,
-          "atomics_more": check_atomics_more, "scan_custom": check_scan_custom, "gather_wide": check_gather_wide}
+          "atomics_more": check_atomics_more, "scan_custom": check_scan_custom, "gather_wide": check_gather_wide,
+          "math_special": check_math_special, "dot_f16_acc": check_dot_f16_acc, "reshape_ops": check_reshape_ops}
 
 
 @pytest.mark.parametrize(("arch", "case"), PAIRS)

@@ -459,3 +459,53 @@ def dot_scaled(A, AS, B, BS, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexp
     sa = tl.load(AS + rm[:, None] * (K // 32) + tl.arange(0, K // 32)[None, :])
     sb = tl.load(BS + rn[:, None] * (K // 32) + tl.arange(0, K // 32)[None, :])
     tl.store(C + rm[:, None] * N + rn[None, :], tl.dot_scaled(a, sa, FA, b, sb, FB))
+
+
+@triton.jit
+def math_special(X, Y, Out, n, BLOCK: tl.constexpr):
+    # ocml's special functions in f32: inverse trigonometric and hyperbolic, erfinv/erfc, lgamma,
+    # Bessel j0/y0, hypot, fmod, cbrt-like pow, nextafter, ilogb, rint, copysign, fast_expf.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask, other=0.5)
+    y = tl.load(Y + offs, mask=mask, other=0.5)
+    u = x * 0.3  # in (-1, 1) for the inputs the test gives
+    results = (libdevice.asin(u), libdevice.acos(u), libdevice.atan(x), libdevice.tan(x), libdevice.sinh(x),
+               libdevice.cosh(x), libdevice.asinh(x), libdevice.acosh(tl.abs(x) + 1.0), libdevice.atanh(u),
+               libdevice.erfinv(u), libdevice.erfc(x), libdevice.lgamma(tl.abs(x) + 0.1), libdevice.j0(x),
+               libdevice.y0(tl.abs(x) + 0.1), libdevice.hypot(x, y), libdevice.fmod(x * 7.0, y),
+               libdevice.nextafter(x, y), libdevice.ilogb(x).to(tl.float32), libdevice.rint(x * 3.0),
+               libdevice.copysign(x, y), libdevice.log10(tl.abs(x) + 0.01), libdevice.exp2(x))
+    for k in tl.static_range(len(results)):
+        tl.store(Out + k * n + offs, results[k], mask=mask)
+
+
+@triton.jit
+def dot_f16_acc(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    # A dot accumulating in f16 (gfx11's v_wmma_f16_16x16x16_f16 with its half-select; elsewhere an
+    # f32 dot rounded), then K-major and transposed loads.
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(A + rm[:, None] * K + rk[None, :])
+    bt = tl.load(B + rn[:, None] * K + rk[None, :])  # B stored transposed: [N, K]
+    c = tl.dot(a, tl.trans(bt), out_dtype=tl.float16)
+    tl.store(C + rm[:, None] * N + rn[None, :], c)
+
+
+@triton.jit
+def reshape_ops(X, Idx, Out, R: tl.constexpr, C: tl.constexpr):
+    # Layout changes Triton lowers through LDS or lane shuffles: transpose, permute of a 3-D view,
+    # join/split (interleave), and a gather along an axis.
+    rr, cc = tl.arange(0, R), tl.arange(0, C)
+    x = tl.load(X + rr[:, None] * C + cc[None, :])
+    tl.store(Out + rr[:, None] + cc[None, :] * R, x)  # plain transposed store
+    t = tl.trans(x)  # [C, R]
+    tl.store(Out + R * C + cc[:, None] * R + rr[None, :], t * 2.0)
+    p = tl.permute(tl.reshape(x, (R, 2, C // 2)), (1, 0, 2))  # [2, R, C // 2]
+    z2 = tl.arange(0, 2)
+    tl.store(Out + 2 * R * C + z2[:, None, None] * (R * C // 2) + rr[None, :, None] * (C // 2)
+             + tl.arange(0, C // 2)[None, None, :], p)
+    lo, hi = tl.split(tl.reshape(x, (R, C // 2, 2)))
+    inter = tl.interleave(hi, lo)  # pairs swapped
+    tl.store(Out + 3 * R * C + rr[:, None] * C + cc[None, :], inter)
+    idx = tl.load(Idx + rr[:, None] * C + cc[None, :])
+    tl.store(Out + 4 * R * C + rr[:, None] * C + cc[None, :], tl.gather(x, idx, axis=1))

@@ -85,6 +85,12 @@ CASES: dict[str, tuple] = {
                 {"M": 32, "N": 32, "K": 64, "PRECISION": "ieee"}, {"num_warps": 4}, (1, 1, 1)),
     "rand": (kernels.rand, {"Ints": "*i32", "Floats": "*fp32", "seed": 20261201, "n": 1000}, {"BLOCK": 256},
              {"num_warps": 4}, (4, 1, 1)),
+    "math_special": (kernels.math_special, {"X": "*fp32", "Y": "*fp32", "Out": "*fp32", "n": 1000},
+                     {"BLOCK": 256}, {"num_warps": 4, "enable_fp_fusion": False}, (4, 1, 1)),
+    "dot_f16_acc": (kernels.dot_f16_acc, {"A": "*fp16", "B": "*fp16", "C": "*fp16"}, {"M": 32, "N": 32, "K": 64},
+                    {"num_warps": 4}, (1, 1, 1)),
+    "reshape_ops": (kernels.reshape_ops, {"X": "*fp32", "Idx": "*i32", "Out": "*fp32"}, {"R": 32, "C": 64},
+                    {"num_warps": 4}, (1, 1, 1)),
     # The MX-scaled dot runs only as its gfx950 variants (VARIANTS: main() skips cases listed there).
     "dot_scaled": (kernels.dot_scaled, {"A": "*u8", "AS": "*u8", "B": "*u8", "BS": "*u8", "C": "*fp32"},
                    {"M": 32, "N": 32, "K": 128, "FA": "e2m1", "FB": "e2m1"}, {"num_warps": 4}, (1, 1, 1)),

@@ -121,3 +121,16 @@ def _round(n: int, e: int) -> float:
         return sign * math.ldexp(n, e)
     except OverflowError:
         return sign * math.inf
+
+
+def sum_to_odd(p, c) -> np.ndarray:
+    """p + c in float64 rounded to odd (Boldo and Melquiond): an inexact sum whose last mantissa
+    bit is even moves one step toward the part it lost. For a product p of two f32 (or f16)
+    values, exact in float64, and an f32 (f16) c, rounding this once more to f32 (f16) is the
+    correctly rounded fma -- where p + c rounded to nearest in float64 and then to f32 could land
+    on an f32 tie the exact sum is not on (a double rounding). Special values pass through."""
+    p, c = np.asarray(p, np.float64), np.asarray(c, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s, err = _two_sum(p, c)
+        inexact = (err != 0) & np.isfinite(s) & ((np.asarray(s).view(np.uint64) & np.uint64(1)) == 0)
+        return np.where(inexact, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tiledsl.backends.rocm.emulator.executor import builder
+from tiledsl.backends.rocm.emulator.fma64 import sum_to_odd
 from tiledsl.backends.rocm.emulator.operands import M32, scalar_reader, scalar_writer
 
 
@@ -98,7 +99,7 @@ def _b_sop2_float(inst, ctx):
 
 
 def _fma(a, b, c, dtype):
-    return dtype(np.float64(a) * np.float64(b) + np.float64(c))
+    return dtype(sum_to_odd(np.float64(a) * np.float64(b), c))  # one rounding: see fma64.sum_to_odd
 
 
 @builder("s_fmac_f32", "s_fmac_f16", "s_fmaak_f32", "s_fmamk_f32")

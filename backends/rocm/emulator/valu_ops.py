@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiledsl.backends.rocm.emulator.fma64 import fma64
+from tiledsl.backends.rocm.emulator.fma64 import fma64, sum_to_odd
 
 U32, U64 = np.uint32, np.uint64
 
@@ -524,11 +524,12 @@ CARRY = {
 
 
 def _fma32(a, b, c):
-    return (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(np.float32)
+    """One rounding: the f32 product is exact in float64, the sum rounded to odd there, then to f32."""
+    return sum_to_odd(np.asarray(a, np.float64) * np.asarray(b, np.float64), c).astype(np.float32)
 
 
 def _fma16(a, b, c):
-    return (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(np.float16)
+    return sum_to_odd(np.asarray(a, np.float64) * np.asarray(b, np.float64), c).astype(np.float16)
 
 
 def _h16(x):

@@ -13,13 +13,14 @@ import numpy as np
 
 from tiledsl.backends.rocm.emulator import crosslane
 from tiledsl.backends.rocm.emulator.executor import builder
+from tiledsl.backends.rocm.emulator.fma64 import sum_to_odd
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
 from tiledsl.backends.rocm.emulator.operands import M32, inline_bits, vdst
 from tiledsl.backends.rocm.emulator.valu_ops import clamp01
 
 _PK16 = {
     "v_pk_add_f16": ("f16", np.add), "v_pk_mul_f16": ("f16", np.multiply),
-    "v_pk_fma_f16": ("f16", lambda a, b, c: (a.astype(np.float64) * b + c)),
+    "v_pk_fma_f16": ("f16", lambda a, b, c: sum_to_odd(a.astype(np.float64) * b, c)),
     "v_pk_max_f16": ("f16", np.fmax), "v_pk_min_f16": ("f16", np.fmin),
     "v_pk_max_num_f16": ("f16", np.fmax), "v_pk_min_num_f16": ("f16", np.fmin),
     "v_pk_maximum_f16": ("f16", np.maximum), "v_pk_minimum_f16": ("f16", np.minimum),
@@ -37,7 +38,7 @@ _PK16 = {
     "v_pk_mad_i16": ("i16", lambda a, b, c: a.astype(np.int64) * b + c),
 }
 _PK32 = {"v_pk_add_f32": np.add, "v_pk_mul_f32": np.multiply,
-         "v_pk_fma_f32": lambda a, b, c: (a.astype(np.float64) * b + c), "v_pk_mov_b32": None}
+         "v_pk_fma_f32": lambda a, b, c: sum_to_odd(a.astype(np.float64) * b, c), "v_pk_mov_b32": None}
 _NARGS = {n: (3 if "fma" in n or "mad" in n else 2) for n in (*_PK16, *_PK32)}
 _NARGS["v_pk_mov_b32"] = 2
 # Packed integer ops whose clamp saturates each half (the min/max cannot overflow, so it is a no-op
@@ -345,7 +346,7 @@ def _b_mix(inst, ctx):
 
     def h(w):
         r = np.multiply(val(ra, na_, aa, w), val(rb, nb_, ab, w), dtype=np.float64)
-        r = np.add(r, val(rc, nc_, ac, w), dtype=np.float64)
+        r = sum_to_odd(r, val(rc, nc_, ac, w))  # one rounding to f32 below (fmas_f32 in the ISA)
         if clamp:
             r = clamp01(r, nan_to_zero)
         if mode == "f32":
