@@ -824,3 +824,69 @@ def test_fma_f32_rounds_once(arch, form):
             lo, hi = run_lanes(arch, hsaco, pair, [np.float32, np.float32], lockstep=lockstep)
             np.testing.assert_array_equal(lo, want)
             np.testing.assert_array_equal(hi, want[::-1])
+
+
+@pytest.mark.parametrize("kind", ["fp8", "bf8"])
+@pytest.mark.parametrize("word", [0, 1])
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_scalef32_fp8_conversions(kind, word, lockstep):
+    """gfx950's v_cvt_scalef32_pk_{fp8,bf8}_{f32,bf16} and v_cvt_scalef32_pk_{f32,bf16}_{fp8,bf8}
+    (Triton's fp8 casts there, CK's MX quantization): narrowing divides by 2^(E - 127) of the scale's
+    exponent field and rounds to nearest even into the 16-bit half op_sel[3] picks, keeping the other;
+    widening multiplies by it, from the word op_sel[0] picks. Each lane has its own scale. The
+    emulator used to refuse the family."""
+    import ml_dtypes
+
+    dt = ml_dtypes.float8_e4m3fn if kind == "fp8" else ml_dtypes.float8_e5m2
+    sel = "true" if word else "false"
+    body = f"""  %old = bitcast i32 %x0 to <2 x i16>
+  %fa = bitcast i32 %x1 to float
+  %fb = bitcast i32 %x2 to float
+  %sc = bitcast i32 %x3 to float
+  %n = call <2 x i16> @llvm.amdgcn.cvt.scalef32.pk.{kind}.f32(<2 x i16> %old, float %fa, float %fb, float %sc, i1 {sel})
+  %r0 = bitcast <2 x i16> %n to i32
+  %ab = bitcast i32 %x4 to <2 x bfloat>
+  %nb = call <2 x i16> @llvm.amdgcn.cvt.scalef32.pk.{kind}.bf16(<2 x i16> %old, <2 x bfloat> %ab, float %sc, i1 {sel})
+  %r1 = bitcast <2 x i16> %nb to i32
+  %wf = call <2 x float> @llvm.amdgcn.cvt.scalef32.pk.f32.{kind}(i32 %x5, float %sc, i1 {sel})
+  %r2 = extractelement <2 x float> %wf, i32 0
+  %r3 = extractelement <2 x float> %wf, i32 1
+  %wb = call <2 x bfloat> @llvm.amdgcn.cvt.scalef32.pk.bf16.{kind}(i32 %x5, float %sc, i1 {sel})
+  %r4 = bitcast <2 x bfloat> %wb to i32"""
+    decls = "\n".join([
+        f"declare <2 x i16> @llvm.amdgcn.cvt.scalef32.pk.{kind}.f32(<2 x i16>, float, float, float, i1)",
+        f"declare <2 x i16> @llvm.amdgcn.cvt.scalef32.pk.{kind}.bf16(<2 x i16>, <2 x bfloat>, float, i1)",
+        f"declare <2 x float> @llvm.amdgcn.cvt.scalef32.pk.f32.{kind}(i32, float, i1)",
+        f"declare <2 x bfloat> @llvm.amdgcn.cvt.scalef32.pk.bf16.{kind}(i32, float, i1)"])
+    _, hsaco = compile_lanes("gfx950", body, ["i32"] * 6, ["i32", "i32", "float", "float", "i32"], decls)
+    names = {i.raw_name for i in decoded(hsaco, "gfx950")}
+    assert {f"v_cvt_scalef32_pk_{kind}_f32", f"v_cvt_scalef32_pk_f32_{kind}"} <= names, names
+    rng = np.random.default_rng(word * 2 + (kind == "bf8"))
+    W = 64
+    k = rng.integers(-3, 4, W)  # scale 2^k, as E8M0-derived scales are
+    scale = (np.exp2(k.astype(np.float64))).astype(np.float32)
+    a, b = (rng.standard_normal(W).astype(np.float32) * 8 for _ in range(2))
+    bf = rng.standard_normal((W, 2)).astype(ml_dtypes.bfloat16) * ml_dtypes.bfloat16(4)
+    old = rng.integers(0, 2 ** 32, W, dtype=np.uint64).astype(np.uint32)
+    codes = rng.integers(0, 2 ** 32, W, dtype=np.uint64).astype(np.uint32)
+    finite = np.isfinite(codes.view(np.uint8).reshape(W, 4).view(dt).astype(np.float64)).all(1)
+    codes = np.where(finite, codes, 0x3C3C3C3C).astype(np.uint32)  # no NaN/inf codes to widen
+    out = run_lanes("gfx950", hsaco, [old, a.view(np.uint32), b.view(np.uint32), scale.view(np.uint32),
+                                      bf.view(np.uint16).reshape(W, 2).view(np.uint32)[:, 0], codes],
+                    [np.uint32, np.uint32, np.float32, np.float32, np.uint32], lockstep=lockstep)
+    shift = 16 * word
+
+    def packed(lo, hi):  # two codes into the picked half of `old`
+        half = lo.view(np.uint8).astype(np.uint32) | hi.view(np.uint8).astype(np.uint32) << 8
+        return (old & ~np.uint32(0xFFFF << shift)) | (half << shift)
+    f = np.float64
+    np.testing.assert_array_equal(out[0], packed((a / scale).astype(dt), (b / scale).astype(dt)))
+    bfv = bf.astype(f)
+    np.testing.assert_array_equal(out[1], packed((bfv[:, 0] / scale).astype(dt), (bfv[:, 1] / scale).astype(dt)))
+    pair = codes >> np.uint32(shift)
+    lo = (pair & 0xFF).astype(np.uint8).view(dt).astype(f) * scale
+    hi = (pair >> 8 & 0xFF).astype(np.uint8).view(dt).astype(f) * scale
+    np.testing.assert_array_equal(out[2], lo.astype(np.float32))
+    np.testing.assert_array_equal(out[3], hi.astype(np.float32))
+    wb = np.stack([lo, hi], 1).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+    np.testing.assert_array_equal(out[4], wb[:, 0] | wb[:, 1] << 16)

@@ -27,10 +27,11 @@ CORE = ("vector_add", "softmax", "layer_norm_fwd", "layer_norm_bwd_dx", "layer_n
 # asynchronous copies (global/buffer loads straight into LDS) on gfx942/gfx950, an fp8 matmul on
 # gfx950 (ds_read_b64_tr_b8), TF32 (refused: check_refused) and FNUZ fp8 dots on gfx942, an OCP
 # fp8 WMMA on gfx1201.
-EXTRA = {"gfx942": ("matmul_async_buffer", "matmul_async_global", "dot_tf32", "dot_fp8_fnuz"),
+EXTRA = {"gfx942": ("matmul_async_buffer", "matmul_async_global", "dot_tf32", "dot_fp8_fnuz", "fp8_casts_fnuz",
+                    "fp8_casts_bf8_fnuz"),
          "gfx950": ("matmul_async_buffer", "matmul_async_global", "matmul_fp8", "dot_scaled_fp4",
-                    "dot_scaled_fp8_fp4", "dot_scaled_bf8"),
-         "gfx1201": ("dot_fp8",)}
+                    "dot_scaled_fp8_fp4", "dot_scaled_bf8", "fp8_casts_e4m3", "fp8_casts_e5m2"),
+         "gfx1201": ("dot_fp8", "fp8_casts_e4m3", "fp8_casts_e5m2")}
 PAIRS = [(arch, case) for arch in ARCH_NAMES for case in CORE + EXTRA.get(arch, ())]
 F16, F32 = np.float16, np.float32
 LOG2E = 1.4426950408889634
@@ -476,6 +477,39 @@ def check_reshape_ops(arch, case):
     np.testing.assert_array_equal(out[4 * R * C:].reshape(R, C), np.take_along_axis(x, idx, axis=1))
 
 
+def check_fp8_casts(arch, case):
+    """f32 and bf16 to the arch's fp8 and back: nearest even (ml_dtypes' casts), ties and
+    subnormals included; inputs inside the format's range (overflow is the instruction's choice)."""
+    import ml_dtypes
+
+    if arch in ("gfx942", "gfx950"):  # CDNA: Triton sets MODE.FP16_OVFL first
+        check_fp8_casts_refused(arch, case)
+        return
+    dt = {"fp8_casts_e4m3": ml_dtypes.float8_e4m3fn, "fp8_casts_e5m2": ml_dtypes.float8_e5m2,
+          "fp8_casts_fnuz": ml_dtypes.float8_e4m3fnuz, "fp8_casts_bf8_fnuz": ml_dtypes.float8_e5m2fnuz}[case]
+    rng = _rng(case)
+    x = (rng.standard_normal(1000) * 20).astype(F32)
+    codes = np.arange(1, 120, dtype=np.uint8)  # positive finite codes common to all four formats
+    grid = codes.view(dt).astype(F32)
+    mids = (grid[:-1] + grid[1:]) / 2  # ties between neighbours, exactly representable in f32
+    x[:len(mids)], x[200:200 + len(mids)] = mids, -mids
+    x[400:400 + len(grid)] = grid * F32(1.0000001)
+    got = run_case(arch, case, {"X": x, "Q8": np.zeros(1000, np.uint8), "Back": np.zeros(2000, F32)})
+    want = x.astype(dt)
+    np.testing.assert_array_equal(got["Q8"], want.view(np.uint8))
+    np.testing.assert_array_equal(got["Back"][:1000], want.astype(F32))
+    np.testing.assert_array_equal(got["Back"][1000:], x.astype(ml_dtypes.bfloat16).astype(dt).astype(F32))
+
+
+def check_fp8_casts_refused(arch, case):
+    """Triton's fp8 casts on gfx942/gfx950 first set MODE.FP16_OVFL (overflowing results saturate):
+    the emulator does not model that mode, so the launch must stop there by name, not run on
+    with overflow giving NaN or infinity where the hardware would saturate."""
+    x = np.linspace(-30, 30, 1000).astype(F32)
+    with pytest.raises(UnsupportedInstruction, match="FP16_OVFL"):
+        run_case(arch, case, {"X": x, "Q8": np.zeros(1000, np.uint8), "Back": np.zeros(2000, F32)})
+
+
 def _wrap32(v):
     return (np.asarray(v, np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
@@ -630,7 +664,9 @@ CHECKS = {"vector_add": check_vector_add, "softmax": check_softmax, "layer_norm_
           "dot_fp8": check_dot,
           "rand": check_rand, "math_f64": check_math_f64, "math_16bit": check_math_16bit,
           "atomics_more": check_atomics_more, "scan_custom": check_scan_custom, "gather_wide": check_gather_wide,
-          "math_special": check_math_special, "dot_f16_acc": check_dot_f16_acc, "reshape_ops": check_reshape_ops}
+          "math_special": check_math_special, "dot_f16_acc": check_dot_f16_acc, "reshape_ops": check_reshape_ops,
+          "fp8_casts_e4m3": check_fp8_casts, "fp8_casts_e5m2": check_fp8_casts,
+          "fp8_casts_fnuz": check_fp8_casts, "fp8_casts_bf8_fnuz": check_fp8_casts}
 
 
 @pytest.mark.parametrize(("arch", "case"), PAIRS)

@@ -509,3 +509,29 @@ def reshape_ops(X, Idx, Out, R: tl.constexpr, C: tl.constexpr):
     tl.store(Out + 3 * R * C + rr[:, None] * C + cc[None, :], inter)
     idx = tl.load(Idx + rr[:, None] * C + cc[None, :])
     tl.store(Out + 4 * R * C + rr[:, None] * C + cc[None, :], tl.gather(x, idx, axis=1))
+
+
+@triton.jit
+def fp8_casts(X, Q8, Back, n, F8: tl.constexpr, BLOCK: tl.constexpr):
+    # f32 and bf16 to the arch's fp8 formats and back (v_cvt_pk_fp8_f32 / v_cvt_f32_fp8 and their
+    # bf8 forms where the arch has them, else Triton's bit arithmetic).
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    q = _to_f8(x, F8)
+    tl.store(Q8 + offs, q.to(tl.uint8, bitcast=True), mask=mask)
+    tl.store(Back + offs, q.to(tl.float32), mask=mask)
+    qb = _to_f8(x.to(tl.bfloat16), F8)
+    tl.store(Back + n + offs, qb.to(tl.bfloat16).to(tl.float32), mask=mask)
+
+
+@triton.jit
+def _to_f8(x, F8: tl.constexpr):
+    if F8 == "fp8e4nv":
+        return x.to(tl.float8e4nv)
+    elif F8 == "fp8e5":
+        return x.to(tl.float8e5)
+    elif F8 == "fp8e4b8":
+        return x.to(tl.float8e4b8)
+    else:
+        return x.to(tl.float8e5b16)

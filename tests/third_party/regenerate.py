@@ -91,6 +91,8 @@ CASES: dict[str, tuple] = {
                     {"num_warps": 4}, (1, 1, 1)),
     "reshape_ops": (kernels.reshape_ops, {"X": "*fp32", "Idx": "*i32", "Out": "*fp32"}, {"R": 32, "C": 64},
                     {"num_warps": 4}, (1, 1, 1)),
+    "fp8_casts": (kernels.fp8_casts, {"X": "*fp32", "Q8": "*u8", "Back": "*fp32", "n": 1000},
+                  {"F8": "fp8e4nv", "BLOCK": 256}, {"num_warps": 4}, (4, 1, 1)),
     # The MX-scaled dot runs only as its gfx950 variants (VARIANTS: main() skips cases listed there).
     "dot_scaled": (kernels.dot_scaled, {"A": "*u8", "AS": "*u8", "B": "*u8", "BS": "*u8", "C": "*fp32"},
                    {"M": 32, "N": 32, "K": 128, "FA": "e2m1", "FB": "e2m1"}, {"num_warps": 4}, (1, 1, 1)),
@@ -125,6 +127,11 @@ VARIANTS = {"matmul_async_buffer": ("matmul", ("gfx942", "gfx950"), True, True, 
             "matmul_fp8": ("matmul", ("gfx950",), None, True, {"A": "*fp8e4nv", "B": "*fp8e4nv"}),
             "dot_tf32": ("dot_f32", ("gfx942",), None, True, {}, {"PRECISION": "tf32"}),
             "dot_scaled_fp4": ("dot_scaled", ("gfx950",), None, True, {}, {}),
+            # fp8 casts in each arch's own formats (OCP on gfx950/gfx1201, FNUZ on gfx942)
+            "fp8_casts_e4m3": ("fp8_casts", ("gfx950", "gfx1201"), None, True, {}, {"F8": "fp8e4nv"}),
+            "fp8_casts_e5m2": ("fp8_casts", ("gfx950", "gfx1201"), None, True, {}, {"F8": "fp8e5"}),
+            "fp8_casts_fnuz": ("fp8_casts", ("gfx942",), None, True, {}, {"F8": "fp8e4b8"}),
+            "fp8_casts_bf8_fnuz": ("fp8_casts", ("gfx942",), None, True, {}, {"F8": "fp8e5b16"}),
             "dot_scaled_fp8_fp4": ("dot_scaled", ("gfx950",), None, True, {}, {"M": 16, "N": 16, "K": 256,
                                                                              "FA": "e4m3", "FB": "e2m1"}),
             "dot_scaled_bf8": ("dot_scaled", ("gfx950",), None, True, {}, {"FA": "e5m2", "FB": "e5m2"}),
@@ -135,7 +142,7 @@ VARIANTS = {"matmul_async_buffer": ("matmul", ("gfx942", "gfx950"), True, True, 
 
 
 # Cases compiled only as variants (their kernels exist on one arch).
-VARIANT_ONLY = ("dot_scaled",)
+VARIANT_ONLY = ("dot_scaled", "fp8_casts")
 
 
 def _signature(values: dict) -> dict[str, str]:

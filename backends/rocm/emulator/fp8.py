@@ -165,3 +165,97 @@ def _b_widen(inst, ctx):
             wr(w, v)
         return nxt
     return h
+
+
+# gfx950's scaled 8-bit conversions (v_cvt_scalef32_pk_*: what Triton emits for every fp8 cast there,
+# with scale 1.0, and what MX quantization kernels use with a power-of-two scale). The scale
+# operand is an f32 of which only the exponent field E counts, a factor of 2^(E - 127) (LLVM's
+# description: "multiplying by the exponent part of scale"): narrowing divides by it, then rounds
+# as v_cvt_pk_fp8_f32 does (narrow(): nearest even, the overflow code, saturation with clamp);
+# widening multiplies by it. Third-party kernels fall back on exactly this (x * 2^(127 - E), then a
+# saturating cast) where the instruction is missing. The 16-bit result of a narrowing goes to the
+# half VDST op_sel[3] picks (the other half kept); a widening reads the word op_sel[0] picks.
+# The single-byte forms, the stochastic-rounding forms and fp4/fp6 stay unmodelled.
+def _scale_factor(bits) -> np.ndarray:
+    e = (np.asarray(bits, dtype=np.uint32) >> np.uint32(23)) & np.uint32(0xFF)
+    return np.exp2(e.astype(np.float64) - 127)
+
+
+def _sources16(raw, typ: str) -> tuple[np.ndarray, np.ndarray]:
+    """The two 16-bit floats (low, high) of packed 32-bit source words, as float64."""
+    bits = np.asarray(raw, dtype=np.uint32)
+    halves = (bits & np.uint32(0xFFFF), bits >> np.uint32(16))
+    if typ == "bf16":
+        return tuple((h << np.uint32(16)).view(np.float32).astype(np.float64) for h in halves)
+    return tuple(h.astype(np.uint16).view(np.float16).astype(np.float64) for h in halves)
+
+
+@builder("v_cvt_scalef32_pk_fp8_f32", "v_cvt_scalef32_pk_bf8_f32", "v_cvt_scalef32_pk_fp8_bf16",
+         "v_cvt_scalef32_pk_bf8_bf16", "v_cvt_scalef32_pk_fp8_f16", "v_cvt_scalef32_pk_bf8_f16")
+def _b_scaled_narrow(inst, ctx):
+    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    kind, flavour = _kind(inst.name.split("_pk_")[1]), _flavour(inst, ctx)
+    src_t = inst.name.rsplit("_", 1)[1]
+    if inst.fam != "VOP3" or inst.dpp is not None or f["omod"] or f["abs"] or f["neg"] or f["opsel"] & 7:
+        raise UnsupportedInstruction(f"{inst.raw_name} with DPP, omod, source modifiers or source op_sel")
+    if src_t == "f32":
+        a, b = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+        scale = vsrc(f["src2"], "u32", ctx, inst.lit)
+    else:
+        packed, scale = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+    saturate = bool(f["clamp"])
+    wr = vdst(f["vdst"], "u16", ctx, hi=bool(f["opsel"] & 8))
+
+    def h(w):
+        def lanes(read):
+            return np.broadcast_to(np.asarray(read(w), dtype=np.uint32), (W,))
+        if src_t == "f32":
+            x0, x1 = (lanes(v).view(np.float32).astype(np.float64) for v in (a, b))
+        else:
+            x0, x1 = _sources16(lanes(packed), src_t)
+        factor = _scale_factor(lanes(scale))
+        with np.errstate(over="ignore"):
+            lo = narrow((x0 / factor).astype(np.float32), kind, flavour, saturate).astype(np.uint16)
+            hi = narrow((x1 / factor).astype(np.float32), kind, flavour, saturate).astype(np.uint16)
+        wr(w, lo | (hi << np.uint16(8)))
+        return nxt
+    return h
+
+
+@builder("v_cvt_scalef32_pk_f32_fp8", "v_cvt_scalef32_pk_f32_bf8", "v_cvt_scalef32_pk_bf16_fp8",
+         "v_cvt_scalef32_pk_bf16_bf8", "v_cvt_scalef32_pk_f16_fp8", "v_cvt_scalef32_pk_f16_bf8")
+def _b_scaled_widen(inst, ctx):
+    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    out_t, src = inst.name.split("_pk_")[1].split("_")
+    kind, flavour = _kind(src), _flavour(inst, ctx)
+    if inst.fam != "VOP3" or inst.dpp is not None or f["clamp"] or f["omod"] or f["abs"] or f["neg"] \
+            or f["opsel"] & ~1:
+        raise UnsupportedInstruction(f"{inst.raw_name} with DPP, clamp, omod, source modifiers or op_sel")
+    raw, scale = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+    first = 2 * (f["opsel"] & 1)
+    d = f["vdst"]
+    writers = [vdst(d + i, "f32", ctx) for i in range(2)] if out_t == "f32" else [vdst(d, "u32", ctx)]
+
+    def h(w):
+        bits = np.broadcast_to(np.asarray(raw(w), dtype=np.uint32), (W,))
+        factor = _scale_factor(np.broadcast_to(np.asarray(scale(w), dtype=np.uint32), (W,)))
+        with np.errstate(over="ignore"):
+            vals = [widen((bits >> np.uint32(8 * (first + i))) & np.uint32(0xFF), kind, flavour).astype(np.float64)
+                    * factor for i in range(2)]
+        if out_t == "f32":
+            out = [v.astype(np.float32) for v in vals]
+            for wr, v in zip(writers, out, strict=True):
+                wr(w, v)
+        else:
+            halves = [(_bf16_bits(v) if out_t == "bf16" else v.astype(np.float16).view(np.uint16)).astype(np.uint32)
+                      for v in vals]
+            writers[0](w, halves[0] | (halves[1] << np.uint32(16)))
+        return nxt
+    return h
+
+
+def _bf16_bits(v: np.ndarray) -> np.ndarray:
+    """float64 -> bf16 bits, rounded to nearest even (NaNs kept quiet)."""
+    from tiledsl.backends.rocm.emulator.operands import bf16_bits
+
+    return bf16_bits(np.asarray(v, dtype=np.float32))
