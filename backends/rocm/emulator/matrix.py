@@ -174,7 +174,9 @@ def _b_mfma(inst, ctx):
         raise UnsupportedInstruction(f"{inst.name}: non-square MFMA variants are not modelled")
     f, nxt = inst.f, ctx.nxt
     if (f["cbsz"] or f["abid"]) and nblocks == 1:
-        if in_t != "f8f6f4":
+        # f8f6f4 takes CBSZ (and BLGP) as A's (B's) format; its ABID bits are 1 in a scaled pair
+        # (LLVM's encoding of the MFMA after a v_mfma_ld_scale_b32) and 0 otherwise.
+        if in_t != "f8f6f4" or f["abid"] != (1 if _scale_prefix(inst, ctx) else 0):
             raise UnsupportedInstruction(f"{inst.name} with cbsz/abid broadcast")
     flavour = ctx.image.arch.fp8_flavour or "ocp"
     if in_t in ("fp8_fp8", "fp8_bf8", "bf8_fp8", "bf8_bf8"):
