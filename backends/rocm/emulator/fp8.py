@@ -259,3 +259,105 @@ def _bf16_bits(v: np.ndarray) -> np.ndarray:
     from tiledsl.backends.rocm.emulator.operands import bf16_bits
 
     return bf16_bits(np.asarray(v, dtype=np.float32))
+
+
+@builder("v_cvt_scalef32_f32_fp8", "v_cvt_scalef32_f32_bf8")
+def _b_scaled_widen_byte(inst, ctx):
+    """One byte (op_sel[1:0] picks it) to f32, times the scale's exponent factor (CK's MX upcast)."""
+    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    kind, flavour = _kind(inst.name.rsplit("_", 1)[1]), _flavour(inst, ctx)
+    if inst.fam != "VOP3" or inst.dpp is not None or f["clamp"] or f["omod"] or f["abs"] or f["neg"] \
+            or f["opsel"] & ~3:
+        raise UnsupportedInstruction(f"{inst.raw_name} with DPP, clamp, omod, source modifiers or op_sel")
+    raw, scale = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+    shift, wr = np.uint32(8 * (f["opsel"] & 3)), vdst(f["vdst"], "f32", ctx)
+
+    def h(w):
+        bits = np.broadcast_to(np.asarray(raw(w), dtype=np.uint32), (W,))
+        factor = _scale_factor(np.broadcast_to(np.asarray(scale(w), dtype=np.uint32), (W,)))
+        with np.errstate(over="ignore"):
+            wr(w, (widen((bits >> shift) & np.uint32(0xFF), kind, flavour).astype(np.float64) * factor)
+               .astype(np.float32))
+        return nxt
+    return h
+
+
+# fp4 (OCP e2m1: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; no infinities or NaN).
+_FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def narrow_fp4(x: np.ndarray) -> np.ndarray:
+    """f32/f64 values -> e2m1 codes: nearest, ties to the even code, anything past 6 (infinities
+    too) saturating to +-6, as the OCP MX conversion defines. A NaN has no fp4 code and how the
+    hardware maps it is not documented: refused."""
+    x = np.asarray(x, dtype=np.float64)
+    if np.isnan(x).any():
+        raise UnsupportedInstruction("a NaN converted to fp4: the hardware's result is not documented")
+    a = np.minimum(np.abs(x), 6.0)
+    hi = np.clip(np.searchsorted(_FP4, a, side="left"), 1, 7)  # _FP4[hi - 1] < a <= _FP4[hi]
+    lo = hi - 1
+    code = np.where((_FP4[hi] - a < a - _FP4[lo]) | ((_FP4[hi] - a == a - _FP4[lo]) & (hi % 2 == 0)), hi, lo)
+    code = np.where(a == 0, 0, code)
+    return (code | np.where(np.signbit(x), 8, 0)).astype(np.uint8)
+
+
+@builder("v_cvt_scalef32_pk_fp4_f32", "v_cvt_scalef32_pk_fp4_f16", "v_cvt_scalef32_pk_fp4_bf16")
+def _b_scaled_narrow_fp4(inst, ctx):
+    """Two values (two f32 sources, or one packed 16-bit pair) divided by the scale's exponent
+    factor, to two e2m1 nibbles (the first low) in the byte of VDST that op_sel[3:2] picks."""
+    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    src_t = inst.name.rsplit("_", 1)[1]
+    if inst.fam != "VOP3" or inst.dpp is not None or f["clamp"] or f["omod"] or f["abs"] or f["neg"] \
+            or f["opsel"] & 3:
+        raise UnsupportedInstruction(f"{inst.raw_name} with DPP, clamp, omod, source modifiers or source op_sel")
+    if src_t == "f32":
+        a, b = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+        scale = vsrc(f["src2"], "u32", ctx, inst.lit)
+    else:
+        packed, scale = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+    shift = np.uint32(8 * (f["opsel"] >> 2 & 3))
+    d = f["vdst"]
+    old, wr = vsrc(256 + d, "u32", ctx, None), vdst(d, "u32", ctx)
+
+    def h(w):
+        def lanes(read):
+            return np.broadcast_to(np.asarray(read(w), dtype=np.uint32), (W,))
+        if src_t == "f32":
+            x0, x1 = (lanes(v).view(np.float32).astype(np.float64) for v in (a, b))
+        else:
+            x0, x1 = _sources16(lanes(packed), src_t)
+        factor = _scale_factor(lanes(scale))
+        byte = narrow_fp4(x0 / factor).astype(np.uint32) | narrow_fp4(x1 / factor).astype(np.uint32) << 4
+        wr(w, (lanes(old) & ~(np.uint32(0xFF) << shift)) | (byte << shift))
+        return nxt
+    return h
+
+
+@builder("v_cvt_scalef32_pk_f32_fp4", "v_cvt_scalef32_pk_f16_fp4", "v_cvt_scalef32_pk_bf16_fp4")
+def _b_scaled_widen_fp4(inst, ctx):
+    """The two e2m1 nibbles of the source byte op_sel[1:0] picks, times the scale's exponent factor:
+    two f32 (VDST, VDST + 1) or one packed 16-bit pair."""
+    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    out_t = inst.name.split("_pk_")[1].split("_")[0]
+    if inst.fam != "VOP3" or inst.dpp is not None or f["clamp"] or f["omod"] or f["abs"] or f["neg"] \
+            or f["opsel"] & ~3:
+        raise UnsupportedInstruction(f"{inst.raw_name} with DPP, clamp, omod, source modifiers or op_sel")
+    raw, scale = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+    shift, d = np.uint32(8 * (f["opsel"] & 3)), f["vdst"]
+    writers = [vdst(d + i, "f32", ctx) for i in range(2)] if out_t == "f32" else [vdst(d, "u32", ctx)]
+    table = np.concatenate([_FP4, -_FP4])
+
+    def h(w):
+        byte = (np.broadcast_to(np.asarray(raw(w), dtype=np.uint32), (W,)) >> shift) & np.uint32(0xFF)
+        factor = _scale_factor(np.broadcast_to(np.asarray(scale(w), dtype=np.uint32), (W,)))
+        with np.errstate(over="ignore"):
+            vals = [table[(byte >> np.uint32(4 * i)) & np.uint32(0xF)] * factor for i in range(2)]
+        if out_t == "f32":
+            for wr, v in zip(writers, vals, strict=True):
+                wr(w, v.astype(np.float32))
+        else:
+            halves = [(_bf16_bits(v) if out_t == "bf16" else v.astype(np.float16).view(np.uint16)).astype(np.uint32)
+                      for v in vals]
+            writers[0](w, halves[0] | (halves[1] << np.uint32(16)))
+        return nxt
+    return h
