@@ -190,30 +190,50 @@ def _sources16(raw, typ: str) -> tuple[np.ndarray, np.ndarray]:
     return tuple(h.astype(np.uint16).view(np.float16).astype(np.float64) for h in halves)
 
 
+def _narrowing_inputs(inst, ctx, src_t: str):
+    """w -> (first value, second value, scale factor), float64 per lane, of a scaled narrowing:
+    two f32 sources and the scale third, or one packed 16-bit pair and the scale second."""
+    f, W = inst.f, ctx.wave_size
+    if src_t == "f32":
+        reads = [vsrc(f[f"src{i}"], "u32", ctx, inst.lit) for i in range(3)]
+    else:
+        reads = [vsrc(f[f"src{i}"], "u32", ctx, inst.lit) for i in range(2)]
+
+    def inputs(w):
+        raw = [np.broadcast_to(np.asarray(r(w), dtype=np.uint32), (W,)) for r in reads]
+        if src_t == "f32":
+            x0, x1 = (v.view(np.float32).astype(np.float64) for v in raw[:2])
+        else:
+            x0, x1 = _sources16(raw[0], src_t)
+        return x0, x1, _scale_factor(raw[-1])
+    return inputs
+
+
+def _write_pair(writers, out_t: str, vals, w) -> None:
+    """Two widened values to VDST, VDST + 1 (f32) or packed into VDST (bf16/f16)."""
+    if out_t == "f32":
+        for wr, v in zip(writers, vals, strict=True):
+            wr(w, v.astype(np.float32))
+        return
+    halves = [(_bf16_bits(v) if out_t == "bf16" else v.astype(np.float16).view(np.uint16)).astype(np.uint32)
+              for v in vals]
+    writers[0](w, halves[0] | (halves[1] << np.uint32(16)))
+
+
 @builder("v_cvt_scalef32_pk_fp8_f32", "v_cvt_scalef32_pk_bf8_f32", "v_cvt_scalef32_pk_fp8_bf16",
          "v_cvt_scalef32_pk_bf8_bf16", "v_cvt_scalef32_pk_fp8_f16", "v_cvt_scalef32_pk_bf8_f16")
 def _b_scaled_narrow(inst, ctx):
-    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    f, nxt = inst.f, ctx.nxt
     kind, flavour = _kind(inst.name.split("_pk_")[1]), _flavour(inst, ctx)
     src_t = inst.name.rsplit("_", 1)[1]
     if inst.fam != "VOP3" or inst.dpp is not None or f["omod"] or f["abs"] or f["neg"] or f["opsel"] & 7:
         raise UnsupportedInstruction(f"{inst.raw_name} with DPP, omod, source modifiers or source op_sel")
-    if src_t == "f32":
-        a, b = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
-        scale = vsrc(f["src2"], "u32", ctx, inst.lit)
-    else:
-        packed, scale = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+    inputs = _narrowing_inputs(inst, ctx, src_t)
     saturate = bool(f["clamp"])
     wr = vdst(f["vdst"], "u16", ctx, hi=bool(f["opsel"] & 8))
 
     def h(w):
-        def lanes(read):
-            return np.broadcast_to(np.asarray(read(w), dtype=np.uint32), (W,))
-        if src_t == "f32":
-            x0, x1 = (lanes(v).view(np.float32).astype(np.float64) for v in (a, b))
-        else:
-            x0, x1 = _sources16(lanes(packed), src_t)
-        factor = _scale_factor(lanes(scale))
+        x0, x1, factor = inputs(w)
         with np.errstate(over="ignore"):
             lo = narrow((x0 / factor).astype(np.float32), kind, flavour, saturate).astype(np.uint16)
             hi = narrow((x1 / factor).astype(np.float32), kind, flavour, saturate).astype(np.uint16)
@@ -242,14 +262,7 @@ def _b_scaled_widen(inst, ctx):
         with np.errstate(over="ignore"):
             vals = [widen((bits >> np.uint32(8 * (first + i))) & np.uint32(0xFF), kind, flavour).astype(np.float64)
                     * factor for i in range(2)]
-        if out_t == "f32":
-            out = [v.astype(np.float32) for v in vals]
-            for wr, v in zip(writers, out, strict=True):
-                wr(w, v)
-        else:
-            halves = [(_bf16_bits(v) if out_t == "bf16" else v.astype(np.float16).view(np.uint16)).astype(np.uint32)
-                      for v in vals]
-            writers[0](w, halves[0] | (halves[1] << np.uint32(16)))
+            _write_pair(writers, out_t, vals, w)
         return nxt
     return h
 
@@ -310,25 +323,16 @@ def _b_scaled_narrow_fp4(inst, ctx):
     if inst.fam != "VOP3" or inst.dpp is not None or f["clamp"] or f["omod"] or f["abs"] or f["neg"] \
             or f["opsel"] & 3:
         raise UnsupportedInstruction(f"{inst.raw_name} with DPP, clamp, omod, source modifiers or source op_sel")
-    if src_t == "f32":
-        a, b = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
-        scale = vsrc(f["src2"], "u32", ctx, inst.lit)
-    else:
-        packed, scale = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
+    inputs = _narrowing_inputs(inst, ctx, src_t)
     shift = np.uint32(8 * (f["opsel"] >> 2 & 3))
     d = f["vdst"]
     old, wr = vsrc(256 + d, "u32", ctx, None), vdst(d, "u32", ctx)
 
     def h(w):
-        def lanes(read):
-            return np.broadcast_to(np.asarray(read(w), dtype=np.uint32), (W,))
-        if src_t == "f32":
-            x0, x1 = (lanes(v).view(np.float32).astype(np.float64) for v in (a, b))
-        else:
-            x0, x1 = _sources16(lanes(packed), src_t)
-        factor = _scale_factor(lanes(scale))
+        x0, x1, factor = inputs(w)
         byte = narrow_fp4(x0 / factor).astype(np.uint32) | narrow_fp4(x1 / factor).astype(np.uint32) << 4
-        wr(w, (lanes(old) & ~(np.uint32(0xFF) << shift)) | (byte << shift))
+        kept = np.broadcast_to(np.asarray(old(w), dtype=np.uint32), (W,)) & ~(np.uint32(0xFF) << shift)
+        wr(w, kept | (byte << shift))
         return nxt
     return h
 
@@ -352,12 +356,6 @@ def _b_scaled_widen_fp4(inst, ctx):
         factor = _scale_factor(np.broadcast_to(np.asarray(scale(w), dtype=np.uint32), (W,)))
         with np.errstate(over="ignore"):
             vals = [table[(byte >> np.uint32(4 * i)) & np.uint32(0xF)] * factor for i in range(2)]
-        if out_t == "f32":
-            for wr, v in zip(writers, vals, strict=True):
-                wr(w, v.astype(np.float32))
-        else:
-            halves = [(_bf16_bits(v) if out_t == "bf16" else v.astype(np.float16).view(np.uint16)).astype(np.uint32)
-                      for v in vals]
-            writers[0](w, halves[0] | (halves[1] << np.uint32(16)))
+            _write_pair(writers, out_t, vals, w)
         return nxt
     return h
