@@ -72,11 +72,7 @@ def _fast(a, b, c):
     bh, bl = _split(b)
     e = ((ah * bh - p) + ah * bl + al * bh) + al * bl  # a*b = p + e exactly
     s, t = _two_sum(c, p)  # c + p = s + t exactly
-    v, err = _two_sum(t, e)
-    # round to odd: an inexact sum whose last mantissa bit is even moves one step toward the error
-    even = (v.view(np.uint64) & np.uint64(1)) == 0
-    v = np.where((err != 0) & even, np.nextafter(v, np.where(err > 0, np.inf, -np.inf)), v)
-    r = s + v
+    r = s + sum_to_odd(t, e)
     # an exact cancellation of nonzero terms is +0 in round-to-nearest
     return np.where(r == 0, 0.0, r)
 
@@ -128,7 +124,8 @@ def sum_to_odd(p, c) -> np.ndarray:
     bit is even moves one step toward the part it lost. For a product p of two f32 (or f16)
     values, exact in float64, and an f32 (f16) c, rounding this once more to f32 (f16) is the
     correctly rounded fma -- where p + c rounded to nearest in float64 and then to f32 could land
-    on an f32 tie the exact sum is not on (a double rounding). Special values pass through."""
+    on an f32 tie the exact sum is not on (a double rounding). fma64's fast path rounds its low
+    parts the same way. Special values pass through."""
     p, c = np.asarray(p, np.float64), np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         s, err = _two_sum(p, c)
