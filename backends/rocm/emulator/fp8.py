@@ -27,9 +27,9 @@ import numpy as np
 
 from tiledsl.backends.rocm.emulator import crosslane
 from tiledsl.backends.rocm.emulator.executor import builder
-from tiledsl.backends.rocm.emulator.matrix import fp8_table
+from tiledsl.backends.rocm.emulator.matrix import MX_NARROW, fp8_table
 from tiledsl.backends.rocm.emulator.memory import UnsupportedInstruction
-from tiledsl.backends.rocm.emulator.operands import vdst, vsrc
+from tiledsl.backends.rocm.emulator.operands import bf16_bits, vdst, vsrc
 
 _SDWA_DWORD = 6
 
@@ -190,17 +190,19 @@ def _sources16(raw, typ: str) -> tuple[np.ndarray, np.ndarray]:
     return tuple(h.astype(np.uint16).view(np.float16).astype(np.float64) for h in halves)
 
 
+def _lane_words(read, w) -> np.ndarray:
+    """A source's 32-bit words, one per lane (a scalar source repeated)."""
+    return np.broadcast_to(np.asarray(read(w), dtype=np.uint32), (w.W,))
+
+
 def _narrowing_inputs(inst, ctx, src_t: str):
     """w -> (first value, second value, scale factor), float64 per lane, of a scaled narrowing:
     two f32 sources and the scale third, or one packed 16-bit pair and the scale second."""
-    f, W = inst.f, ctx.wave_size
-    if src_t == "f32":
-        reads = [vsrc(f[f"src{i}"], "u32", ctx, inst.lit) for i in range(3)]
-    else:
-        reads = [vsrc(f[f"src{i}"], "u32", ctx, inst.lit) for i in range(2)]
+    f = inst.f
+    reads = [vsrc(f[f"src{i}"], "u32", ctx, inst.lit) for i in range(3 if src_t == "f32" else 2)]
 
     def inputs(w):
-        raw = [np.broadcast_to(np.asarray(r(w), dtype=np.uint32), (W,)) for r in reads]
+        raw = [_lane_words(r, w) for r in reads]
         if src_t == "f32":
             x0, x1 = (v.view(np.float32).astype(np.float64) for v in raw[:2])
         else:
@@ -215,7 +217,7 @@ def _write_pair(writers, out_t: str, vals, w) -> None:
         for wr, v in zip(writers, vals, strict=True):
             wr(w, v.astype(np.float32))
         return
-    halves = [(_bf16_bits(v) if out_t == "bf16" else v.astype(np.float16).view(np.uint16)).astype(np.uint32)
+    halves = [(bf16_bits(v) if out_t == "bf16" else v.astype(np.float16).view(np.uint16)).astype(np.uint32)
               for v in vals]
     writers[0](w, halves[0] | (halves[1] << np.uint32(16)))
 
@@ -245,7 +247,7 @@ def _b_scaled_narrow(inst, ctx):
 @builder("v_cvt_scalef32_pk_f32_fp8", "v_cvt_scalef32_pk_f32_bf8", "v_cvt_scalef32_pk_bf16_fp8",
          "v_cvt_scalef32_pk_bf16_bf8", "v_cvt_scalef32_pk_f16_fp8", "v_cvt_scalef32_pk_f16_bf8")
 def _b_scaled_widen(inst, ctx):
-    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    f, nxt = inst.f, ctx.nxt
     out_t, src = inst.name.split("_pk_")[1].split("_")
     kind, flavour = _kind(src), _flavour(inst, ctx)
     if inst.fam != "VOP3" or inst.dpp is not None or f["clamp"] or f["omod"] or f["abs"] or f["neg"] \
@@ -257,8 +259,7 @@ def _b_scaled_widen(inst, ctx):
     writers = [vdst(d + i, "f32", ctx) for i in range(2)] if out_t == "f32" else [vdst(d, "u32", ctx)]
 
     def h(w):
-        bits = np.broadcast_to(np.asarray(raw(w), dtype=np.uint32), (W,))
-        factor = _scale_factor(np.broadcast_to(np.asarray(scale(w), dtype=np.uint32), (W,)))
+        bits, factor = _lane_words(raw, w), _scale_factor(_lane_words(scale, w))
         with np.errstate(over="ignore"):
             vals = [widen((bits >> np.uint32(8 * (first + i))) & np.uint32(0xFF), kind, flavour).astype(np.float64)
                     * factor for i in range(2)]
@@ -267,17 +268,10 @@ def _b_scaled_widen(inst, ctx):
     return h
 
 
-def _bf16_bits(v: np.ndarray) -> np.ndarray:
-    """float64 -> bf16 bits, rounded to nearest even (NaNs kept quiet)."""
-    from tiledsl.backends.rocm.emulator.operands import bf16_bits
-
-    return bf16_bits(np.asarray(v, dtype=np.float32))
-
-
 @builder("v_cvt_scalef32_f32_fp8", "v_cvt_scalef32_f32_bf8")
 def _b_scaled_widen_byte(inst, ctx):
     """One byte (op_sel[1:0] picks it) to f32, times the scale's exponent factor (CK's MX upcast)."""
-    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    f, nxt = inst.f, ctx.nxt
     kind, flavour = _kind(inst.name.rsplit("_", 1)[1]), _flavour(inst, ctx)
     if inst.fam != "VOP3" or inst.dpp is not None or f["clamp"] or f["omod"] or f["abs"] or f["neg"] \
             or f["opsel"] & ~3:
@@ -286,8 +280,7 @@ def _b_scaled_widen_byte(inst, ctx):
     shift, wr = np.uint32(8 * (f["opsel"] & 3)), vdst(f["vdst"], "f32", ctx)
 
     def h(w):
-        bits = np.broadcast_to(np.asarray(raw(w), dtype=np.uint32), (W,))
-        factor = _scale_factor(np.broadcast_to(np.asarray(scale(w), dtype=np.uint32), (W,)))
+        bits, factor = _lane_words(raw, w), _scale_factor(_lane_words(scale, w))
         with np.errstate(over="ignore"):
             wr(w, (widen((bits >> shift) & np.uint32(0xFF), kind, flavour).astype(np.float64) * factor)
                .astype(np.float32))
@@ -295,8 +288,9 @@ def _b_scaled_widen_byte(inst, ctx):
     return h
 
 
-# fp4 (OCP e2m1: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; no infinities or NaN).
-_FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+# fp4 (OCP e2m1: 0, 0.5, 1, 1.5, 2, 3, 4, 6, then the same negated; no infinities or NaN): the
+# values of its 16 codes, as the f8f6f4 MFMAs read them.
+_FP4 = MX_NARROW["fp4"][1]
 
 
 def narrow_fp4(x: np.ndarray) -> np.ndarray:
@@ -307,9 +301,10 @@ def narrow_fp4(x: np.ndarray) -> np.ndarray:
     if np.isnan(x).any():
         raise UnsupportedInstruction("a NaN converted to fp4: the hardware's result is not documented")
     a = np.minimum(np.abs(x), 6.0)
-    hi = np.clip(np.searchsorted(_FP4, a, side="left"), 1, 7)  # _FP4[hi - 1] < a <= _FP4[hi]
+    mags = _FP4[:8]  # the positive codes, in increasing order
+    hi = np.clip(np.searchsorted(mags, a, side="left"), 1, 7)  # mags[hi - 1] < a <= mags[hi]
     lo = hi - 1
-    code = np.where((_FP4[hi] - a < a - _FP4[lo]) | ((_FP4[hi] - a == a - _FP4[lo]) & (hi % 2 == 0)), hi, lo)
+    code = np.where((mags[hi] - a < a - mags[lo]) | ((mags[hi] - a == a - mags[lo]) & (hi % 2 == 0)), hi, lo)
     code = np.where(a == 0, 0, code)
     return (code | np.where(np.signbit(x), 8, 0)).astype(np.uint8)
 
@@ -318,7 +313,7 @@ def narrow_fp4(x: np.ndarray) -> np.ndarray:
 def _b_scaled_narrow_fp4(inst, ctx):
     """Two values (two f32 sources, or one packed 16-bit pair) divided by the scale's exponent
     factor, to two e2m1 nibbles (the first low) in the byte of VDST that op_sel[3:2] picks."""
-    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    f, nxt = inst.f, ctx.nxt
     src_t = inst.name.rsplit("_", 1)[1]
     if inst.fam != "VOP3" or inst.dpp is not None or f["clamp"] or f["omod"] or f["abs"] or f["neg"] \
             or f["opsel"] & 3:
@@ -331,7 +326,7 @@ def _b_scaled_narrow_fp4(inst, ctx):
     def h(w):
         x0, x1, factor = inputs(w)
         byte = narrow_fp4(x0 / factor).astype(np.uint32) | narrow_fp4(x1 / factor).astype(np.uint32) << 4
-        kept = np.broadcast_to(np.asarray(old(w), dtype=np.uint32), (W,)) & ~(np.uint32(0xFF) << shift)
+        kept = _lane_words(old, w) & ~(np.uint32(0xFF) << shift)
         wr(w, kept | (byte << shift))
         return nxt
     return h
@@ -341,7 +336,7 @@ def _b_scaled_narrow_fp4(inst, ctx):
 def _b_scaled_widen_fp4(inst, ctx):
     """The two e2m1 nibbles of the source byte op_sel[1:0] picks, times the scale's exponent factor:
     two f32 (VDST, VDST + 1) or one packed 16-bit pair."""
-    f, nxt, W = inst.f, ctx.nxt, ctx.wave_size
+    f, nxt = inst.f, ctx.nxt
     out_t = inst.name.split("_pk_")[1].split("_")[0]
     if inst.fam != "VOP3" or inst.dpp is not None or f["clamp"] or f["omod"] or f["abs"] or f["neg"] \
             or f["opsel"] & ~3:
@@ -349,13 +344,12 @@ def _b_scaled_widen_fp4(inst, ctx):
     raw, scale = vsrc(f["src0"], "u32", ctx, inst.lit), vsrc(f["src1"], "u32", ctx, inst.lit)
     shift, d = np.uint32(8 * (f["opsel"] & 3)), f["vdst"]
     writers = [vdst(d + i, "f32", ctx) for i in range(2)] if out_t == "f32" else [vdst(d, "u32", ctx)]
-    table = np.concatenate([_FP4, -_FP4])
 
     def h(w):
-        byte = (np.broadcast_to(np.asarray(raw(w), dtype=np.uint32), (W,)) >> shift) & np.uint32(0xFF)
-        factor = _scale_factor(np.broadcast_to(np.asarray(scale(w), dtype=np.uint32), (W,)))
+        byte = (_lane_words(raw, w) >> shift) & np.uint32(0xFF)
+        factor = _scale_factor(_lane_words(scale, w))
         with np.errstate(over="ignore"):
-            vals = [table[(byte >> np.uint32(4 * i)) & np.uint32(0xF)] * factor for i in range(2)]
+            vals = [_FP4[(byte >> np.uint32(4 * i)) & np.uint32(0xF)] * factor for i in range(2)]
             _write_pair(writers, out_t, vals, w)
         return nxt
     return h

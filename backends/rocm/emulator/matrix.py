@@ -71,10 +71,10 @@ def _elements(raw: np.ndarray, typ: str, flavour: str, signed: bool = True) -> n
         return (lanes_major.view(np.int8) if signed else lanes_major.view(np.uint8)).astype(np.int64)
     if typ in ("fp8", "bf8"):
         return fp8_table(typ, flavour)[lanes_major.view(np.uint8)].astype(np.float64)
-    if typ in _MX_NARROW:
+    if typ in MX_NARROW:
         # gfx950's f8f6f4 operands: 32 elements of `bits` bits packed back to back (element j at
         # bits bits*j of the lane's registers taken as one little-endian integer).
-        bits, table = _MX_NARROW[typ]
+        bits, table = MX_NARROW[typ]
         stream = np.unpackbits(lanes_major.view(np.uint8), axis=1, bitorder="little")
         n = stream.shape[1] // bits
         codes = stream[:, :n * bits].reshape(-1, n, bits) @ (1 << np.arange(bits))
@@ -94,7 +94,7 @@ def _mx_table(exp_bits: int, mant_bits: int) -> np.ndarray:
     return sign * mag
 
 
-_MX_NARROW = {"fp4": (4, _mx_table(2, 1)), "fp6": (6, _mx_table(2, 3)), "bf6": (6, _mx_table(3, 2))}
+MX_NARROW = {"fp4": (4, _mx_table(2, 1)), "fp6": (6, _mx_table(2, 3)), "bf6": (6, _mx_table(3, 2))}
 # f8f6f4 MFMAs: CBSZ (A) / BLGP (B) -> (element type, VGPRs of 32 elements, K values a lane holds
 # in a row before the next lane group takes over). fp4: a lane's 32 values are one run of K; fp8:
 # two runs of 16, the lane groups taking turns (lane group g holds runs g, g + 64 / M, ...). Both
