@@ -173,10 +173,11 @@ def _b_mfma(inst, ctx):
     if M != N or (M not in (16, 32) if nblocks == 1 else M * nblocks != 64):
         raise UnsupportedInstruction(f"{inst.name}: non-square MFMA variants are not modelled")
     f, nxt = inst.f, ctx.nxt
+    scales = _scale_prefix(inst, ctx) if in_t == "f8f6f4" else None
     if (f["cbsz"] or f["abid"]) and nblocks == 1:
         # f8f6f4 takes CBSZ (and BLGP) as A's (B's) format; its ABID bits are 1 in a scaled pair
         # (LLVM's encoding of the MFMA after a v_mfma_ld_scale_b32) and 0 otherwise.
-        if in_t != "f8f6f4" or f["abid"] != (1 if _scale_prefix(inst, ctx) else 0):
+        if in_t != "f8f6f4" or f["abid"] != (1 if scales else 0):
             raise UnsupportedInstruction(f"{inst.name} with cbsz/abid broadcast")
     flavour = ctx.image.arch.fp8_flavour or "ocp"
     if in_t in ("fp8_fp8", "fp8_bf8", "bf8_fp8", "bf8_bf8"):
@@ -195,18 +196,16 @@ def _b_mfma(inst, ctx):
     a_lane, a_elem, d_lane, d_elem = mfma_layout(M, N, K)
     na, nb = inst.widths.get("s0", 1), inst.widths.get("s1", 1)
     kpl = K // (64 // M)
-    if in_t == "f8f6f4":  # the formats set how many of the operand's 8 VGPRs it reads
-        na, nb = _F8F6F4[f["cbsz"]][1], _F8F6F4[f["blgp"]][1]
-    else:
-        na = max(na, kpl * _ELEM_BITS[ta] // 32)
-        nb = max(nb, kpl * _ELEM_BITS[tb] // 32)
-    scales = _scale_prefix(inst, ctx) if in_t == "f8f6f4" else None
     # Where each operand's (row, k) sits; an E8M0 scale covers 32 values of K, read from the lane
     # that holds the 32-value run (fp4's layout) whichever lanes hold them.
     a_at = b_at = (a_lane, a_elem)
-    if in_t == "f8f6f4":
-        a_at, b_at = _f8f6f4_layout(M, K, _F8F6F4[f["cbsz"]][2]), _f8f6f4_layout(M, K, _F8F6F4[f["blgp"]][2])
-    scale_lane = _f8f6f4_layout(M, K, 32)[0]
+    if in_t == "f8f6f4":  # the formats set how many of the operand's 8 VGPRs it reads, and where
+        (_, na, run_a), (_, nb, run_b) = _F8F6F4[f["cbsz"]], _F8F6F4[f["blgp"]]
+        a_at, b_at = _f8f6f4_layout(M, K, run_a), _f8f6f4_layout(M, K, run_b)
+    else:
+        na = max(na, kpl * _ELEM_BITS[ta] // 32)
+        nb = max(nb, kpl * _ELEM_BITS[tb] // 32)
+    scale_lane = _f8f6f4_layout(M, K, 32)[0] if scales else None
     out_per = 2 if out_t == "f64" else 1
     nd = M * N // 64 * out_per
     acc_a, acc_b = f["acc"] & 1, f["acc"] >> 1 & 1
