@@ -494,6 +494,8 @@ def test_scaled_mfma(opsel_a, opsel_b):
     want = a_s @ b_s.T  # D[i][j]: lane j + 16 * (i // 4), register i % 4
     d = np.array([[got[j + 16 * (i // 4), i % 4] for j in range(N)] for i in range(M)])
     np.testing.assert_allclose(d, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+    bound = 1e-6 * (np.abs(a_s) @ np.abs(b_s).T)  # and f32 accumulation's, element by element
+    assert (np.abs(d - want) <= bound).all(), np.abs(d - want).max()
 
 
 def test_scale_prefix_alone_is_refused():

@@ -245,15 +245,27 @@ def check_math_f32(arch, case):
     y = (np.sign(rng.standard_normal(1000)) * (0.5 + np.abs(rng.standard_normal(1000)))).astype(F32)
     out = run_case(arch, case, {"X": x, "Y": y, "Out": np.zeros((len(MATH_F32), 1000), F32)})["Out"]
     x64, y64 = x.astype(np.float64), y.astype(np.float64)
-    for k, (fn, ulps, atol) in enumerate(MATH_F32):
-        want = fn(x64, y64)
+    _assert_rows(out, [(fn(x64, y64), ulps, atol) for fn, ulps, atol in MATH_F32], F32, x)
+
+
+def _assert_rows(out, rows, dtype, x) -> None:
+    """Row k of `out` (values of `dtype`) against rows[k] = (reference in f64, ulps, atol): equal to
+    the reference rounded to `dtype` where ulps and atol are 0, else within ulps units in the last
+    place of the result plus atol (an infinity must be matched exactly). x: the inputs, for the
+    message."""
+    for k, (want, ulps, atol) in enumerate(rows):
+        want = np.asarray(want, np.float64)
         if ulps == 0 and atol == 0:
-            np.testing.assert_array_equal(out[k], want.astype(F32), err_msg=f"row {k}")
+            np.testing.assert_array_equal(out[k], want.astype(dtype), err_msg=f"row {k}")
             continue
-        err = np.abs(out[k] - want)
-        allowed = ulps * np.spacing(np.abs(want).astype(F32)).astype(np.float64) + atol
-        assert (err <= allowed).all(), f"row {k}: {np.count_nonzero(err > allowed)} values off, worst " \
-            f"{out[k][np.argmax(err / allowed)]} for {want[np.argmax(err / allowed)]}"
+        finite = np.isfinite(want)
+        with np.errstate(invalid="ignore"):
+            err = np.where(out[k] == want, 0.0, np.abs(out[k] - want))
+        allowed = np.where(finite, ulps * np.spacing(np.abs(np.where(finite, want, 0)).astype(dtype))
+                           .astype(np.float64) + atol, 0)
+        off = np.nonzero(~(err <= allowed))[0]
+        assert len(off) == 0, f"row {k}: {len(off)} values off, e.g. {out[k][off[0]]!r} for {want[off[0]]!r} " \
+            f"(x = {x[off[0]]!r})"
 
 
 def check_math_f64(arch, case):
@@ -273,14 +285,7 @@ def check_math_f64(arch, case):
             ([(abs(a) + 0.5) ** b for a, b in zip(x, y, strict=True)], 2),
             ([float(Fraction(a) * Fraction(b) + Fraction(1, 4)) for a, b in zip(x, y, strict=True)], 0),
             (np.floor(x * 3.7), 0), (x * y - x, 0)]
-    for k, (want, ulps) in enumerate(rows):
-        want = np.asarray(want, np.float64)
-        with np.errstate(invalid="ignore"):
-            err = np.where(out[k] == want, 0.0, np.abs(out[k] - want))  # infinities and zeros: equal
-        allowed = np.where(np.isfinite(want), ulps * np.spacing(np.abs(np.where(np.isfinite(want), want, 0))), 0)
-        off = np.nonzero(~(err <= allowed))[0]
-        assert len(off) == 0, f"row {k}: {len(off)} values off, e.g. {out[k][off[0]]!r} for {want[off[0]]!r} " \
-            f"(x = {x[off[0]]!r}, y = {y[off[0]]!r})"
+    _assert_rows(out, [(want, ulps, 0) for want, ulps in rows], np.float64, x)
 
 
 def check_math_16bit(arch, case):
@@ -441,15 +446,7 @@ def check_math_special(arch, case):
             (np.fmod((x * F32(7)).astype(np.float64), ys), 0, 0), (np.nextafter(x, y), 0, 0),
             (np.frexp(xs)[1] - 1, 0, 0), (np.rint(x * F32(3)), 0, 0), (np.copysign(x, y), 0, 0),
             (np.log10(f32(np.abs(x) + F32(0.01))), 4, 2e-7), (np.exp2(xs), 2, 0)]
-    for k, (want, ulps, atol) in enumerate(rows):
-        want = np.asarray(want, np.float64)
-        if ulps == 0 and atol == 0:
-            np.testing.assert_array_equal(out[k], want.astype(F32), err_msg=f"row {k}")
-            continue
-        err = np.abs(out[k] - want)
-        allowed = ulps * np.spacing(np.abs(want).astype(F32)).astype(np.float64) + atol
-        off = np.nonzero(~(err <= allowed))[0]
-        assert len(off) == 0, f"row {k}: {len(off)} off, e.g. {out[k][off[0]]!r} for {want[off[0]]!r} (x={x[off[0]]})"
+    _assert_rows(out, rows, F32, x)
 
 
 def check_dot_f16_acc(arch, case):
