@@ -175,7 +175,8 @@ def _b_widen(inst, ctx):
 # widening multiplies by it. Third-party kernels fall back on exactly this (x * 2^(127 - E), then a
 # saturating cast) where the instruction is missing. The 16-bit result of a narrowing goes to the
 # half VDST op_sel[3] picks (the other half kept); a widening reads the word op_sel[0] picks.
-# The single-byte forms, the stochastic-rounding forms and fp4/fp6 stay unmodelled.
+# The fp4 and single-byte f32 forms follow below; the stochastic-rounding, f16-destination byte
+# and fp6 forms stay unmodelled.
 def _scale_factor(bits) -> np.ndarray:
     e = (np.asarray(bits, dtype=np.uint32) >> np.uint32(23)) & np.uint32(0xFF)
     return np.exp2(e.astype(np.float64) - 127)
