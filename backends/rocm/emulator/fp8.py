@@ -1,5 +1,6 @@
 """The 8-bit float conversions: v_cvt_pk_{fp8,bf8}_f32 (two f32 -> one packed 16-bit half),
-v_cvt_f32_{fp8,bf8} (one byte -> f32) and v_cvt_pk_f32_{fp8,bf8} (two bytes -> two f32).
+v_cvt_f32_{fp8,bf8} (one byte -> f32) and v_cvt_pk_f32_{fp8,bf8} (two bytes -> two f32); at the end,
+gfx950's scaled fp8/bf8/fp4 conversions (v_cvt_scalef32_*).
 
 The format is the arch's flavour (arch table `fp8_flavour`): "fnuz" on gfx942 (e4m3 bias 8,
 e5m2 bias 16, a single NaN 0x80, no infinities, no -0) and "ocp" on gfx950/gfx1201 (e4m3fn:
