@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
@@ -482,6 +485,58 @@ def test_constant_shifts_drop_the_bits_past_31_as_at_run_time():
     err = error_of(src % "(1 << 30) * 2")
     assert_error(err, "t.tile:2:38", "constant expression 1073741824 * 2 = 2147483648 overflows i32",
                  "store(o[arange(0, 4)], full([4], (1 << 30) * 2, i32));")
+
+
+def _folded_f32(expr: str) -> float:
+    """The f32 constant `expr` folds to, as a weak literal (it takes an f16 tile's dtype)."""
+    src = kernel(f"    let v = load(x[0, arange(0, 64)]) * {expr};")
+    t = let_types(bind_src(src).kernel)
+    assert t["v"] == ast.TileType((64,), "f16"), expr  # weak, like a literal (not an f32 that needs a cast)
+    let = next(s for s in bind_src(src).kernel.body if isinstance(s, ast.Let) and s.name == "v")
+    assert isinstance(let.value.rhs, ast.Const), expr
+    return let.value.rhs.value
+
+
+def test_math_builtins_of_constants_fold_to_f32_literals():
+    """exp2(-11.0) and the like fold like `BLOCK_M * 2` does: the exact value rounded to f32 (from
+    the argument taken to f32 first), IEEE's results at the edges, NaN outside the domain."""
+    f32 = lambda v: float(np.float32(v))  # noqa: E731
+    cases = {"exp2(-11.0)": 2.0 ** -11, "log2(8)": 3.0, "exp(1.0)": f32(math.e), "log(2.0)": f32(math.log(2)),
+             "sqrt(2.0)": f32(math.sqrt(2)), "rsqrt(4.0)": 0.5, "rcp(3.0)": f32(1 / 3), "abs(-3)": 3.0,
+             "tanh(0.5)": f32(math.tanh(0.5)), "tanh(0.5, approx=true)": f32(math.tanh(0.5)),
+             "log2(1.0 + exp2(-11.0))": f32(math.log2(f32(1 + 2.0 ** -11))), "exp2(0.1)": f32(2 ** f32(0.1)),
+             "log2(0.0)": -math.inf, "log(-0.0)": -math.inf, "rcp(-0.0)": -math.inf, "rsqrt(0.0)": math.inf,
+             "exp(1000.0)": math.inf, "exp2(200.0)": math.inf, "exp2(-200.0)": 0.0, "exp2(-inf)": 0.0}
+    for expr, want in cases.items():
+        assert _folded_f32(expr) == want, expr
+    for expr in ("log2(-1.0)", "sqrt(-1.0)", "log(-inf)", "exp2(nan)"):
+        assert math.isnan(_folded_f32(expr)), expr
+    assert math.copysign(1, _folded_f32("sqrt(-0.0)")) == -1
+
+
+def test_where_of_constants_folds_and_feeds_a_fold():
+    """where(C, a, b) with a compile-time C and constant a, b is a constant, so a float builtin of
+    it folds too; with a tile operand it stays a where (its result is a tile)."""
+    src = "kernel k[F: bool = true](o: tensor[f32](64)) grid(1) {\n    store(o[arange(0, 64)], %s);\n}\n"
+    for flag, want in ((True, "arith.constant 3.000000e+00 : f32"), (False, "arith.constant 1.000000e+00 : f32")):
+        mlir = emit_tile_mlir(bind_src(src % "full([64], log2(where(F, 8.0, 2.0)), f32)", {"F": flag}),
+                              get_arch("gfx942"), CompileOptions(arch="gfx942"))
+        assert want in mlir and "math.log2" not in mlir, flag
+    store = bind_src(src % "where(F, cast(arange(0, 64), f32), 2.0)").kernel.body[0].expr
+    assert store.args[1].func == "where" and store.args[1].type == ast.TileType((64,), "f32")
+
+
+def test_math_builtin_of_a_constant_let_folds_in_the_emitter():
+    """`let lift = 1.0 + exp2(-11.0);` is a typed f32 constant: log2(lift) and rcp(lift) are emitted as
+    constants (fmha_fwd.tile's P lift), not as instructions on a constant."""
+    src = ("kernel k(o: tensor[f32](64), s: f32) grid(1) {\n    let lift = 1.0 + exp2(-11.0);\n"
+           "    store(o[arange(0, 64)], full([64], s - log2(lift), f32) * rcp(lift) + exp2(s));\n}\n")
+    mlir = emit_tile_mlir(bind_src(src), get_arch("gfx942"), CompileOptions(arch="gfx942"))
+    lift = np.float32(1 + 2.0 ** -11)
+    constants = {np.float32(c) for c in re.findall(r"arith.constant ([-+.\dEe]+) : f32", mlir)}
+    assert {np.float32(math.log2(lift)), np.float32(1 / np.float64(lift))} <= constants, constants
+    assert "math.log2" not in mlir and "tile.rcp" not in mlir
+    assert "math.exp2" in mlir  # of the argument s: not a constant
 
 
 def test_a_dot_no_instruction_tiles_says_what_would():

@@ -280,8 +280,23 @@ class _Emitter:
         if isinstance(e, A.Index):
             return self.index(e)
         if isinstance(e, A.Call):
-            return getattr(self, f"call_{e.func}")(e)
+            folded = self._folded_math(e)
+            return folded if folded is not None else getattr(self, f"call_{e.func}")(e)
         raise SourceError(f"internal: no emitter for {type(e).__name__}", e.loc, self.kernel.source)
+
+    def _folded_math(self, e: A.Call) -> ir.Value | None:
+        """A float builtin of a name bound to a constant (`let lift = 1.0 + exp2(-11.0);` then
+        `log2(lift)`) is a constant too; the checker folded those of literal arguments already
+        (A.fold_math)."""
+        if e.func not in A.MATH_FOLDS or not isinstance(e.type, A.ScalarType) or not isinstance(e.args[0], A.Name):
+            return None
+        v = self.expr(e.args[0])
+        if not (isinstance(v, ir.OpResult) and isinstance(v.type, ir.F32Type)):
+            return None
+        op = v.owner.operation
+        if op.name != "arith.constant":
+            return None
+        return self.constant(A.fold_math(e.func, ir.FloatAttr(op.attributes["value"]).value), "f32")
 
     def to_type(self, v: object, t: A.Type | None) -> ir.Value:
         """Splat a scalar or broadcast a tile (size-1 axes) to the tile type `t`."""

@@ -7,8 +7,11 @@ folded away, and every `Expr.type` is set. The MLIR emitter only ever sees bound
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
+
+import numpy as np
 
 from tiledsl.errors import SourceLocation
 
@@ -189,6 +192,38 @@ BUILTINS: dict[str, str] = {
     "store": "store(access, value, mask=None)",
     "atomic_add": "atomic_add(access, value, mask=None)",
 }
+
+# The float builtins of one argument that a constant argument folds: the exact result, computed in
+# double precision from the f32 argument, rounded to f32. The run-time instructions of some are
+# approximations (exp2, log2 and rsqrt within an ulp or so, tanh's approx form more), so a constant
+# is at least as accurate folded as computed.
+MATH_FOLDS: dict[str, Callable[[float], float]] = {
+    "exp2": lambda x: 2.0 ** x, "log2": math.log2, "exp": math.exp, "log": math.log, "sqrt": math.sqrt,
+    "abs": abs, "rcp": lambda x: 1.0 / x, "rsqrt": lambda x: 1.0 / math.sqrt(x), "tanh": math.tanh,
+}
+
+
+def fold_math(func: str, x: float) -> float:
+    """MATH_FOLDS[func] of x as the f32 value the kernel computes with: x taken to f32 first, the
+    result rounded to f32, with the IEEE results at the edges (log2(0) = -inf, sqrt(-1) = NaN,
+    rcp(0) = inf, exp2(200) = inf), as at run time."""
+    x = float(np.float32(x))
+    try:
+        r = MATH_FOLDS[func](x)
+    except OverflowError:  # exp and 2.0 ** x past double's range
+        r = math.inf
+    except (ValueError, ZeroDivisionError):  # outside the domain, or a pole
+        r = _edge(func, x)
+    with np.errstate(over="ignore"):
+        return float(np.float32(r))
+
+
+def _edge(func: str, x: float) -> float:
+    if x == 0 and func in ("log2", "log"):
+        return -math.inf
+    if x == 0 and func in ("rcp", "rsqrt"):
+        return math.copysign(math.inf, x)
+    return math.nan
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from tiledsl.errors import SourceError, SourceLocation
 from tiledsl.lang.ast import (
     BUILTINS,
     DTYPE_ALIASES,
+    MATH_FOLDS,
     DTYPE_BYTES,
     DTYPES,
     Arg,
@@ -56,6 +57,7 @@ from tiledsl.lang.ast import (
     TensorType,
     TileType,
     UnaryOp,
+    fold_math,
     walk,
 )
 from tiledsl.lang.typer import CMP_OPS, I32_MAX, I32_MIN, Typer
@@ -342,6 +344,36 @@ def _fold_cdiv(source: str, e: Call) -> Expr:
     return Const(e.loc, r)
 
 
+def _fold_math(e: Call) -> Expr:
+    """A float builtin of one constant number (`exp2(-11.0)`, `tanh(0.5, approx=true)`): folded to
+    its f32 value; anything else (a bool, a keyword that is not a constant `approx`) is left for
+    the type checker."""
+    if e.func not in MATH_FOLDS or len(e.args) != 1 or not isinstance(e.args[0], Const):
+        return e
+    x = e.args[0].value
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return e
+    if any(kw.name != "approx" or not isinstance(kw.value, Const) or not isinstance(kw.value.value, bool)
+           for kw in e.kwargs) or (e.kwargs and e.func != "tanh"):
+        return e
+    return Const(e.loc, fold_math(e.func, x))
+
+
+def _fold_where(e: Call) -> Expr:
+    """`where(C, a, b)` of a compile-time C and two constant numbers of one kind: a or b (with a
+    tile operand the result is a tile, so only constants fold)."""
+    if e.func != "where" or len(e.args) != 3 or e.kwargs or not all(isinstance(a, Const) for a in e.args):
+        return e
+    cond, a, b = (x.value for x in e.args)  # type: ignore[attr-defined]
+    if not isinstance(cond, bool) or type(a) is not type(b) or isinstance(a, bool):
+        return e
+    return Const(e.loc, a if cond else b)
+
+
+def _fold_call(source: str, e: Call) -> Expr:
+    return _fold_math(e) if e.func in MATH_FOLDS else _fold_where(e) if e.func == "where" else _fold_cdiv(source, e)
+
+
 def substitute_constexprs(kernel: Kernel, values: dict[str, ConstexprValue]) -> None:
     """Replace constexpr names by their values in place, and fold constant sub-expressions."""
     params = {p.name: p for p in kernel.constexprs}
@@ -398,7 +430,7 @@ def substitute_constexprs(kernel: Kernel, values: dict[str, ConstexprValue]) -> 
             e.args = [sub(a) for a in e.args]
             for kw in e.kwargs:
                 kw.value = sub(kw.value)
-            return _fold_cdiv(src, e)
+            return _fold_call(src, e)
         elif isinstance(e, ListExpr):
             e.items = [sub(i) for i in e.items]
         return e
