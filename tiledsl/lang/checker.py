@@ -31,9 +31,9 @@ from tiledsl.errors import SourceError, SourceLocation
 from tiledsl.lang.ast import (
     BUILTINS,
     DTYPE_ALIASES,
-    MATH_FOLDS,
     DTYPE_BYTES,
     DTYPES,
+    MATH_FOLDS,
     Arg,
     Assign,
     BinOp,
