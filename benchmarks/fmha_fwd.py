@@ -25,10 +25,13 @@ Peers beyond Triton's tutorial kernel (benchmark-only, each optional: its row sa
 it when it is missing): aiter's Triton MHA forward (benchmarks/aiter_fa.py, `pip install
 amd-aiter==0.1.7.post2.dev18 --no-deps`), compiled from aiter's own dispatcher and per-arch config
 (aiter ships configs for gfx942 and gfx950 only; the other archs' rows say so), run on the
-emulator and checked like the others; FlyDSL's flash-attention forward (benchmarks/flydsl_fa.py,
-`pip install flydsl==0.5.0 --no-deps` plus FLYDSL_KERNELS=<a FlyDSL checkout>, since its wheel
-ships no kernels), built by FlyDSL's own tile rule, on gfx942 (its gfx950 path for this shape is
-another kernel, not wired; it has none for the other archs).
+emulator and checked like the others; flash-attention's AMD Triton backend as the same aiter package
+ships it (benchmarks/fa_amd.py, row fa-amd), the one peer its authors tuned for RDNA too, compiled
+from its own interface over its authors' default configs for the arch (the fastest kept);
+FlyDSL's flash-attention forward (benchmarks/flydsl_fa.py, `pip install flydsl==0.5.0 --no-deps`
+plus FLYDSL_KERNELS=<a FlyDSL checkout>, since its wheel ships no kernels), built by FlyDSL's own
+tile rule, on gfx942 (its gfx950 path for this shape is another kernel, not wired; it has none for
+the other archs).
 Usage: python benchmarks/fmha_fwd.py [--arch A ...] [--hdim 64 128] [--dtype f16 bf16] [--no-emulate] [-j N]
 """
 
@@ -166,21 +169,26 @@ def theirs(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool,
 def peers(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict[str, dict]:
     """The other peers' rows by name (see the module docstring)."""
     import aiter_fa
+    import fa_amd
     import flydsl_fa
 
     qkv = problem(dtype, hdim)
     a = get_arch(arch)
     return {"aiter": aiter_fa.fwd_row(a, qkv, causal, emulate, pairs(causal),
                                       lambda out: check(out, qkv, causal, dtype)),
+            "fa-amd": fa_amd.fwd_row(a, qkv, causal, emulate, pairs(causal),
+                                     lambda out: check(out, qkv, causal, dtype)),
             "flydsl": flydsl_fa.fwd_row(a, dtype, qkv, causal, emulate, pairs(causal),
                                         lambda out: check(out, qkv, causal, dtype))}
 
 
 def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -> dict[str, dict[str, float | str]]:
     """Modeled TFLOP/s at MODEL_B x MODEL_S x MODEL_H of ours and of each peer (Triton: its best
-    config of the small problem, compiled again for this shape), by the emulator's timing model:
+    config of the small problem, compiled again for this shape; fa-amd: the fastest of its configs),
+    by the emulator's timing model:
     {"tflops": {kernel: figure}, "ceiling": {kernel: the ceiling of its instruction mix}}."""
     import aiter_fa
+    import fa_amd
     import flydsl_fa
     from triton_fa import compile_triton
     from triton_fa import launch as triton_launch
@@ -212,6 +220,9 @@ def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -
     if flydsl_fa.missing() is None and arch == "gfx942":
         runs["flydsl"] = lambda dev: flydsl_fa.run(dev, flydsl_fa.compile_fwd(a, dtype, shape, causal), *data)
     figures = {who: model_with_ceiling(a, flops, run) for who, run in runs.items()}
+    tuned = [model_with_ceiling(a, flops, run) for run in fa_amd.model_runs(a, data, causal).values()]
+    if tuned:  # the fastest config; a string (why not modeled) only when none was
+        figures["fa-amd"] = max(tuned, key=lambda f: (isinstance(f[0], float), f[0] if isinstance(f[0], float) else 0))
     return {"tflops": {who: f[0] for who, f in figures.items()}, "ceiling": {who: f[1] for who, f in figures.items()}}
 
 
