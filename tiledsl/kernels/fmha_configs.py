@@ -332,12 +332,18 @@ ILP = "iterative-ilp"
 # Then the row sums as trees of adds (tree_sums), which gfx12 pairs in dual-issue instructions,
 # taken on gfx1201: hdim 64 150.1 -> 152.9, causal (MASKED row) 143.7 -> 149.4, hdim 128 153.3 ->
 # 159.3 with causal 153.6 -> 152.7. Not taken: gfx1100 hdim 64 94.0 -> 93.2.
+# Session 58, against flash-attention's AMD Triton backend (benchmarks/fa_amd.py, 580.2 at gfx942
+# hdim 128 full): p_toward_zero taken on gfx942 hdim 128, 678.1 -> 684.1, causal (MASKED row)
+# 481.1 -> 487.5. Not taken: gfx950 hdim 128 1355.2 -> 1342.6, gfx90a hdim 128 149.3 -> 148.8.
+# gfx942 hdim 128 with it, each tried and not taken: tree_sums 684.1 (the same code), loop_arena
+# 684.1, max-ilp 677.5 (without it), iterative-ilp 673.5, max-memory-clause 652.2, overlap 538.6,
+# without the lazy rescale 671.3, without masked keys 676.2, 128x32 562.5.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
     "gfx942": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, mask_keys=True, overlap=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, interleave=True, lazy_rescale=True,
-                       mask_keys=True),
+                       mask_keys=True, p_toward_zero=True),
                256: _c(64, 32, 4, 2)},
     "gfx950": {32: _c(128, 64, 4, 2),
                64: _c(128, 64, 4, 2, reuse=True, interleave=True, lazy_rescale=True, overlap=True),
@@ -401,7 +407,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {64: _c(128, 32, 4, 2, 2, reuse=True, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True)},
     "gfx942": {64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
-               128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, lazy_rescale=True, mask_keys=True)},
+               128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, lazy_rescale=True, mask_keys=True,
+                       p_toward_zero=True)},
     # hdim 128: CONFIGS' row without interleave (with it the causal forward models 778.2 -> 675.1)
     "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True, mask_keys=True,
