@@ -10,8 +10,8 @@ against our 5), which a static instructions-per-MFMA figure rewards. Triton is c
 shows its config with the fewest executed instructions per pair (no spills), and the timing model
 times the best MODEL_CANDIDATES of them at the model shape and keeps the fastest, as Triton's
 autotuner would. Its results are checked against the reference before they are counted. The
-modeled figures charge every side its whole work: our plan's three stages, Triton's and aiter's
-preprocess (Delta) and main kernel.
+modeled figures charge every side its whole work: our plan's three stages, Triton's, aiter's and
+fa-amd's preprocess (Delta) and main kernel.
 
 aiter's Triton backward (benchmarks/aiter_fa.py, optional: `pip install
 amd-aiter==0.1.7.post2.dev18 --no-deps`) is a third row: the one-kernel dK/dV/dQ path its
@@ -19,6 +19,15 @@ amd-aiter==0.1.7.post2.dev18 --no-deps`) is a third row: the one-kernel dK/dV/dQ
 only; the other archs' rows say so), fed with O and LSE from aiter's own forward on the emulator,
 checked like Triton's; its dynamic figure counts the main kernel (its preprocess, like our
 dot_do_o, is not counted).
+
+flash-attention's AMD Triton backend as aiter ships it (benchmarks/fa_amd.py, row fa-amd; the
+same optional install) is a fourth row: `flash_attn_2.bwd` in its default "fused" mode, its
+preprocess (Delta) and one dK/dV/dQ kernel, compiled from its own interface over its authors'
+default configs for the arch (every arch: it has an RDNA config) and aiter main's newer default,
+fed with O and LSE (natural log, [B, H, S]) from its own forward on the emulator, checked like
+Triton's; the row shows the config with the fewest executed instructions (its dynamic figure
+counts the main kernel), and the model times its best MODEL_CANDIDATES configs, each behind the
+preprocess config the model times fastest, and keeps the fastest, as its autotuners would.
 Usage: python benchmarks/fmha_bwd.py [--arch A ...] [--hdim 64 128] [--dtype f16 bf16] [--no-emulate]
 """
 
@@ -193,12 +202,24 @@ def aiter(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict
                             lambda *got: differs(got, fmha_bwd_reference(do, q, k, v, causal=causal), dtype))
 
 
-def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -> dict[str, float | str]:
+def fa_amd(arch: str, dtype: str, hdim: int, causal: bool, emulate: bool) -> dict:
+    import fa_amd
+
+    q, k, v, do = problem(dtype, hdim)
+    return fa_amd.bwd_row(get_arch(arch), q, k, v, do, causal, emulate, pairs(causal),
+                          lambda *got: differs(got, fmha_bwd_reference(do, q, k, v, causal=causal), dtype))
+
+
+def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None,
+            fa: dict | None = None) -> dict[str, float | str]:
     """Modeled TFLOP/s (5 products per visible pair) at the benchmarks' model shape: ours is the
     whole plan (dot_do_o, dq_dk_dv, convert_dq), Triton its preprocess (Delta, our dot_do_o) and
     main kernel, with the fastest of its candidate configs (theirs()), aiter its preprocess and
-    one-kernel backward (gfx942 and gfx950). Every kernel reads the same standard normal inputs."""
+    one-kernel backward (gfx942 and gfx950), fa-amd its preprocess and fused kernel with the
+    fastest of its candidate configs (`fa`, its row: fa_amd()). Every kernel reads the same
+    standard normal inputs."""
     import aiter_fa
+    import fa_amd
     from triton_fa_bwd import compile_triton_bwd
 
     from tiledsl.device_array import DeviceArray
@@ -244,6 +265,17 @@ def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -
             out["triton"] = next(iter(timed.values()))
     if aiter_fa.missing() is None and arch in ("gfx942", "gfx950"):
         out["aiter"] = model_tflops(a, flops, aiter)
+    if fa is not None and "candidates" in fa:
+        runs = fa_amd.bwd_model_runs(a, [q, k, v, o, lse, do], causal, flops, fa["candidates"][:MODEL_CANDIDATES])
+        timed = {tiles: model_tflops(a, flops, run) for tiles, run in runs.items()}
+        figures = {tiles: t for tiles, t in timed.items() if isinstance(t, float)}
+        if figures:
+            out["fa-amd"] = max(figures.values())
+            out["fa-amd config"] = max(figures, key=figures.__getitem__)
+        elif timed:
+            out["fa-amd"] = next(iter(timed.values()))
+    elif fa is not None:
+        out["fa-amd"] = "not modeled: " + fa.get("skip", fa.get("error", "no config"))
     return out
 
 
@@ -274,12 +306,14 @@ def main() -> int:
                         best = theirs(arch, dtype, hdim, causal, emulate)
                         print(f"{'':26} {fmt('triton', best)}", flush=True)
                         print(f"{'':26} {fmt('aiter', aiter(arch, dtype, hdim, causal, emulate))}", flush=True)
+                        fa = fa_amd(arch, dtype, hdim, causal, emulate)
+                        print(f"{'':26} {fmt('fa-amd', fa)}", flush=True)
                         if not args.no_model:
-                            models.append((label, modeled(arch, dtype, hdim, causal, best)))
+                            models.append((label, modeled(arch, dtype, hdim, causal, best, fa)))
     if models:
         print(f"\nmodeled TFLOP/s at B {MODEL_B}, S {MODEL_S}, H {MODEL_H} (emulator timing model, docs/profile.md: a "
               "ranking tool); ours: the whole plan; ratio = ours / peer (> 1: ours faster)")
-        names = ("triton", "aiter")
+        names = ("triton", "aiter", "fa-amd")
         print(f"{'':26} {'tiledsl':>9}" + "".join(f" {n:>9} {'ratio':>6}" for n in names))
         for label, m in models:
             a = m.get("tiledsl")
