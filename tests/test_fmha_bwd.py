@@ -267,6 +267,18 @@ def test_plan_cli_prints_stages_and_workspace(capsys):
     assert "--dbias: the gradient of a bias tensor; add --bias tensor" in capsys.readouterr().err
 
 
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_f16_backward_rounds_p_and_ds_to_nearest_even(arch):
+    """f16's approx cast rounds toward zero (the forward's P_TOWARD_ZERO, which lifts P to cancel
+    the bias); the backward takes it for bf16 only, so its f16 P and dS are not biased low."""
+    plan = plan_from_sizes(arch, dtype="f16", hdim_q=64, hdim_v=64, hq=2, hk=2, seqlens_q=(128,),
+                           seqlens_k=(128,), varlen=False, mask=fmha_mask_params(False), softcap=False,
+                           deterministic=False)
+    asm = str(next(s for s in plan.stages if s.name == "dq_dk_dv").kernel.asm)
+    assert "rtz_f16_f32" not in asm and "pkrtz" not in asm
+
+
 def test_config_table_covers_every_arch_and_head_dim():
     assert set(BWD_CONFIGS) == set(ARCH_NAMES)
     assert all(set(row) == {32, 64, 128, 256} for row in BWD_CONFIGS.values())
