@@ -282,7 +282,7 @@ def bwd_model_runs(arch: Any, data: list[np.ndarray], causal: bool, flops: float
     alone (its own autotuner's pick; `flops` only scales the figures it compares), then the
     config's dK/dV/dQ kernel."""
     from aiter_fa import run
-    from peer_rows import model_tflops
+    from peer_rows import fastest, model_tflops
 
     if missing() is not None:
         return {}
@@ -296,7 +296,6 @@ def bwd_model_runs(arch: Any, data: list[np.ndarray], causal: bool, flops: float
     cfgs = cfgs or bwd_configs(arch, causal)
     pres = pre_configs(arch, causal)
     if len(pres) > 1:
-        timed = [model_tflops(arch, flops, runner({**cfgs[0], "pre": p}, slice(0, 1))) for p in pres]
-        fastest = max(range(len(pres)), key=lambda i: timed[i] if isinstance(timed[i], float) else 0.0)
-        cfgs = [{**c, "pre": pres[fastest]} for c in cfgs]
+        timed = {i: model_tflops(arch, flops, runner({**cfgs[0], "pre": p}, slice(0, 1))) for i, p in enumerate(pres)}
+        cfgs = [{**c, "pre": pres[fastest(timed)]} for c in cfgs]
     return {tiles(c): runner(c, slice(None)) for c in cfgs}

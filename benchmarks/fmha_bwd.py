@@ -54,7 +54,7 @@ from tiledsl.ops import fmha_bwd, fmha_fwd
 from tiledsl.reference import fmha_bwd_reference, fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_rows import HEADER, MODEL_B, MODEL_H, MODEL_S, format_result, model_tflops, triton_stats  # noqa: E402
+from peer_rows import HEADER, MODEL_B, MODEL_H, MODEL_S, fastest, format_result, model_tflops, triton_stats  # noqa: E402
 
 SEQ = 256
 # Triton's configs the timing model times, best first by executed instructions on the small
@@ -256,24 +256,18 @@ def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None,
     out: dict[str, float | str] = {"tiledsl": model_tflops(a, flops, ours)}
     if best is not None and "config" in best:
         timed = {cfg: model_tflops(a, flops, lambda dev, cfg=cfg: triton(dev, cfg)) for cfg in best["candidates"]}
-        figures = {cfg: t for cfg, t in timed.items() if isinstance(t, float)}
-        if figures:
-            cfg = max(figures, key=figures.__getitem__)
-            out["triton"] = figures[cfg]
+        out["triton"] = timed[cfg := fastest(timed)]
+        if isinstance(out["triton"], float):
             out["triton config"] = "/".join(map(str, cfg[:4])) + f" w{cfg[4]} s{cfg[5]}"
-        else:
-            out["triton"] = next(iter(timed.values()))
     if aiter_fa.missing() is None and arch in ("gfx942", "gfx950"):
         out["aiter"] = model_tflops(a, flops, aiter)
     if fa is not None and "candidates" in fa:
         runs = fa_amd.bwd_model_runs(a, [q, k, v, o, lse, do], causal, flops, fa["candidates"][:MODEL_CANDIDATES])
         timed = {tiles: model_tflops(a, flops, run) for tiles, run in runs.items()}
-        figures = {tiles: t for tiles, t in timed.items() if isinstance(t, float)}
-        if figures:
-            out["fa-amd"] = max(figures.values())
-            out["fa-amd config"] = max(figures, key=figures.__getitem__)
-        elif timed:
-            out["fa-amd"] = next(iter(timed.values()))
+        if timed:
+            out["fa-amd"] = timed[tiles := fastest(timed)]
+            if isinstance(out["fa-amd"], float):
+                out["fa-amd config"] = tiles
     elif fa is not None:
         out["fa-amd"] = "not modeled: " + fa.get("skip", fa.get("error", "no config"))
     return out

@@ -60,7 +60,7 @@ from tiledsl.options import CompileOptions
 from tiledsl.reference import fmha_fwd_reference, fmha_mask_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_rows import HEADER, MODEL_B, MODEL_H, MODEL_S, format_result, model_with_ceiling, triton_stats  # noqa: E402
+from peer_rows import HEADER, MODEL_B, MODEL_H, MODEL_S, fastest, format_result, model_with_ceiling, triton_stats  # noqa: E402
 
 B, S, H = 1, 512, 2
 TOLERANCE = {"f16": 5e-3, "bf16": 4e-2}  # max |out - reference| (outputs are O(1))
@@ -220,9 +220,9 @@ def modeled(arch: str, dtype: str, hdim: int, causal: bool, best: dict | None) -
     if flydsl_fa.missing() is None and arch == "gfx942":
         runs["flydsl"] = lambda dev: flydsl_fa.run(dev, flydsl_fa.compile_fwd(a, dtype, shape, causal), *data)
     figures = {who: model_with_ceiling(a, flops, run) for who, run in runs.items()}
-    tuned = [model_with_ceiling(a, flops, run) for run in fa_amd.model_runs(a, data, causal).values()]
-    if tuned:  # the fastest config; a string (why not modeled) only when none was
-        figures["fa-amd"] = max(tuned, key=lambda f: (isinstance(f[0], float), f[0] if isinstance(f[0], float) else 0))
+    tuned = {tiles: model_with_ceiling(a, flops, run) for tiles, run in fa_amd.model_runs(a, data, causal).items()}
+    if tuned:  # the fastest config
+        figures["fa-amd"] = tuned[fastest(tuned, lambda f: f[0])]
     return {"tflops": {who: f[0] for who, f in figures.items()}, "ceiling": {who: f[1] for who, f in figures.items()}}
 
 

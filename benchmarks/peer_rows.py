@@ -4,6 +4,8 @@ metadata, and the table row both kernels print."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.isa_stats import count_instructions
@@ -59,6 +61,13 @@ MODEL_B, MODEL_S, MODEL_H = 2, 2048, 16
 def model_tflops(arch: Arch, flops: float, run) -> float | str:
     """Modeled TFLOP/s of `run(dev)` (`model_with_ceiling`), or a string that says why there is none."""
     return model_with_ceiling(arch, flops, run)[0]
+
+
+def fastest(timed: dict[Any, Any], figure: Callable[[Any], float | str] = lambda t: t) -> Any:
+    """The key of `timed` (config -> modeled result, non-empty) whose figure (TFLOP/s, or a string
+    that says why there is none) is highest: an autotuner's pick; the first key when none has one."""
+    modeled = [key for key, t in timed.items() if isinstance(figure(t), float)]
+    return max(modeled, key=lambda key: figure(timed[key])) if modeled else next(iter(timed))
 
 
 def model_with_ceiling(arch: Arch, flops: float, run) -> tuple[float | str, float | str]:
