@@ -544,11 +544,13 @@ class _Assigner:
         spilled with Q loaded this way and modeled no faster). Records them in `retarget`; True
         if any was new."""
         found = False
+        if not self.arch.is_cdna:
+            return found
         # A second workgroup shares the CU only if both fit at two waves per SIMD, the most these
         # kernels' registers allow: with more waves than SIMDs (the backward's 8) the LDS is not
-        # what keeps it off, and the tile would hold registers for nothing.
-        if not self.arch.is_cdna or self.threads.waves > self.arch.simds_per_cu:
-            return found
+        # what keeps it off, and the tile would hold registers for nothing, unless its staging
+        # would not fit the LDS at all (the 256-row forward's 64 KiB Q at hdim 128).
+        one_group = self.threads.waves > self.arch.simds_per_cu
         for op in ops_in(block):
             for region in op.regions:
                 for b in region.blocks:
@@ -562,7 +564,8 @@ class _Assigner:
                 load = loads[0]
                 shape = tile_shape(load.result.type)
                 eb = DTYPE_BYTES[tile_dtype(load.result.type)]
-                if 2 * int(np.prod(shape)) * eb < self.arch.lds_bytes:
+                staged = int(np.prod(shape)) * eb
+                if 2 * staged < self.arch.lds_bytes or (one_group and staged < self.arch.lds_bytes):
                     continue
                 if L.num_regs(need, shape, self.threads) > L.num_regs(self.blocked(load.result), shape, self.threads):
                     continue

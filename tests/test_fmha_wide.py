@@ -15,7 +15,7 @@ from _fmha_util import check_out_lse
 import tiledsl.fmha_splitkv as splitkv
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.backends.rocm.runtime.emulator_device import EmulatorDevice
-from tiledsl.kernels.fmha_configs import WIDE, fmha_config
+from tiledsl.kernels.fmha_configs import WIDE, WIDE_ROUNDS, fmha_config
 from tiledsl.ops import fmha_fwd
 from tiledsl.reference import fmha_fwd_reference, fmha_mask_params
 
@@ -32,15 +32,26 @@ def plain_shape(arch: str, hdim: int, **kw) -> splitkv.SplitShape:
 
 @pytest.mark.parametrize("arch,hdim", ROWS)
 def test_the_grid_decides(arch: str, hdim: int) -> None:
-    """Wide once its query blocks give every compute unit a workgroup and each sequence has two,
-    for plain variants only."""
+    """Wide where its query blocks give the most loaded compute unit no more rows than CONFIGS'
+    narrower blocks, within the row's rounds, and each sequence has two; plain variants only."""
     cus, rows = get_arch(arch).compute_units, WIDE[arch][hdim].block_m
-    enough = plain_shape(arch, hdim, hq=cus // 2, max_seqlen_q=2 * rows)
+    narrow = fmha_config(arch, hdim).block_m
+    assert rows == 2 * narrow  # the cases below count on it
+    enough = plain_shape(arch, hdim, hq=cus // 2, max_seqlen_q=2 * rows)  # one wide block per unit
     assert splitkv.wide_query_blocks(enough)
-    assert splitkv.wide_query_blocks(dataclasses.replace(enough, max_seqlen_q=2 * rows + 1, hq=cus // 3 + 1))
-    assert not splitkv.wide_query_blocks(dataclasses.replace(enough, hq=cus // 2 - 1))
+    # Fewer wide blocks than units, but more narrow ones: the busiest unit has two narrow blocks.
+    assert splitkv.wide_query_blocks(dataclasses.replace(enough, hq=cus // 4 + 1))
+    # Every unit has at most one narrow block: a wide one would double the busiest unit's rows.
+    assert not splitkv.wide_query_blocks(dataclasses.replace(enough, hq=cus // 4))
+    # A third narrow block per sequence (2 * rows + 1 queries): narrow blocks 5 per sequence, wide 3.
+    odd = dataclasses.replace(enough, max_seqlen_q=2 * rows + 1, hq=cus // 3)  # cus wide blocks at most
+    assert splitkv.wide_query_blocks(odd) == (-(-5 * odd.hq // cus) * narrow >= rows)
     assert not splitkv.wide_query_blocks(dataclasses.replace(enough, max_seqlen_q=2 * rows - 1, hq=4 * cus))  # short
     assert not splitkv.wide_query_blocks(dataclasses.replace(enough, batch=0))  # a caller that gives no grid
+    most = WIDE_ROUNDS.get(arch)
+    if most is not None:  # the row's rounds: within them it runs, past them not
+        assert splitkv.wide_query_blocks(dataclasses.replace(enough, hq=most * cus // 2))
+        assert not splitkv.wide_query_blocks(dataclasses.replace(enough, hq=(most + 1) * cus // 2))
     for other in (dict(mask=fmha_mask_params(True)), dict(bias="alibi"), dict(dropout=True), dict(contiguous=False),
                   dict(aligned=("k", "q", "v")), dict(kv_cache="paged"), dict(heads_per_block=2), dict(num_splits=2),
                   dict(large=True)):

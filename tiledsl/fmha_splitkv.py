@@ -18,6 +18,7 @@ from tiledsl.backends.rocm.arch import get_arch
 from tiledsl.fmha_dropout import dropout_scalars
 from tiledsl.kernels.fmha_configs import (
     VECTOR_ELEMS,
+    WIDE_ROUNDS,
     fmha_config,
     fmha_dim_units,
     pack_gqa,
@@ -146,11 +147,14 @@ def wide_query_blocks(shape: SplitShape) -> bool:
     """Whether the one-stage forward runs the WIDE tile row (fmha_configs.WIDE): a variant that has
     one (unmasked, no bias, dropout or fp8), with contiguous head dims and 16-byte aligned q, k, v
     and o, no KV cache, no packed GQA heads, queries at least two wide blocks long, and a grid
-    whose wide query blocks still give every compute unit a workgroup. Modeled on gfx950 hdim 64
-    (fmha_configs.WIDE): it gains from there (B 2, H 64, S 512: 668.6 -> 696.8 TFLOP/s) and loses
-    below (S 256: 598.9 -> 559.8, S 384: 487.4 -> 483.2; B 1, H 16, S 2048, 128 workgroups:
-    523.6 -> 426.6). Not for callers that leave `batch` 0, unless the shape asks for it (kernel
-    packages)."""
+    whose wide query blocks give the most loaded compute unit no more query rows than the narrow
+    blocks of CONFIGS' row would (workgroups are dealt out evenly), in at most the row's
+    WIDE_ROUNDS rounds. Modeled on gfx950 hdim 64 (fmha_configs.WIDE): it gains there (B 2, H 64,
+    S 512: 668.6 -> 696.8 TFLOP/s; B 1, H 24, S 2048, 192 wide blocks on 256 CUs: 673.9 ->
+    761.4) and loses where a unit would take more rows (B 1, H 16, S 2048, 128 wide blocks: one
+    unit's 256 rows against 128: 523.6 -> 426.6) or with short sequences (S 256: 598.9 -> 559.8,
+    S 384: 487.4 -> 483.2). Not for callers that leave `batch` 0, unless the shape asks for it
+    (kernel packages)."""
     if shape.num_splits != 1 or shape.heads_per_block != 1 or shape.kv_cache != "none" or shape.large:
         return False
     if not shape.contiguous or not {"k", "o", "q", "v"} <= set(shape.aligned):
@@ -161,8 +165,13 @@ def wide_query_blocks(shape: SplitShape) -> bool:
         return False
     if shape.query_tile == "wide":
         return True
-    return shape.max_seqlen_q >= 2 * row.block_m and \
-        query_workgroups(shape, row.block_m) >= get_arch(shape.arch).compute_units
+    if shape.max_seqlen_q < 2 * row.block_m or shape.batch == 0:
+        return False
+    arch = get_arch(shape.arch)
+    narrow = fmha_config(arch.name, shape.hdim_q, shape.hdim_v).block_m
+    rounds = -(-query_workgroups(shape, row.block_m) // arch.compute_units)
+    narrow_rounds = -(-query_workgroups(shape, narrow) // arch.compute_units)
+    return rounds * row.block_m <= narrow_rounds * narrow and rounds <= WIDE_ROUNDS.get(arch.name, rounds)
 
 
 def splitkv_workspace(shape: SplitShape, at: int = 0) -> tuple[Region, ...]:

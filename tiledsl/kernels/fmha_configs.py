@@ -382,10 +382,11 @@ def padded_hdim(d: int) -> int:
     return max(32, 1 << (d - 1).bit_length())
 
 
-# Wider query tiles for large grids: where a call's query blocks of this height still give every
-# compute unit a workgroup and each sequence has at least two, the plain unmasked variant (no
-# bias, dropout or fp8; contiguous head dims and 16-byte aligned strides, one stage:
-# tiledsl.fmha_splitkv.wide_query_blocks decides) runs them. The other variants keep CONFIGS'
+# Wider query tiles for large grids: where a call's query blocks of this height give the most
+# loaded compute unit no more query rows than CONFIGS' blocks would, in at most WIDE_ROUNDS rounds,
+# and each sequence has at least two, the plain unmasked variant (no bias, dropout or fp8;
+# contiguous head dims and 16-byte aligned strides, one stage: tiledsl.fmha_splitkv.
+# wide_query_blocks decides) runs them. The other variants keep CONFIGS'
 # rows: at 8 waves a wave has at most 256 VGPRs, and the general-stride and ALiBi variants spill
 # VGPRs there, fp8 SGPRs. Modeled, gfx950 hdim 64 f16, TFLOP/s 128x128 -> 256x128: B 2, H 16,
 # S 2048 (256 workgroups of 256 rows on 256 CUs) 765.3 -> 853.3, B 4, H 32, S 4096 844.9 ->
@@ -397,8 +398,22 @@ def padded_hdim(d: int) -> int:
 # 872.1 -> 885.9 at B 4, H 16, S 1024, no spills in any unmasked mix (fmha_tune's measure); one
 # of them alone models level or slower (reuse 933.0, lazy 931.4), so do masked rows (935.4),
 # iterative-ilp (926.4), one stage (869.0) and 256x64 (831.1).
+# Session 60, gfx942 hdim 128: 256x64 over 8 waves (two per SIMD, one workgroup per CU) with K
+# and V in LDS bytes of their own (loop_arena: two barriers per key block where the 128-row
+# row's two workgroups per CU, sharing 32 KiB each, take four), its Q loaded straight into
+# registers (64 KiB staged would not fit: assign-layouts). Modeled f16 TFLOP/s, CONFIGS' 128x64
+# -> 256x64: B 2, H 16, S 2048 684.1 -> 716.9 (bf16 652.8 -> 678.1), B 1, H 16, S 4096 706.9 ->
+# 750.3, B 4, H 16, S 2048 (two rounds) 709.5 -> 715.3, but B 4, H 32, S 4096 (seven rounds)
+# 868.3 -> 857.1, hence its WIDE_ROUNDS; B 1, H 16, S 1024 (64 wide blocks) 251.1 -> 163.8, which
+# the load rule refuses. The same row without loop_arena 626.1, without the interleaving 656.0,
+# without the lazy rescale 696.7, with clamped keys 705.8, iterative-ilp 687.5, without reuse
+# 649.8, one stage 609.1, BLOCK_N 32 566.8, 128 628.4; masked rows 715.7. No spills in its mixes.
 WIDE: dict[str, dict[int, FmhaConfig]] = {
+    "gfx942": {128: _c(256, 64, 8, 2, 2, reuse=True, interleave=True, lazy_rescale=True, mask_keys=True,
+                       loop_arena=True, p_toward_zero=True)},
     "gfx950": {64: _c(256, 128, 8, 2, reuse=True, interleave=True, lazy_rescale=True)}}
+# The most rounds of wide workgroups per compute unit where a row still models faster (none: any).
+WIDE_ROUNDS: dict[str, int] = {"gfx942": 2}
 
 
 def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bool = False,
