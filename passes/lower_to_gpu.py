@@ -60,7 +60,7 @@ class _Lowering:
             if "tile.large_args" in fn.attributes else set()
         self.buffer_args: set[int] = set()  # kernel arguments addressed with buffer instructions
         self.row_bounds: set[tuple[int, int]] = set()  # (argument, dim) whose rows a view bounds
-        self.halves_swapped = 0  # reductions across wave halves through permlane32 swaps (swap_halves)
+        self.halves_swapped = 0  # reductions across wave halves or rows through permlanes (swap_halves)
         self.awaiting_first_dot = False  # inside a loop body whose first dot is still to come
 
     # -- types -----------------------------------------------------------------------------------
@@ -489,6 +489,9 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
             if 1 << k == 32 and lw.arch.permlane32_swap and lw.options.swap_halves:
                 outs = [_combine_halves(x, comb) for x in outs]
                 lw.halves_swapped += 1
+            elif 1 << k == 16 and ws == 32 and lw.arch.permlanex16 and lw.options.swap_halves:
+                outs = [_combine_halves(x, comb, rows=True) for x in outs]
+                lw.halves_swapped += 1
             else:
                 outs = [comb(x, gpu.shuffle(x, c32(1 << k), c32(ws), gpu.ShuffleMode.XOR)[0]) for x in outs]
     wave_bits = [k for k, b in enumerate(lin.wave_bases) if b[axis]]
@@ -502,18 +505,25 @@ def rule_reduce(lw: _Lowering, op: ir.Operation) -> None:
         lw.vmap[op.result] = outs[0]
 
 
-def _combine_halves(x: ir.Value, comb) -> ir.Value:
+def _combine_halves(x: ir.Value, comb, rows: bool = False) -> ir.Value:
     """comb of lane i's x and lane i ^ 32's, in every lane of a wave64, through one permlane32
     swap of x with itself: it returns the lower half's values in both halves of one register and
     the upper half's in the other, so comb (commutative) of the two is the answer everywhere. A
-    shuffle by xor 32 took two more moves, a compare and a select (LLVM's lowering of it)."""
+    shuffle by xor 32 took two more moves, a compare and a select (LLVM's lowering of it). With
+    `rows`, lane i ^ 16's in a wave32, through one v_permlanex16_b32 (lane i of each row of 16
+    reads lane i of the other row), where a shuffle by xor 16 was a ds_bpermute: an LDS round
+    trip, its address and a wait on it for every row max and row sum of RDNA's softmax."""
     i32 = ir.IntegerType.get_signless(32)
     width = x.type.width  # 16-bit values (f16, bf16) travel in the low half of the dword
     narrow = ir.IntegerType.get_signless(width)
     bits = x if x.type == narrow else llvm.bitcast(narrow, x)
     bits = bits if width == 32 else arith.ExtUIOp(i32, bits).result
-    pair = rocdl.permlane32_swap(llvm.StructType.get_literal([i32, i32]), bits, bits, False, False)
-    lo, hi = (llvm.extractvalue(i32, pair, ir.DenseI64ArrayAttr.get([j])) for j in (0, 1))
+    if rows:
+        lo = bits
+        hi = rocdl.permlanex16(i32, bits, bits, c32(0x76543210), c32(0xFEDCBA98), True, False)
+    else:
+        pair = rocdl.permlane32_swap(llvm.StructType.get_literal([i32, i32]), bits, bits, False, False)
+        lo, hi = (llvm.extractvalue(i32, pair, ir.DenseI64ArrayAttr.get([j])) for j in (0, 1))
     if width != 32:
         lo, hi = arith.TruncIOp(narrow, lo).result, arith.TruncIOp(narrow, hi).result
     if x.type != narrow:

@@ -5,7 +5,8 @@ accumulator alone takes half of a lane's registers). The driver now compiles a k
 spills once more with LLVM's iterative min-reg scheduler, which fits them (208-229 VGPRs), and a
 forward variant that spills even so runs with its spills rather than failing
 (CompileOptions.spills_last_resort). Every arch runs the mixes against the float64 reference under
-the emulator's sanitizer; on gfx1100 the kernels must have come out of the min-reg retry unspilled."""
+the emulator's sanitizer; on gfx1100 the kernels of the mixes that still need it must have come out of
+the min-reg retry unspilled."""
 
 from __future__ import annotations
 
@@ -44,9 +45,15 @@ def forward_manifests(monkeypatch) -> list[dict]:
     return seen
 
 
-def check_unspilled(arch: str, manifests: list[dict]) -> None:
+# The mixes whose gfx1100 kernels still spill with LLVM's default scheduler. The window and soft-cap
+# mix no longer does since its row reductions combine their halves with v_permlanex16 instead of a
+# ds_bpermute (251 VGPRs; lower-to-gpu's swap_halves).
+MIN_REG_ON_GFX1100 = {"causal_softcap_lse", "packed_window_softcap_sink_lse"}
+
+
+def check_unspilled(arch: str, manifests: list[dict], min_reg: bool = True) -> None:
     assert manifests and all(m["vgpr_spill_count"] == 0 for m in manifests)
-    if arch == "gfx1100":
+    if arch == "gfx1100" and min_reg:
         assert all(m.get("schedule") == "iterative-minreg" and "VGPRs with LLVM's default scheduler"
                    in m.get("schedule_fallback", "") for m in manifests), manifests
 
@@ -65,7 +72,7 @@ def test_mix_beyond_the_rows_runs(arch: str, mix: str, forward_manifests: list[d
         np.testing.assert_allclose(got[1], want[1], atol=1e-4, rtol=1e-4)
         got, want = got[0], want[0]
     np.testing.assert_allclose(got.astype(np.float64), want, atol=2e-3, rtol=2e-3)
-    check_unspilled(arch, forward_manifests)
+    check_unspilled(arch, forward_manifests, min_reg=mix in MIN_REG_ON_GFX1100)
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)

@@ -672,7 +672,7 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
     if spill_counts(best[2])[0] and opts.lds_spread and (not opts.allow_spills or few_spills()):
         retry(dataclasses.replace(opts, lds_spread=False))
     fewer_rows(best[0].options)
-    if (few_spills() and best[0].options.swap_halves and arch_row.permlane32_swap
+    if (few_spills() and best[0].options.swap_halves and (arch_row.permlane32_swap or arch_row.permlanex16)
             and best[0].facts.get("halves_swapped", 1)):
         retry(dataclasses.replace(best[0].options, swap_halves=False))
     # Buffer descriptors take 4 scalar registers where a pointer takes 2: any SGPR spill, too. The

@@ -118,7 +118,8 @@ class CompileOptions:
     # waves per SIMD, or spill.
     resident_operands: bool = False
     # Reductions across the halves of a wave64 with one v_permlane32_swap (where the arch has it,
-    # Arch.permlane32_swap) instead of a shuffle. The driver compiles again with False while a
+    # Arch.permlane32_swap), and across the rows of 16 of a wave32 with one v_permlanex16_b32
+    # (Arch.permlanex16), instead of a shuffle (a ds_bpermute on RDNA). The driver compiles again with False while a
     # kernel spills a few registers: at the 256-register edge the allocation can tip either way
     # (gfx950's 8-wave forward row with group mode, a sink and a soft-cap spilled 1 VGPR).
     swap_halves: bool = True

@@ -120,6 +120,10 @@ class FmhaConfig:
     # The softmax's row sums as trees of adds (CompileOptions.tree_sums), where the model finds it
     # faster.
     tree_sums: bool = False
+    # Reductions across a wave's halves (wave64) or rows of 16 (wave32) by permlanes
+    # (CompileOptions.swap_halves) rather than shuffles through LDS, except where the model finds
+    # the shuffles faster.
+    swap_halves: bool = True
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -145,18 +149,20 @@ class FmhaConfig:
     def scheduling(self) -> dict[str, str | bool]:
         """The CompileOptions fields of this row's asks of the compiler beyond its defaults: LLVM's
         scheduler and interleaving, the skipped rescale of a lazy softmax, lane exchanges, the loop
-        arena and tree sums."""
+        arena, tree sums and permlane reductions."""
         return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale,
-                "lane_exchange": self.lane_exchange, "loop_arena": self.loop_arena, "tree_sums": self.tree_sums}
+                "lane_exchange": self.lane_exchange, "loop_arena": self.loop_arena, "tree_sums": self.tree_sums,
+                "swap_halves": self.swap_halves}
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
        mask_rows: bool = False, schedule: str = "", interleave: bool = False,
        lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False,
        overlap: bool = False, fused_scale: bool | None = None, loop_arena: bool = False,
-       p_toward_zero: bool = False, tree_sums: bool = False) -> FmhaConfig:
+       p_toward_zero: bool = False, tree_sums: bool = False, swap_halves: bool = True) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
-                      lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena, p_toward_zero, tree_sums)
+                      lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena, p_toward_zero, tree_sums,
+                      swap_halves)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -439,9 +445,13 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True, mask_keys=True,
                        loop_arena=True)},
     # RDNA: gfx1100 hdim 128 takes CONFIGS' row without the lazy rescale; gfx1201 hdim 64 masks its
-    # query rows and keeps the running max exact; gfx1201 hdim 128 runs CONFIGS' row (session 34), so
-    # does gfx1100 hdim 64 since session 59 (masked keys, which had lost there in session 36).
+    # query rows and keeps the running max exact; gfx1201 hdim 128 runs CONFIGS' row (session 34).
+    # gfx1100 hdim 64 is CONFIGS' row (masked keys since session 59) with its row reductions'
+    # halves combined through ds_bpermute (session 60: with v_permlanex16, 89.9 -> 88.3 at B 2,
+    # H 16, S 2048, 96.2 -> 95.0 at B 4, H 32, S 4096, 59.5 -> 60.4 at B 1, H 16, S 1024).
     "gfx1100": {32: _c(128, 64, 8, 1),
+                64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
+                       fused_scale=True, p_toward_zero=True, swap_halves=False),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, mask_keys=True,
                                            p_toward_zero=True, tree_sums=True)},
