@@ -1,7 +1,9 @@
 // PASS: lower-to-gpu gfx1201
 // sum(x, 0) of a 64x64 f32 tile on 4 wave32 waves: each lane holds 4 rows of 8 columns, so the
 // reduction adds in the lane first (3 adds per column), then across the lanes that share a column
-// (xor 8 and xor 16 shuffles, width 32), then across waves through LDS between two barriers, whose
+// (xor 8 shuffles, width 32; the two rows of 16 lanes, xor 16, through one v_permlanex16 of each
+// value, lane i of a row reading lane i of the other, where a shuffle was a ds_bpermute), then
+// across waves through LDS between two barriers, whose
 // fences order LDS only (on RDNA a fence over every address space also waits for global loads). The
 // result is replicated over lanes and waves: only the owners (row lanes and wave 0) store it, as
 // two 16-byte vectors.
@@ -10,7 +12,14 @@
 // CHECK-COUNT-24: arith.addf %{{.*}}, %{{.*}} : f32
 // CHECK-NOT: gpu.shuffle {{.*}}%c4_i32
 // CHECK-COUNT-8: gpu.shuffle  xor %{{.*}}, %c8_i32{{[_0-9]*}}, %c32_i32{{[_0-9]*}} : f32
-// CHECK-COUNT-8: gpu.shuffle  xor %{{.*}}, %c16_i32{{[_0-9]*}}, %c32_i32{{[_0-9]*}} : f32
+// CHECK-NOT: gpu.shuffle
+// CHECK: %[[X:.*]] = llvm.bitcast %{{.*}} : f32 to i32
+// CHECK: %[[O:.*]] = rocdl.permlanex16 %[[X]], %[[X]], %c1985229328_i32{{[_0-9]*}}, %c-19088744_i32{{[_0-9]*}}, true, false : i32, i32
+// CHECK-NEXT: %[[A:.*]] = llvm.bitcast %[[X]] : i32 to f32
+// CHECK-NEXT: %[[B:.*]] = llvm.bitcast %[[O]] : i32 to f32
+// CHECK-NEXT: arith.addf %[[A]], %[[B]] : f32
+// CHECK-COUNT-7: rocdl.permlanex16
+// CHECK-NOT: rocdl.permlanex16
 // CHECK-NOT: gpu.shuffle
 // CHECK: llvm.fence syncscope("workgroup") release {llvm.mmra = #[[LDS_ONLY]]}
 // CHECK-NEXT: rocdl.s.barrier
