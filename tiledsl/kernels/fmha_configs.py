@@ -408,12 +408,14 @@ def padded_hdim(d: int) -> int:
 # and V in LDS bytes of their own (loop_arena: two barriers per key block where the 128-row
 # row's two workgroups per CU, sharing 32 KiB each, take four), its Q loaded straight into
 # registers (64 KiB staged would not fit: assign-layouts). Modeled f16 TFLOP/s, CONFIGS' 128x64
-# -> 256x64: B 2, H 16, S 2048 684.1 -> 716.9 (bf16 652.8 -> 678.1), B 1, H 16, S 4096 706.9 ->
-# 750.3, B 4, H 16, S 2048 (two rounds) 709.5 -> 715.3, but B 4, H 32, S 4096 (seven rounds)
-# 868.3 -> 857.1, hence its WIDE_ROUNDS; B 1, H 16, S 1024 (64 wide blocks) 251.1 -> 163.8, which
-# the load rule refuses. The same row without loop_arena 626.1, without the interleaving 656.0,
-# without the lazy rescale 696.7, with clamped keys 705.8, iterative-ilp 687.5, without reuse
-# 649.8, one stage 609.1, BLOCK_N 32 566.8, 128 628.4; masked rows 715.7. No spills in its mixes.
+# -> 256x64: B 2, H 16, S 2048 684.1 -> 716.9 (bf16 652.8 -> 678.3), B 1, H 16, S 4096 706.9 ->
+# 750.9, B 4, H 16, S 2048 (two rounds) 709.5 -> 716.5, but B 4, H 32, S 4096 (seven rounds)
+# 868.3 -> 857.1 (with masked rows), hence its WIDE_ROUNDS; B 1, H 16, S 1024 (64 wide blocks)
+# 251.1 -> 163.8, which the load rule refuses. One flag flipped from the row with masked rows
+# (715.7) at B 2: without loop_arena 626.1, without the interleaving 656.0, without the lazy
+# rescale 696.7, with clamped keys 705.8, iterative-ilp 687.5, without reuse 649.8, one stage
+# 609.1, BLOCK_N 32 566.8, 128 628.4, clamped rows (taken) 716.9. No spills in its mixes. The
+# same shape on gfx950 hdim 128 (LDS for Q's staging) models 1355.2 -> 1354.3.
 WIDE: dict[str, dict[int, FmhaConfig]] = {
     "gfx942": {128: _c(256, 64, 8, 2, 2, reuse=True, interleave=True, lazy_rescale=True, mask_keys=True,
                        loop_arena=True, p_toward_zero=True)},
