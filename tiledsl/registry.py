@@ -353,7 +353,7 @@ def receipt_variants(receipt: str, archs: list[str]) -> list[Variant]:
 def arch_specs(arch: str) -> dict[str, Any]:
     """The arch's facts and every family's tile table, as JSON-ready data (CK's fmha_arch_specs)."""
     from tiledsl.fmha_bwd import BWD_CONFIGS, BWD_DBIAS_CONFIGS
-    from tiledsl.kernels.fmha_configs import BIASED, CONFIGS, HDIMS, MASKED
+    from tiledsl.kernels.fmha_configs import BIASED, CONFIGS, HDIMS, MASKED, WIDE, WIDE_ROUNDS
 
     validate(arch, Signature("fmha_fwd"))
     a = get_arch(arch)
@@ -362,6 +362,9 @@ def arch_specs(arch: str) -> dict[str, Any]:
     facts["timing"] = asdict(a.timing) if a.timing is not None else None  # the timing model's parameters
     fwd = {"tiles": {str(h): asdict(CONFIGS[arch][h]) for h in HDIMS},
            "masked_tiles": {str(h): asdict(c) for h, c in MASKED.get(arch, {}).items()},
+           # the wider query tiles of large grids (fmha_splitkv.wide_query_blocks), within these rounds
+           "wide_tiles": {str(h): asdict(c) for h, c in WIDE.get(arch, {}).items()},
+           "wide_rounds": WIDE_ROUNDS.get(arch),
            "bias_tiles": {kind: {f"{h}{'-masked' if m else ''}": asdict(c) for (h, m), c in rows.get(arch, {}).items()}
                           for kind, rows in BIASED.items()}}
     bwd = {"tiles": {str(h): asdict(c) for h, c in BWD_CONFIGS[arch].items()},
