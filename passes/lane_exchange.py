@@ -105,9 +105,7 @@ def lower_exchange(vals: list[ir.Value], ex: Exchange, lane: ir.Value,
 
     def their_word(w: int) -> ir.Value:
         if w not in their_words:
-            mine = own_word(w)
-            # Lane i of each row of 16 reads lane i of the other row: selects 0..15 in order.
-            their_words[w] = rocdl.permlanex16(i32, mine, mine, _c32(0x76543210), _c32(0xFEDCBA98), True, False)
+            their_words[w] = other_row(own_word(w))
         return their_words[w]
 
     def unpack(word: ir.Value) -> list[ir.Value]:
@@ -177,6 +175,13 @@ def lane_bit(lane: ir.Value, mask: int) -> ir.Value:
     """i1: is this lane's bit of the wave32 mask set?"""
     shifted = arith.ShRUIOp(_c32(mask), lane).result
     return arith.CmpIOp(arith.CmpIPredicate.ne, arith.AndIOp(shifted, _c32(1)).result, _c32(0)).result
+
+
+def other_row(word: ir.Value) -> ir.Value:
+    """An i32 `word` as lane i ^ 16 holds it, in every lane of a wave32: one v_permlanex16_b32, lane
+    i of each row of 16 reading lane i of the other row (selects 0..15 in order)."""
+    i32 = ir.IntegerType.get_signless(32)
+    return rocdl.permlanex16(i32, word, word, _c32(0x76543210), _c32(0xFEDCBA98), True, False)
 
 
 def _c32(v: int) -> ir.Value:

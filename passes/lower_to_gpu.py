@@ -32,7 +32,7 @@ from tiledsl.passes.common import (
     tile_dtype,
     tile_shape,
 )
-from tiledsl.passes.lane_exchange import lane_exchange, lower_exchange
+from tiledsl.passes.lane_exchange import lane_exchange, lower_exchange, other_row
 from tiledsl.passes.lower_fp8 import conversion_rule, from_memory, memory_type, to_memory
 from tiledsl.passes.lower_memory import c32, gep, i32, rule_load, rule_view, rule_write
 from tiledsl.passes.philox import rule_philox_byte
@@ -519,8 +519,7 @@ def _combine_halves(x: ir.Value, comb, rows: bool = False) -> ir.Value:
     bits = x if x.type == narrow else llvm.bitcast(narrow, x)
     bits = bits if width == 32 else arith.ExtUIOp(i32, bits).result
     if rows:
-        lo = bits
-        hi = rocdl.permlanex16(i32, bits, bits, c32(0x76543210), c32(0xFEDCBA98), True, False)
+        lo, hi = bits, other_row(bits)
     else:
         pair = rocdl.permlane32_swap(llvm.StructType.get_literal([i32, i32]), bits, bits, False, False)
         lo, hi = (llvm.extractvalue(i32, pair, ir.DenseI64ArrayAttr.get([j])) for j in (0, 1))

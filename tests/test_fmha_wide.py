@@ -43,9 +43,9 @@ def test_the_grid_decides(arch: str, hdim: int) -> None:
     assert splitkv.wide_query_blocks(dataclasses.replace(enough, hq=cus // 4 + 1))
     # Every unit has at most one narrow block: a wide one would double the busiest unit's rows.
     assert not splitkv.wide_query_blocks(dataclasses.replace(enough, hq=cus // 4))
-    # A third narrow block per sequence (2 * rows + 1 queries): narrow blocks 5 per sequence, wide 3.
-    odd = dataclasses.replace(enough, max_seqlen_q=2 * rows + 1, hq=cus // 3)  # cus wide blocks at most
-    assert splitkv.wide_query_blocks(odd) == (-(-5 * odd.hq // cus) * narrow >= rows)
+    # 2 * rows + 1 queries: 3 wide blocks per sequence (at most one per unit, one round), 5 narrow
+    # ones (more than the units: two rounds), the same rows on the busiest unit.
+    assert splitkv.wide_query_blocks(dataclasses.replace(enough, max_seqlen_q=2 * rows + 1, hq=cus // 3))
     assert not splitkv.wide_query_blocks(dataclasses.replace(enough, max_seqlen_q=2 * rows - 1, hq=4 * cus))  # short
     assert not splitkv.wide_query_blocks(dataclasses.replace(enough, batch=0))  # a caller that gives no grid
     most = WIDE_ROUNDS.get(arch)

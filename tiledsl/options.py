@@ -119,9 +119,10 @@ class CompileOptions:
     resident_operands: bool = False
     # Reductions across the halves of a wave64 with one v_permlane32_swap (where the arch has it,
     # Arch.permlane32_swap), and across the rows of 16 of a wave32 with one v_permlanex16_b32
-    # (Arch.permlanex16), instead of a shuffle (a ds_bpermute on RDNA). The driver compiles again with False while a
-    # kernel spills a few registers: at the 256-register edge the allocation can tip either way
-    # (gfx950's 8-wave forward row with group mode, a sink and a soft-cap spilled 1 VGPR).
+    # (Arch.permlanex16), instead of a shuffle (a ds_bpermute on RDNA). The driver compiles again
+    # with False while a kernel spills a few registers: at the 256-register edge the allocation can
+    # tip either way (gfx950's 8-wave forward row with group mode, a sink and a soft-cap spilled 1
+    # VGPR).
     swap_halves: bool = True
     # A lane's f32 sum (a reduction's first step, lower-to-gpu) as a tree of adds rather than a
     # chain, on archs without packed f32 adds (RDNA): the tree's independent adds pair in dual-issue

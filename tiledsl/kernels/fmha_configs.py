@@ -453,8 +453,7 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # H 16, S 2048, 96.2 -> 95.0 at B 4, H 32, S 4096, 59.5 -> 60.4 at B 1, H 16, S 1024); so
     # does gfx1201's hdim 64 row (with v_permlanex16 f16 139.4 -> 140.0, bf16 130.5 -> 126.1).
     "gfx1100": {32: _c(128, 64, 8, 1),
-                64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
-                       fused_scale=True, p_toward_zero=True, swap_halves=False),
+                64: replace(CONFIGS["gfx1100"][64], swap_halves=False),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True), 256: _c(64, 16, 4, 1)},
     "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, mask_keys=True,
                                            p_toward_zero=True, tree_sums=True, swap_halves=False)},
