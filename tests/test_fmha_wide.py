@@ -59,6 +59,46 @@ def test_the_grid_decides(arch: str, hdim: int) -> None:
     assert splitkv.wide_query_blocks(dataclasses.replace(enough, hq=1, query_tile="wide"))  # kernel packages
 
 
+@pytest.mark.parametrize("arch,hdim", ROWS)
+def test_group_mode_counts_the_workgroups_with_rows(arch: str, hdim: int) -> None:
+    """In group mode the grid has a workgroup per query block of the longest sequence for every
+    sequence, but those past a shorter sequence's end have nothing to do: the rule counts the
+    others from the lengths, where the longest one would count them all."""
+    cus, rows = get_arch(arch).compute_units, WIDE[arch][hdim].block_m
+    # cus // 4 sequences, 2 heads: counted at the longest (2 wide blocks), a wide block for every
+    # unit where the narrow ones take two rounds, so wide; but one sequence is that long and the
+    # others are one narrow block each: every unit has one block of either height, so narrow.
+    lens = [2 * rows] + [rows // 4] * (cus // 4 - 1)
+    shape = plain_shape(arch, hdim, varlen=True, b=1, sq=sum(lens), batch=len(lens), max_seqlen_q=2 * rows, hq=2)
+    assert splitkv.query_workgroups(shape, rows) == cus
+    assert splitkv.query_workgroups(shape, rows, lens) == 2 * (2 + cus // 4 - 1)
+    assert splitkv.wide_query_blocks(shape)
+    assert not splitkv.wide_query_blocks(shape, seqlens_q=lens)
+    assert splitkv.wide_query_blocks(shape, seqlens_q=[2 * rows] * len(lens))  # all that long: as counted
+    assert not splitkv.wide_query_blocks(dataclasses.replace(shape, query_tile="narrow"))  # the call's choice
+    assert splitkv.wide_query_blocks(dataclasses.replace(shape, query_tile="wide"))
+
+
+def test_group_mode_call_asks_for_its_tile(monkeypatch) -> None:
+    """fmha_fwd in group mode decides from the lengths and names the tile in the plan's shape."""
+    arch, hdim = ROWS[0]
+    shapes = []
+    original = splitkv.build_attention_plan
+
+    def build(shape):
+        shapes.append(shape)
+        return original(shape)
+
+    monkeypatch.setattr(splitkv, "build_attention_plan", build)
+    rng = np.random.default_rng(3)
+    cu = np.array([0, 40, 57], np.int32)
+    q, k, v = (rng.standard_normal((57, 2, hdim)).astype(np.float16) for _ in range(3))
+    opts = dict(cu_seqlens_q=cu, cu_seqlens_k=cu)
+    out = fmha_fwd(q, k, v, device=EmulatorDevice(arch), **opts)
+    assert shapes[-1].query_tile == "narrow"  # two short sequences: far from a grid that wants it
+    np.testing.assert_allclose(out, fmha_fwd_reference(q, k, v, **opts), atol=4e-3, rtol=4e-3)
+
+
 def test_archs_and_head_dims_without_a_wide_row_never_take_one() -> None:
     for arch in ARCH_NAMES:
         for hdim in (32, 64, 128, 256):

@@ -93,7 +93,7 @@ def test_registry_export_and_list_commands(tmp_path, capsys):
                                                              "p_toward_zero": True, "tree_sums": False,
                                                              "swap_halves": True}
     assert specs["families"]["fmha_fwd"]["wide_tiles"]["128"]["block_m"] == 256
-    assert specs["families"]["fmha_fwd"]["wide_rounds"] == 2
+    assert specs["families"]["fmha_fwd"]["wide_rounds"] == 4
     assert specs["supports"]["fp8"] == {"dtype": "f8e4m3", "flavour": "fnuz", "families": ["fmha_fwd",
                                                                                       "fmha_fwd_splitkv"]}
     assert main(["registry", "export", "--arch", "gfx1100", "-o", str(out)]) == 0

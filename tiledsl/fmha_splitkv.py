@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,7 +114,9 @@ class SplitShape:
     batch: int = 0
     max_seqlen_q: int = 0
     pair_blocks: str = "auto"  # "always": a causal one-stage plan pairs its query blocks (pair_query_blocks)
-    query_tile: str = "auto"  # "wide": a plain one-stage plan runs the WIDE row whatever the sizes (kernel packages)
+    # "wide": a plain one-stage plan runs the WIDE row whatever the sizes (kernel packages, or the
+    # call's group-mode lengths chose it); "narrow": it does not (wide_query_blocks)
+    query_tile: str = "auto"
     # A tensor of the call (or the workspace) spans more than 2 GiB: no stage uses buffer accesses
     # (CompileOptions.buffer_masks, tiledsl.ops.spans_large).
     large: bool = False
@@ -124,9 +127,12 @@ def pairable(shape: SplitShape) -> bool:
     return shape.num_splits == 1 and shape.heads_per_block == 1 and shape.mask.kind in CAUSAL_KINDS
 
 
-def query_workgroups(shape: SplitShape, block_m: int) -> int:
+def query_workgroups(shape: SplitShape, block_m: int, seqlens_q: Sequence[int] | None = None) -> int:
     """Workgroups of the one-stage forward's grid for queries of `block_m` rows: its query blocks
-    per sequence, times heads and sequences."""
+    per sequence, times heads and sequences. With group mode's `seqlens_q`, only the workgroups
+    with rows to do: the grid's others (past a sequence shorter than the longest) end at once."""
+    if seqlens_q is not None:
+        return sum(-(-int(n) // block_m) for n in seqlens_q) * shape.hq
     return -(-shape.max_seqlen_q // block_m) * shape.hq * shape.batch
 
 
@@ -143,7 +149,7 @@ def pair_query_blocks(shape: SplitShape) -> bool:
     return pairable(shape) and shape.pair_blocks == "always"
 
 
-def wide_query_blocks(shape: SplitShape) -> bool:
+def wide_query_blocks(shape: SplitShape, seqlens_q: Sequence[int] | None = None) -> bool:
     """Whether the one-stage forward runs the WIDE tile row (fmha_configs.WIDE): a variant that has
     one (unmasked, no bias, dropout or fp8), with contiguous head dims and 16-byte aligned q, k, v
     and o, no KV cache, no packed GQA heads, queries at least two wide blocks long, and a grid
@@ -154,7 +160,12 @@ def wide_query_blocks(shape: SplitShape) -> bool:
     761.4) and loses where a unit would take more rows (B 1, H 16, S 2048, 128 wide blocks: one
     unit's 256 rows against 128: 523.6 -> 426.6) or with short sequences (S 256: 598.9 -> 559.8,
     S 384: 487.4 -> 483.2). Not for callers that leave `batch` 0, unless the shape asks for it
-    (kernel packages)."""
+    (kernel packages). `seqlens_q`: group mode's query sequence lengths, which count the grid's
+    workgroups with rows to do (`query_workgroups`) where the longest one would count them all;
+    `tiledsl.ops.fmha_fwd` decides with them and asks for the tile by `query_tile` ("wide" or
+    "narrow"), which keeps the lengths out of the plan's key."""
+    if shape.query_tile == "narrow":
+        return False
     if shape.num_splits != 1 or shape.heads_per_block != 1 or shape.kv_cache != "none" or shape.large:
         return False
     if not shape.contiguous or not {"k", "o", "q", "v"} <= set(shape.aligned):
@@ -169,8 +180,8 @@ def wide_query_blocks(shape: SplitShape) -> bool:
         return False
     arch = get_arch(shape.arch)
     narrow = fmha_config(arch.name, shape.hdim_q, shape.hdim_v).block_m
-    rounds = -(-query_workgroups(shape, row.block_m) // arch.compute_units)
-    narrow_rounds = -(-query_workgroups(shape, narrow) // arch.compute_units)
+    rounds = -(-query_workgroups(shape, row.block_m, seqlens_q) // arch.compute_units)
+    narrow_rounds = -(-query_workgroups(shape, narrow, seqlens_q) // arch.compute_units)
     return rounds * row.block_m <= narrow_rounds * narrow and rounds <= WIDE_ROUNDS.get(arch.name, rounds)
 
 

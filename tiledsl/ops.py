@@ -606,7 +606,7 @@ def _fwd_outputs_and_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp
         scale = fc.qk_scale(scale)
 
     if batch and sq and max_q:
-        from tiledsl.fmha_splitkv import SplitShape, build_attention_plan
+        from tiledsl.fmha_splitkv import SplitShape, build_attention_plan, wide_query_blocks
 
         biased = {"bias": bc.bias4} if bc.bias4 is not None else {}
         contiguous = unit_last_stride(q4, k4, v4, *biased.values()) and rows_apart(q4, k4, v4, out4)
@@ -617,14 +617,18 @@ def _fwd_outputs_and_run(c: AttentionCall, bc: BiasCall, dc: DropoutCall, fc: Fp
                **NO_KV_CACHE, **bias_env(bc), **dropped}
         masked = mask.kind != "none"
         packed = pack_gqa(arch, d, dv, masked, max_q, hq, c.hk)
-        plan = build_attention_plan(SplitShape(
+        shape = SplitShape(
             arch=arch, dtype=dt, hdim_q=d, hdim_v=dv, mask=mask, varlen=varlen, lse=return_lse,
             sink=sink32 is not None, softcap=float(softcap) > 0, contiguous=contiguous, aligned=aligned,
             num_splits=_splits_count(num_splits, arch, batch=batch, hq=hq, hk=c.hk, max_q=max_q, max_k=c.max_k,
                                      d=d, dv=dv, masked=masked), b=b, hq=hq, sq=sq,
             heads_per_block=hq // c.hk if packed else 1, bias=bc.kind, bias_dtype=bc.dtype, dropout=dc.on,
             dropout_mask=dc.return_mask, out_dtype=fc.out_dtype if fc else None, batch=batch, max_seqlen_q=max_q,
-            large=spans_large(q4, k4, v4, out4, lse, *biased.values())))
+            large=spans_large(q4, k4, v4, out4, lse, *biased.values()))
+        if varlen:  # the grid's workgroups with rows to do decide the query tile, not the longest sequence's
+            wide = wide_query_blocks(shape, seqlens_q=np.diff(cuq).tolist())
+            shape = replace(shape, query_tile="wide" if wide else "narrow")
+        plan = build_attention_plan(shape)
         plan.run(device, env)
     result = (out,)
     if return_lse:

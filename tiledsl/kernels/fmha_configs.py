@@ -416,12 +416,15 @@ def padded_hdim(d: int) -> int:
 # rescale 696.7, with clamped keys 705.8, iterative-ilp 687.5, without reuse 649.8, one stage
 # 609.1, BLOCK_N 32 566.8, 128 628.4, clamped rows (taken) 716.9. No spills in its mixes. The
 # same shape on gfx950 hdim 128 (LDS for Q's staging) models 1355.2 -> 1354.3.
+# Session 61, its rounds measured between two and seven (CONFIGS' 128x64 -> 256x64, B, H, S 4096):
+# B 2, H 24 (three wide rounds) 743.0 -> 750.7, B 3, H 24 (four) 842.9 -> 844.5, B 2, H 44 (five)
+# 829.5 -> 825.7, B 4, H 27 (six) 852.1 -> 844.4, (seven, above) 868.3 -> 857.1: WIDE_ROUNDS 4.
 WIDE: dict[str, dict[int, FmhaConfig]] = {
     "gfx942": {128: _c(256, 64, 8, 2, 2, reuse=True, interleave=True, lazy_rescale=True, mask_keys=True,
                        loop_arena=True, p_toward_zero=True)},
     "gfx950": {64: _c(256, 128, 8, 2, reuse=True, interleave=True, lazy_rescale=True)}}
 # The most rounds of wide workgroups per compute unit where a row still models faster (none: any).
-WIDE_ROUNDS: dict[str, int] = {"gfx942": 2}
+WIDE_ROUNDS: dict[str, int] = {"gfx942": 4}
 
 
 def wide_config(arch: str, hdim_q: int, hdim_v: int | None = None, *, masked: bool = False,
