@@ -466,8 +466,16 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx1100": {32: _c(128, 64, 8, 1),
                 64: replace(CONFIGS["gfx1100"][64], block_m=32, waves=2, mask_rows=True, swap_halves=False),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True), 256: _c(64, 16, 4, 1)},
-    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, mask_rows=True, mask_keys=True,
-                                           p_toward_zero=True, tree_sums=True, swap_halves=False)},
+    # Session 61, gfx1201 hdim 64: 64x32 over 2 waves (32 query rows a wave, as 128x32 over 4 had)
+    # in one stage, its row reductions by v_permlanex16 again. Modeled f16 TFLOP/s, old row -> new:
+    # B 2, H 16, S 2048 139.4 -> 145.1 (bf16 130.5 -> 137.6), B 4, H 32, S 4096 151.3 -> 152.0, B 1,
+    # H 16, S 1024 89.6 -> 104.6. Two stages with reuse modeled 148.7 (156.6, 110.3; bf16 138.4) but
+    # spill 38 VGPRs in the bf16 group-mode soft-cap mix (a wave loads half a K/V tile, not a
+    # quarter). From the new row: the reductions through ds_bpermute 142.4 (and with them the lazy
+    # rescale 140.9, max-ilp 142.4), clamped rows 144.4, no tree sums 131.2; two stages, 32x32 over
+    # 2 waves 132.6, 64x64 94.6.
+    "gfx1201": {32: _c(128, 64, 8, 1), 64: _c(64, 32, 2, 1, mask_rows=True, mask_keys=True, p_toward_zero=True,
+                                           tree_sums=True)},
 }
 
 
