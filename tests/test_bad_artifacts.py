@@ -324,6 +324,10 @@ def _shift_offsets(m: dict) -> None:
         f["offset"] += 4
 
 
+def _double_workgroup(m: dict) -> None:  # a size the code object cannot have, whatever its waves
+    m["workgroup_size"] = [2 * m["workgroup_size"][0], *m["workgroup_size"][1:]]
+
+
 PACKAGE_CASES = [
     # (label, edit, message without manifest digests (older packages); None: goes unnoticed)
     ("grid", _set(grid=["1", "1", "1"]), None),
@@ -335,7 +339,7 @@ PACKAGE_CASES = [
     ("kernarg_size-8", _set(kernarg_size=8), "is not a valid manifest: field 'kernargs[1].offset' must be an integer "
                                              "in 0..4 (within kernarg_size 8)"),
     ("offsets-shifted", _shift_offsets, "is not a valid manifest: field 'kernargs["),
-    ("workgroup-64", _set(workgroup_size=[64, 1, 1]), "workgroup size: manifest [64, 1, 1], code object requires"),
+    ("workgroup-doubled", _double_workgroup, "workgroup size: manifest ["),
     ("kernel-name", _set(kernel="gemm"), "says kernel 'gemm', index.json 'fmha_fwd'"),
     ("constexprs", lambda m: m["constexprs"].update(HDIM=128), "says constexprs HDIM = 128, index.json HDIM = 64"),
 ]
