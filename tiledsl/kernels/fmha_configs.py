@@ -459,10 +459,10 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # at barriers 2 % of the SIMD cycles where 64x32's four waves waited 18 %, and its diagonal
     # blocks waste fewer FLOPs; it stages K and V per two waves (LDS 61 -> 72 % busy). Modeled f16
     # TFLOP/s, 64x32 -> 32x32: B 2, H 16, S 2048 89.9 -> 90.9 (bf16 87.7 -> 87.5), B 4, H 32, S 4096
-    # 96.2 -> 96.1, B 1, H 16, S 1024 59.5 -> 69.9. Without masked rows 90.1; with v_permlanex16
-    # reductions 88.4, LLVM's max-ilp 89.7, tree sums 89.6, without the lazy rescale 89.0, interleave
-    # 89.1, clamped keys 84.3; without masked rows: one stage 89.1, 64x64 85.0. Its full row at 32x32: 94.1 ->
-    # 91.5.
+    # 96.2 -> 96.1, B 1, H 16, S 1024 59.5 -> 69.9. From the new row: clamped query rows 90.1 (and
+    # with them one stage 89.1), v_permlanex16 reductions 88.4, LLVM's max-ilp 89.7, tree sums 89.6,
+    # without the lazy rescale 89.0, interleave 89.1, clamped keys 84.3; 64x64 over 4 waves 85.0.
+    # CONFIGS' full row at 32x32 over 2 waves: 94.1 -> 91.5.
     "gfx1100": {32: _c(128, 64, 8, 1),
                 64: replace(CONFIGS["gfx1100"][64], block_m=32, waves=2, mask_rows=True, swap_halves=False),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True), 256: _c(64, 16, 4, 1)},
