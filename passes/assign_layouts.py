@@ -21,6 +21,7 @@ from tiledsl.lang.ast import DTYPE_BYTES
 from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
 from tiledsl.passes.common import PassContext, is_tile, kernel_funcs, op_error, ops_in, tile_dtype, tile_shape
+from tiledsl.passes.lane_exchange import word_relabelling
 from tiledsl.passes.stage_lds import padded_row
 
 FREE_OPS = {"tile.arange", "tile.splat", "arith.constant"}
@@ -112,7 +113,11 @@ class _Assigner:
                 if perm is None:
                     acc, perm = self.chained(src, acc, (m, n, a_shape[1]), a_shape)
                 self.kperm[op] = perm
-            self.layout[res] = acc
+            # Scores whose P becomes a later dot's A operand by a lane exchange (gfx11): their key
+            # order relabelled so that the exchange moves whole words (lane_exchange.word_relabelling).
+            relabel = word_relabelling(acc, (m, n), self.threads, self.arch, self.options) \
+                if _feeds_dot_operand(res) else None
+            self.layout[res] = acc if relabel is None else L.PermK(1, relabel, acc)
         elif name == "tile.reduce":
             src = ins[0] or self.blocked(op.operands[0])
             axis, n = int_attr(op, "axis"), tile_shape(op.operands[0].type)[int_attr(op, "axis")]
@@ -166,6 +171,8 @@ class _Assigner:
             parent, axis = src.inner.parent, src.dim
             if src.inner.size == shape[axis]:
                 return parent
+            if isinstance(parent, L.PermK) and parent.dim == axis:  # the relabelled axis is the one dropped
+                parent = parent.inner
             need = L.Expand(axis, L.Slice(axis, shape[axis], parent))
             if self.tiles(parent, shape) and L.register_map(src, src_shape, need, src_shape, self.threads) is not None:
                 return parent
@@ -219,13 +226,18 @@ class _Assigner:
                 out.append(None)
                 continue
             if name == "tile.dot":
-                acc = res_layout
-                assert isinstance(acc, L.Mma), f"a dot result in {acc}"
+                acc = res_layout.inner if isinstance(res_layout, L.PermK) else res_layout  # N relabelled
+                assert isinstance(acc, L.Mma), f"a dot result in {res_layout}"
                 trans_b = _bool_attr(op, "trans_b")
-                kind = ("opa", "opbt" if trans_b else "opb", acc.kind)[i]
-                k_axis = (1, 1 if trans_b else 0, None)[i]
-                need = acc.with_kind(kind)
-                out.append(need if k_axis is None else L.with_k_permutation(need, k_axis, self.kperm.get(op)))
+                if i == 2:
+                    out.append(res_layout)
+                    continue
+                k_axis = (1, 1 if trans_b else 0)[i]
+                need = L.with_k_permutation(acc.with_kind(("opa", "opbt" if trans_b else "opb")[i]), k_axis,
+                                            self.kperm.get(op))
+                if i == 1 and isinstance(res_layout, L.PermK):  # B's N index relabelled as the result's
+                    need = L.PermK(1 - k_axis, res_layout.images, need)
+                out.append(need)
             elif name in ("tile.store", "tile.atomic_add"):
                 out.append(self.write_layout(op))
             elif name == "tile.reduce":
@@ -415,7 +427,8 @@ class _Assigner:
             if not op.name.startswith(ELEMENTWISE_PREFIXES) or len(op.results) != 1 or not is_tile(op.results[0]):
                 continue
             want = self.of(op.results[0])
-            accumulator = isinstance(want, L.Mma) and want.is_accumulator
+            inner = want.inner if isinstance(want, L.PermK) else want
+            accumulator = isinstance(inner, L.Mma) and inner.is_accumulator
             if want is None or len(tile_shape(op.results[0].type)) != 2:
                 continue
             for x in op.operands:
@@ -660,6 +673,29 @@ def _reduced_along_columns(v: ir.Value) -> bool:
     return False
 
 
+def _feeds_dot_operand(v: ir.Value) -> bool:
+    """Does this dot result, or an elementwise function of it (also across a loop's iterations),
+    become the A operand of a dot (the forward's S, whose P meets V)?"""
+    seen, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        for use in x.uses:
+            user = use.owner
+            if user.name == "tile.dot" and use.operand_number == 0:
+                return True
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.name.startswith(ELEMENTWISE_PREFIXES) or user.name == "tile.convert_layout":
+                todo.extend(r for r in user.results if is_tile(r))
+            elif user.name == "scf.yield":
+                parent = user.parent
+                todo.append(parent.results[use.operand_number])
+                if parent.name == "scf.for":
+                    todo.append(list(parent.regions[0].blocks[0].arguments)[use.operand_number + 1])
+    return False
+
+
 def _row_vector_use(user: ir.Operation) -> bool:
     """A use that keeps a 1-D value in the layout it has: a loop's yield, or an elementwise op with
     one 1-D tile result (which inherits it)."""
@@ -703,9 +739,11 @@ def _bool_attr(op: ir.Operation, name: str) -> bool:
 def _priority(layout: L.Layout) -> int:
     """Which operand's layout an elementwise result takes: accumulators first (they are the
     expensive ones to move), then operand and relabelled layouts, slices, and blocked last."""
+    if isinstance(layout, L.PermK):
+        return _priority(layout.inner)
     if isinstance(layout, L.Mma):
         return 4 if layout.is_accumulator else 3
-    return {L.PermK: 3, L.Slice: 2, L.Expand: 2}.get(type(layout), 1)
+    return {L.Slice: 2, L.Expand: 2}.get(type(layout), 1)
 
 
 def _with_layout(t: ir.Type, layout: L.Layout) -> ir.Type:

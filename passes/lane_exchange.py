@@ -18,6 +18,7 @@ lanes take which (the same lanes in every wave).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
@@ -47,6 +48,29 @@ def lane_exchange(src: L.Layout, dst: L.Layout, shape: tuple[int, ...], threads:
     if not (options.lane_exchange and arch.permlanex16 and threads.wave_size == 32):
         return None
     return exchange_map(src, dst, shape, threads, 16)
+
+
+def word_relabelling(acc: L.Layout, shape: tuple[int, ...], threads: L.Threads, arch: Arch,
+                     options: CompileOptions) -> tuple[int, ...] | None:
+    """For a dot accumulator [M, N] whose 16-bit values become the A operand of a later dot (P of
+    P V): a relabelling of its N index (permk images; the dot relabels its B operand alike) under
+    which every word of the operand is one whole 16-bit-pair word of the accumulator's, the same
+    word in every lane, each half of the wave taking its own and the other half the other's. Each
+    word is then one `ds_swizzle_b32` (`lower_exchange`), on the LDS crossbar, where the natural
+    order needs a `v_permlanex16_b32` and a byte permute on the vector ALU that gfx11's WMMAs
+    share. None when the operand needs no exchange, or no relabelling does it."""
+    if not options.swizzle_exchange or not isinstance(acc, L.Mma) or len(shape) != 2 or shape[1] & (shape[1] - 1):
+        return None
+    opa = acc.with_kind("opa")
+    if L.k_permutation(acc, opa, shape, 1, threads) is not None or lane_exchange(acc, opa, shape, threads, arch,
+                                                                                 options) is None:
+        return None  # the operand keeps the accumulator's registers (gfx12), or goes through LDS
+    powers = [1 << i for i in range(shape[1].bit_length() - 1)]
+    for images in itertools.permutations(powers):
+        ex = exchange_map(L.PermK(1, images, acc), opa, shape, threads, 16)
+        if ex is not None and all(_whole_word(ex, range(q, q + 2)) for q in range(0, len(ex.own), 2)):
+            return None if list(images) == powers else images
+    return None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -118,6 +142,10 @@ def lower_exchange(vals: list[ir.Value], ex: Exchange, lane: ir.Value,
     out: list[ir.Value] = []
     for q in range(0, len(ex.own), per_word):
         group = range(q, min(q + per_word, len(ex.own)))
+        if per_word == 2 and len(group) == 2 and (whole := _whole_word(ex, group)):
+            word, mask = whole
+            out.extend(unpack(_swizzle_halves(own_word(word), mask, ex.xor)))
+            continue
         if per_word == 2 and len(group) == 2 and (perm := _perm_word(ex, group)):
             mine_w, theirs_w, selectors = perm
             sel = once(("perm", group.start, ex), lambda s=selectors, g=group: _selector(
@@ -135,6 +163,31 @@ def lower_exchange(vals: list[ir.Value], ex: Exchange, lane: ir.Value,
             else:
                 out.append(arith.SelectOp(lane_takes_own(ex.takes_own[j]), vals[mine], take_other).result)
     return out
+
+
+_LOW_HALF = (1 << 16) - 1  # lanes 0-15 of a wave32
+
+
+def _whole_word(ex: Exchange, group: range) -> tuple[int, int] | None:
+    """For a pair of 16-bit destination registers: (w, lanes) when both are source word w as it is
+    (registers 2w, 2w+1 in order), lanes taking their own and the others the lane `xor` away's,
+    with `lanes` one half of the wave (a swizzle reads lane l & 15, or l | 16)."""
+    j0, j1 = group
+    mask = ex.takes_own[j0]
+    if ex.xor != 16 or ex.takes_own[j1] != mask or mask not in (_LOW_HALF, _LOW_HALF << 16):
+        return None
+    regs = (ex.own[j0], ex.own[j1])
+    if regs != (ex.other[j0], ex.other[j1]) or regs[0] % 2 or regs[1] != regs[0] + 1:
+        return None
+    return regs[0] // 2, mask
+
+
+def _swizzle_halves(word: ir.Value, own_lanes: int, xor: int) -> ir.Value:
+    """Every lane's `word` from lane l & 15 (own_lanes the low half: they keep their own, the high
+    half reads them) or lane l | 16 (the reverse): ds_swizzle_b32 in its bitmask mode, whose
+    offset is and_mask | or_mask << 5 | xor_mask << 10 over the lane's 5 bits."""
+    pattern = 0x0F if own_lanes == _LOW_HALF else 0x1F | xor << 5
+    return rocdl.ds_swizzle(ir.IntegerType.get_signless(32), word, _c32(pattern))
 
 
 def _perm_word(ex: Exchange, group: range) -> tuple[int, int, dict[tuple[bool, ...], int]] | None:

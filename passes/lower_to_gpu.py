@@ -404,6 +404,8 @@ def rule_permute(lw: _Lowering, op: ir.Operation) -> None:
 def rule_dot(lw: _Lowering, op: ir.Operation) -> None:
     acc = lw.v(op.operands[2])
     layout = L.layout_of(op.result.type)
+    if isinstance(layout, L.PermK) and layout.dim == 1:  # N relabelled, in B alike: the same instructions
+        layout = layout.inner
     if not isinstance(layout, L.Mma) or not layout.is_accumulator:
         raise op_error(op, f"internal: a dot result in layout {layout}", lw.source, "lower-to-gpu")
     mop, wm, wn = layout.op, layout.wm, layout.wn

@@ -135,6 +135,26 @@ def test_lane_exchanges_replace_an_lds_round_trip(arch: str) -> None:
     _check_shuffled(arch, exchanged)
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_swizzled_exchanges(arch: str) -> None:
+    """With the scores' keys relabelled (lane_exchange.word_relabelling), every word of gfx11's
+    cast S is one whole word of a lane's own or of the lane 16 away's: one ds_swizzle_b32 each
+    (16), where the exchange took 8 v_permlanex16_b32 and 16 v_perm_b32. K's rows are read in the
+    relabelled order. Other archs exchange nothing: their code is the same. Shuffled wave orders
+    still get numpy's result."""
+    swizzled = _staged_before_loop(arch, lane_exchange=True, swizzle_exchange=True)
+    exchanged = _staged_before_loop(arch, lane_exchange=True)
+    counts = [tuple(k.asm.count(i) for i in ("ds_swizzle_b32", "v_permlanex16", "v_perm_b32"))
+              for k in (swizzled, exchanged)]
+    if arch == "gfx1100":
+        assert counts == [(16, 0, 0), (0, 8, 16)], counts
+    else:
+        assert swizzled.asm == exchanged.asm
+    _check_shuffled(arch, swizzled)
+    a = _run_staged_before_loop(swizzled, EmulatorDevice(arch))
+    np.testing.assert_allclose(a[0], a[1], rtol=1e-4, atol=1e-2)
+
+
 @functools.cache
 def _staged_before_loop(arch: str, **options):
     path = Path(__file__).resolve().parent / "kernels" / "staged_before_loop.tile"

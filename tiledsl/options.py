@@ -78,6 +78,12 @@ class CompileOptions:
     # level with the wave-private staging below (4 cells within 3 %, either way) and its backward
     # slower (hdim 64 63.8 -> 60.8 TFLOP/s).
     lane_exchange: bool = False
+    # With lane_exchange: the scores' keys relabelled so that each word of the exchanged operand
+    # is one whole word of the accumulator's, moved by one ds_swizzle_b32 on the LDS crossbar
+    # instead of a v_permlanex16_b32 and a v_perm_b32 on the vector ALU that gfx11's WMMAs share
+    # (lane_exchange.word_relabelling). The config rows choose: the model finds the full rows
+    # faster and the LDS-bound masked rows slower.
+    swizzle_exchange: bool = False
     # A layout conversion whose lanes read back only what their own wave stored (stage-lds:
     # _wave_private; gfx11's P tile) has a wave fence after its LDS store instead of a workgroup
     # barrier. False is for measuring the difference.

@@ -124,6 +124,9 @@ class FmhaConfig:
     # (CompileOptions.swap_halves) rather than shuffles through LDS, except where the model finds
     # the shuffles faster.
     swap_halves: bool = True
+    # With lane_exchange: the scores' keys relabelled so that the exchange moves whole words by
+    # ds_swizzle_b32 (CompileOptions.swizzle_exchange), where the model finds it faster.
+    swizzle_exchange: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -152,17 +155,18 @@ class FmhaConfig:
         arena, tree sums and permlane reductions."""
         return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale,
                 "lane_exchange": self.lane_exchange, "loop_arena": self.loop_arena, "tree_sums": self.tree_sums,
-                "swap_halves": self.swap_halves}
+                "swap_halves": self.swap_halves, "swizzle_exchange": self.swizzle_exchange}
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
        mask_rows: bool = False, schedule: str = "", interleave: bool = False,
        lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False,
        overlap: bool = False, fused_scale: bool | None = None, loop_arena: bool = False,
-       p_toward_zero: bool = False, tree_sums: bool = False, swap_halves: bool = True) -> FmhaConfig:
+       p_toward_zero: bool = False, tree_sums: bool = False, swap_halves: bool = True,
+       swizzle_exchange: bool = False) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
                       lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena, p_toward_zero, tree_sums,
-                      swap_halves)
+                      swap_halves, swizzle_exchange)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -368,9 +372,9 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1),
                 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
-                       fused_scale=True, p_toward_zero=True),
+                       fused_scale=True, p_toward_zero=True, swizzle_exchange=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
-                        fused_scale=True, loop_arena=True, p_toward_zero=True),
+                        fused_scale=True, loop_arena=True, p_toward_zero=True, swizzle_exchange=True),
                 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
                                             mask_keys=True, p_toward_zero=True, tree_sums=True),
@@ -464,7 +468,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # without the lazy rescale 89.0, interleave 89.1, clamped keys 84.3; 64x64 over 4 waves 85.0.
     # CONFIGS' full row at 32x32 over 2 waves: 94.1 -> 91.5.
     "gfx1100": {32: _c(128, 64, 8, 1),
-                64: replace(CONFIGS["gfx1100"][64], block_m=32, waves=2, mask_rows=True, swap_halves=False),
+                64: replace(CONFIGS["gfx1100"][64], block_m=32, waves=2, mask_rows=True, swap_halves=False,
+                             swizzle_exchange=False),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True), 256: _c(64, 16, 4, 1)},
     # Session 61, gfx1201 hdim 64: 64x32 over 2 waves (32 query rows a wave, as 128x32 over 4 had)
     # in one stage, its row reductions by v_permlanex16 again. Modeled f16 TFLOP/s, old row -> new:
