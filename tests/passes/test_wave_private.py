@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from tiledsl.backends.rocm.arch import get_arch
+from tiledsl.options import CompileOptions
 from tiledsl.passes import layouts as L
-from tiledsl.passes.lane_exchange import exchange_map
+from tiledsl.passes.lane_exchange import exchange_map, word_relabelling
 from tiledsl.passes.stage_lds import _wave_private
 
 pytestmark = pytest.mark.passes
@@ -55,3 +57,30 @@ def test_exchange_map_of_gfx11s_p_tile() -> None:
 ])
 def test_exchange_map_refuses(src: str, dst: str, shape: tuple[int, int]) -> None:
     assert exchange_map(L.Layout.parse(src), L.Layout.parse(dst), shape, WAVE32, 16) is None
+
+
+@pytest.mark.parametrize("arch,swizzle,relabelled", [
+    ("gfx1100", True, True),
+    ("gfx1100", False, False),  # CompileOptions.swizzle_exchange off
+    ("gfx1201", True, False),  # gfx12's accumulator already is the operand: nothing to exchange
+])
+def test_word_relabelling_of_gfx11s_p_tile(arch: str, swizzle: bool, relabelled: bool) -> None:
+    """The scores' keys relabelled so that the accumulator's lanes 0-15 hold keys 0-7 of each 16
+    and lanes 16-31 keys 8-15: every word of the A operand is then one whole word of the
+    accumulator's (registers 2w, 2w + 1 as they are), the same in every lane, lanes 0-15 keeping
+    their own and lanes 16-31 taking the lane 16 away's (keys 0-7), or the reverse (keys 8-15)."""
+    kind = "wmma_gfx11,16,16,16,16" if arch == "gfx1100" else "wmma_gfx12,16,16,16,8"
+    acc = L.Layout.parse(f"acct({kind},f16,4,1)")
+    options = CompileOptions(arch=arch, lane_exchange=True, swizzle_exchange=swizzle)
+    images = word_relabelling(acc, (64, 32), WAVE32, get_arch(arch), options)
+    assert (images is not None) is relabelled
+    if not relabelled:
+        return
+    ex = exchange_map(L.PermK(1, images, acc), acc.with_kind("opa"), (64, 32), WAVE32, 16)
+    assert ex is not None
+    for q in range(0, len(ex.own), 2):
+        assert ex.own[q] % 2 == 0 and ex.own[q + 1] == ex.own[q] + 1
+        assert (ex.other[q], ex.other[q + 1]) == (ex.own[q], ex.own[q + 1])
+        assert ex.takes_own[q] == ex.takes_own[q + 1] in (0x0000FFFF, 0xFFFF0000)
+    # Each half of the wave keeps its own words for half of the operand.
+    assert sorted(ex.takes_own[::2]) == [0x0000FFFF] * 8 + [0xFFFF0000] * 8

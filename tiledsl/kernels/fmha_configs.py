@@ -470,7 +470,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx1100": {32: _c(128, 64, 8, 1),
                 64: replace(CONFIGS["gfx1100"][64], block_m=32, waves=2, mask_rows=True, swap_halves=False,
                              swizzle_exchange=False),
-                128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True), 256: _c(64, 16, 4, 1)},
+                128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True, lane_exchange=True,
+                        swizzle_exchange=True), 256: _c(64, 16, 4, 1)},
     # Session 61, gfx1201 hdim 64: 64x32 over 2 waves (32 query rows a wave, as 128x32 over 4 had)
     # in one stage, its row reductions by v_permlanex16 again. Modeled f16 TFLOP/s, old row -> new:
     # B 2, H 16, S 2048 139.4 -> 145.1 (bf16 130.5 -> 137.6), B 4, H 32, S 4096 151.3 -> 152.0, B 1,
