@@ -358,6 +358,11 @@ ILP = "iterative-ilp"
 # 158.9, LLVM's default scheduler 152.6, iterative-ilp 152.6, no tree sums 153.3, P to nearest even
 # 155.6, the fused scale 155.9, no reuse 153.5, interleave 153.2; and its tile: 64x64 118.5 (without
 # reuse 133.2), 8 waves 100.1, three stages without reuse 138.6.
+# Session 62, gfx1100's P exchanged by ds_swizzle_b32 with the keys relabelled (swizzle_exchange),
+# modeled f16 (bf16) at B 2, H 16, S 2048, taken: hdim 64 94.1 -> 95.6 (90.2 -> 95.3), hdim 128
+# 95.3 -> 95.6 (93.8 -> 94.7), hdim 128's MASKED row with lane exchanges and swizzles 90.1 -> 90.9
+# (87.9 -> 88.4). Not taken: hdim 64's MASKED row 90.9 -> 89.7. From hdim 64's row with it: tree
+# sums 95.3, loop_arena 95.6, 32x32 over 2 waves 92.8, no reuse 94.0, BLOCK_N 64 90.5.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
@@ -453,7 +458,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx950": {64: _c(128, 64, 4, 2, 2, interleave=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True, mask_keys=True,
                        loop_arena=True)},
-    # RDNA: gfx1100 hdim 128 takes CONFIGS' row without the lazy rescale; gfx1201 hdim 64 masks its
+    # RDNA: gfx1100 hdim 128 takes CONFIGS' row without the lazy rescale (and since session 62 its
+    # P exchanged by swizzles: f16 90.1 -> 90.9, bf16 87.9 -> 88.4); gfx1201 hdim 64 masks its
     # query rows and keeps the running max exact; gfx1201 hdim 128 runs CONFIGS' row (session 34).
     # gfx1100 hdim 64 was CONFIGS' row (masked keys since session 59) with its row reductions'
     # halves combined through ds_bpermute (session 60: with v_permlanex16, 89.9 -> 88.3 at B 2,
