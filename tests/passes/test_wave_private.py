@@ -65,10 +65,10 @@ def test_exchange_map_refuses(src: str, dst: str, shape: tuple[int, int]) -> Non
     ("gfx1201", True, False),  # gfx12's accumulator already is the operand: nothing to exchange
 ])
 def test_word_relabelling_of_gfx11s_p_tile(arch: str, swizzle: bool, relabelled: bool) -> None:
-    """The scores' keys relabelled so that the accumulator's lanes 0-15 hold keys 0-7 of each 16
-    and lanes 16-31 keys 8-15: every word of the A operand is then one whole word of the
-    accumulator's (registers 2w, 2w + 1 as they are), the same in every lane, lanes 0-15 keeping
-    their own and lanes 16-31 taking the lane 16 away's (keys 0-7), or the reverse (keys 8-15)."""
+    """The scores' keys with their two lowest bits swapped: the accumulator's lanes 0-15 hold the
+    key pairs 0-1, 4-5, ... and lanes 16-31 the pairs 2-3, 6-7, ..., so every word of the A operand
+    is one whole word of the accumulator's (registers 2w, 2w + 1 as they are), the same in every
+    lane, lanes 0-15 keeping their own and lanes 16-31 taking the lane 16 away's, or the reverse."""
     kind = "wmma_gfx11,16,16,16,16" if arch == "gfx1100" else "wmma_gfx12,16,16,16,8"
     acc = L.Layout.parse(f"acct({kind},f16,4,1)")
     options = CompileOptions(arch=arch, lane_exchange=True, swizzle_exchange=swizzle)
@@ -76,6 +76,7 @@ def test_word_relabelling_of_gfx11s_p_tile(arch: str, swizzle: bool, relabelled:
     assert (images is not None) is relabelled
     if not relabelled:
         return
+    assert images == (2, 1, 4, 8, 16)
     ex = exchange_map(L.PermK(1, images, acc), acc.with_kind("opa"), (64, 32), WAVE32, 16)
     assert ex is not None
     for q in range(0, len(ex.own), 2):
