@@ -234,6 +234,48 @@ def rule_write(kind: str):
     return rule
 
 
+def pack_stored(lw: _Lowering, vals: list[ir.Value], elt: ir.Type) -> ir.Value:
+    """An LDS store's vector of registers. With CompileOptions.pack_by_perm, each word of two 16-bit
+    values taken from two other words (gfx11's V tile, transposed on its way to LDS: a key pair
+    per word where the loads hold a head-dim pair) is one v_perm_b32: with true16 codegen LLVM
+    moves the halves instead, three v_mov_b16 per two words on the vector ALU the WMMAs share."""
+    if lw.options.pack_by_perm and elt.width == 16 and len(vals) % 2 == 0:
+        words = [_perm_word(vals[k], vals[k + 1]) for k in range(0, len(vals), 2)]
+        if all(w is not None for w in words):
+            packed = vector.FromElementsOp(ir.VectorType.get([len(words)], i32()), words).result
+            return vector.BitCastOp(ir.VectorType.get([len(vals)], elt), packed).result
+    return lw.pack(vals, elt)
+
+
+def _extracted_half(v: ir.Value) -> tuple[ir.Value, int] | None:
+    """(vector, position) when v is a static vector.extract from a 1-D vector of whole words."""
+    op = v.owner.operation if isinstance(v, ir.OpResult) else None
+    if op is None or op.name != "vector.extract" or len(op.operands) != 1:
+        return None
+    pos = list(ir.DenseI64ArrayAttr(op.attributes["static_position"]))
+    src = op.operands[0]
+    if len(pos) != 1 or ir.VectorType(src.type).rank != 1 or ir.VectorType(src.type).shape[0] % 2:
+        return None
+    return src, pos[0]
+
+
+def _perm_word(low: ir.Value, high: ir.Value) -> ir.Value | None:
+    """The i32 word (low, high) as one llvm.amdgcn.perm of the words that hold them; None unless
+    both are extracted from vectors, or when they already are one word."""
+    a, b = _extracted_half(low), _extracted_half(high)
+    if a is None or b is None or (a[0] == b[0] and a[1] % 2 == 0 and b[1] == a[1] + 1):
+        return None
+
+    def word(src: ir.Value, pos: int) -> ir.Value:
+        words = vector.BitCastOp(ir.VectorType.get([ir.VectorType(src.type).shape[0] // 2], i32()), src).result
+        return vector.ExtractOp(words, [], [pos // 2]).result
+    # v_perm_b32 picks each byte of its result from {S0: bytes 4-7, S1: bytes 0-3} by the
+    # selector's byte: the low half from S1 (low's word), the high half from S0 (high's word).
+    lo, hi = 2 * (a[1] % 2), 4 + 2 * (b[1] % 2)
+    selector = lo | (lo + 1) << 8 | hi << 16 | (hi + 1) << 24
+    return llvm.call_intrinsic(i32(), "llvm.amdgcn.perm", [word(*b), word(*a), c32(selector)], [], [])
+
+
 # Masked accesses through a buffer descriptor (CDNA3/CDNA4 ISA "buffer instructions", RDNA3/4
 # "vector memory buffer instructions"): the descriptor covers [base, base + 2 GiB) and a masked-off
 # lane's byte offset is moved to 2 GiB, out of range, where the hardware reads zeros and drops

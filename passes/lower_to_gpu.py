@@ -34,7 +34,7 @@ from tiledsl.passes.common import (
 )
 from tiledsl.passes.lane_exchange import lane_exchange, lower_exchange, other_row
 from tiledsl.passes.lower_fp8 import conversion_rule, from_memory, memory_type, to_memory
-from tiledsl.passes.lower_memory import c32, gep, i32, rule_load, rule_view, rule_write
+from tiledsl.passes.lower_memory import c32, gep, i32, pack_stored, rule_load, rule_view, rule_write
 from tiledsl.passes.philox import rule_philox_byte
 
 LDS_SYMBOL = "__tile_lds"
@@ -643,7 +643,7 @@ def rule_local_store(lw: _Lowering, op: ir.Operation) -> None:
     # Any registers at consecutive addresses make one store (a tile with several rows per lane,
     # stored transposed: its registers i, i + vec, ... are one column's consecutive elements).
     for regs, align, addr in _lds_runs(lw, op, src, base, elt, by_address=True):
-        value = vals[regs[0]] if len(regs) == 1 else lw.pack([vals[r] for r in regs], elt)
+        value = vals[regs[0]] if len(regs) == 1 else pack_stored(lw, [vals[r] for r in regs], elt)
         llvm.store(value, addr, alignment=align)
 
 

@@ -155,19 +155,42 @@ def test_swizzled_exchanges(arch: str) -> None:
     np.testing.assert_allclose(a[0], a[1], rtol=1e-4, atol=1e-2)
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_stores_packed_by_perm(arch: str) -> None:
+    """CompileOptions.pack_by_perm: at head dim 64, gfx11's V tile goes to LDS transposed, each
+    stored word a key pair from two loaded words: one v_perm_b32 per word (8) where true16 codegen
+    moved the halves (12 v_mov_b16). The other archs' LLVM already picks v_perm_b32 or stores
+    nothing so: their code is the same. Both give the same bits, in any wave order."""
+    permuted = _staged_before_loop(arch, d=64, pack_by_perm=True)
+    moved = _staged_before_loop(arch, d=64)
+    counts = [tuple(k.asm.count(i) for i in ("v_perm_b32", "v_mov_b16")) for k in (permuted, moved)]
+    if arch == "gfx1100":
+        assert counts == [(8, 0), (0, 12)], counts
+    else:
+        assert permuted.asm == moved.asm
+    for dev in (EmulatorDevice(arch), *(EmulatorDevice(arch, schedule="shuffle", seed=s) for s in range(2))):
+        got, want = _run_staged_before_loop(permuted, dev, d=64)
+        np.testing.assert_array_equal(got, _run_staged_before_loop(moved, dev, d=64)[0])
+        # S rounded to f16 after sums in another order than numpy's: an S near a rounding midpoint
+        # may round the other way (up to 0.0124 measured at d 64 over 128 keys).
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-2)
+
+
 @functools.cache
-def _staged_before_loop(arch: str, **options):
+def _staged_before_loop(arch: str, d: int = 32, **options):
     path = Path(__file__).resolve().parent / "kernels" / "staged_before_loop.tile"
-    return compile_source(path.read_text(), str(path), arch, options=CompileOptions(arch=arch, **options))
+    return compile_source(path.read_text(), str(path), arch, {"D": str(d)},
+                          options=CompileOptions(arch=arch, **options))
 
 
-def _run_staged_before_loop(kernel, dev) -> tuple[np.ndarray, np.ndarray]:
+def _run_staged_before_loop(kernel, dev, d: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """The kernel's output on `dev` (None: not run) and numpy's."""
     rng = np.random.default_rng(5)
-    q = rng.standard_normal((128, 32)).astype(np.float16)
-    k, v = (rng.standard_normal((128, 32)).astype(np.float16) for _ in range(2))
+    # Q scaled so that the scores are as large at any d as at 32 (the tolerance's measure).
+    q = (rng.standard_normal((128, d)) * np.sqrt(32 / d)).astype(np.float16)
+    k, v = (rng.standard_normal((128, d)).astype(np.float16) for _ in range(2))
     s = (q.astype(np.float32) @ k.astype(np.float32).T).astype(np.float16).astype(np.float32)
-    out = np.zeros((128, 32), np.float32)
+    out = np.zeros((128, d), np.float32)
     if dev is not None:
         launch(kernel, q, k, v, out, device=dev)
     return out, s @ v.astype(np.float32)

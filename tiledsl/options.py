@@ -84,6 +84,11 @@ class CompileOptions:
     # (lane_exchange.word_relabelling). The config rows choose: the model finds the full rows
     # faster and the LDS-bound masked rows slower.
     swizzle_exchange: bool = False
+    # A stored word of two 16-bit values from two other words built by one v_perm_b32
+    # (lower_memory._pack_stored), where true16 codegen (gfx11) would move the halves: three
+    # v_mov_b16 per two words of gfx11's V tile, transposed on its way to LDS. The config rows
+    # choose: the model finds gfx1100's hdim 64 rows faster and its hdim 128 rows slower.
+    pack_by_perm: bool = False
     # A layout conversion whose lanes read back only what their own wave stored (stage-lds:
     # _wave_private; gfx11's P tile) has a wave fence after its LDS store instead of a workgroup
     # barrier. False is for measuring the difference.

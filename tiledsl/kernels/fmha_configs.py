@@ -127,6 +127,9 @@ class FmhaConfig:
     # With lane_exchange: the scores' keys relabelled so that the exchange moves whole words by
     # ds_swizzle_b32 (CompileOptions.swizzle_exchange), where the model finds it faster.
     swizzle_exchange: bool = False
+    # A store's 16-bit pairs from two words packed by v_perm_b32 (CompileOptions.pack_by_perm),
+    # where the model finds it faster.
+    pack_by_perm: bool = False
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -155,7 +158,8 @@ class FmhaConfig:
         arena, tree sums and permlane reductions."""
         return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale,
                 "lane_exchange": self.lane_exchange, "loop_arena": self.loop_arena, "tree_sums": self.tree_sums,
-                "swap_halves": self.swap_halves, "swizzle_exchange": self.swizzle_exchange}
+                "swap_halves": self.swap_halves, "swizzle_exchange": self.swizzle_exchange,
+                "pack_by_perm": self.pack_by_perm}
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
@@ -163,10 +167,10 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
        lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False,
        overlap: bool = False, fused_scale: bool | None = None, loop_arena: bool = False,
        p_toward_zero: bool = False, tree_sums: bool = False, swap_halves: bool = True,
-       swizzle_exchange: bool = False) -> FmhaConfig:
+       swizzle_exchange: bool = False, pack_by_perm: bool = False) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
                       lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena, p_toward_zero, tree_sums,
-                      swap_halves, swizzle_exchange)
+                      swap_halves, swizzle_exchange, pack_by_perm)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -363,6 +367,13 @@ ILP = "iterative-ilp"
 # 95.3 -> 95.6 (93.8 -> 94.7), hdim 128's MASKED row with lane exchanges and swizzles 90.1 -> 90.9
 # (87.9 -> 88.4). Not taken: hdim 64's MASKED row 90.9 -> 89.7. From hdim 64's row with it: tree
 # sums 95.3, loop_arena 95.6, 32x32 over 2 waves 92.8, no reuse 94.0, BLOCK_N 64 90.5.
+# Session 63, gfx1100's V packed for its transposed LDS store by v_perm_b32 (pack_by_perm: 8 a key
+# block where true16 codegen took 12 v_mov_b16), modeled f16 (bf16) at B 2, H 16, S 2048, taken by
+# the hdim 64 rows: 95.6 -> 95.7 (95.3 -> 95.6; B 1, H 16, S 1024 78.8 -> 78.9), the MASKED row
+# 90.9 -> 91.9 (87.5 -> 88.8; B 1 69.9 -> 71.7; B 4, H 32, S 4096 96.1 -> 95.8). Not taken: hdim
+# 128 95.6 -> 95.3, its MASKED row 90.9 -> 89.2. MASKED hdim 64 rows tried with it, not kept:
+# 32x64 83.4, 64x32 over 2 waves 86.0 (four waves per SIMD: 13.5 KiB of LDS a workgroup; with
+# swizzles 87.3, ceiling 104.2), three stages without reuse 87.3, an occupancy target of 8 88.3.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
@@ -377,7 +388,7 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1),
                 64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
-                       fused_scale=True, p_toward_zero=True, swizzle_exchange=True),
+                       fused_scale=True, p_toward_zero=True, swizzle_exchange=True, pack_by_perm=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
                         fused_scale=True, loop_arena=True, p_toward_zero=True, swizzle_exchange=True),
                 256: _c(64, 32, 8, 1)},
