@@ -371,9 +371,18 @@ ILP = "iterative-ilp"
 # block where true16 codegen took 12 v_mov_b16), modeled f16 (bf16) at B 2, H 16, S 2048, taken by
 # the hdim 64 rows: 95.6 -> 95.7 (95.3 -> 95.6; B 1, H 16, S 1024 78.8 -> 78.9), the MASKED row
 # 90.9 -> 91.9 (87.5 -> 88.8; B 1 69.9 -> 71.7; B 4, H 32, S 4096 96.1 -> 95.8). Not taken: hdim
-# 128 95.6 -> 95.3, its MASKED row 90.9 -> 89.2. MASKED hdim 64 rows tried with it, not kept:
-# 32x64 83.4, 64x32 over 2 waves 86.0 (four waves per SIMD: 13.5 KiB of LDS a workgroup; with
+# 128 95.6 -> 95.3, its MASKED row 90.9 -> 89.2. Tried for the MASKED hdim 64 row before it, from
+# 90.9, not kept: 32x64 83.4, 64x32 over 2 waves 86.0 (four waves per SIMD: 13.5 KiB of LDS a workgroup; with
 # swizzles 87.3, ceiling 104.2), three stages without reuse 87.3, an occupancy target of 8 88.3.
+# With V packed by perms, flags that had lost on gfx1100 win: the hdim 64 rows become 32x32 over 2
+# waves (CONFIGS' row; MASKED's masks its query rows too) with tree sums, swizzled exchanges and
+# permlane reductions, and the hdim 128 rows take tree sums. f16 (bf16), B 2, H 16, S 2048, from
+# the rows before this session: hdim 64 95.6 -> 97.3 (95.3 -> 95.8; B 1, H 16, S 1024 78.8 ->
+# 81.3), causal 90.9 -> 96.1 (87.5 -> 93.2; B 1 69.9 -> 73.7), hdim 128 95.6 -> 96.6 (94.7 ->
+# 95.9; B 1 79.7 -> 80.6), causal 90.9 -> 91.7 (88.4 -> 90.8; B 1 62.5 -> 62.7). The MASKED hdim 64
+# row, each flag added alone to it with perms: swizzles 94.3, permlane reductions 93.9, tree sums
+# 92.3, clamped rows 92.6. hdim 64 full at 64x32 over 4 waves with perms and tree sums 96.2; hdim
+# 128 with perms and tree sums 96.5 (full), 90.4 (causal), at 32x32 over 2 waves 87.0.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
@@ -387,10 +396,12 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                        mask_keys=True, overlap=True),
                256: _c(128, 64, 4, 2)},
     "gfx1100": {32: _c(128, 128, 8, 1),
-                64: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
-                       fused_scale=True, p_toward_zero=True, swizzle_exchange=True, pack_by_perm=True),
+                64: _c(32, 32, 2, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
+                       fused_scale=True, p_toward_zero=True, tree_sums=True, swizzle_exchange=True,
+                       pack_by_perm=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
-                        fused_scale=True, loop_arena=True, p_toward_zero=True, swizzle_exchange=True),
+                        fused_scale=True, loop_arena=True, p_toward_zero=True, tree_sums=True,
+                        swizzle_exchange=True),
                 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
                                             mask_keys=True, p_toward_zero=True, tree_sums=True),
@@ -485,10 +496,9 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # without the lazy rescale 89.0, interleave 89.1, clamped keys 84.3; 64x64 over 4 waves 85.0.
     # CONFIGS' full row at 32x32 over 2 waves: 94.1 -> 91.5.
     "gfx1100": {32: _c(128, 64, 8, 1),
-                64: replace(CONFIGS["gfx1100"][64], block_m=32, waves=2, mask_rows=True, swap_halves=False,
-                             swizzle_exchange=False),
+                64: replace(CONFIGS["gfx1100"][64], mask_rows=True),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True, lane_exchange=True,
-                        swizzle_exchange=True), 256: _c(64, 16, 4, 1)},
+                        tree_sums=True, swizzle_exchange=True), 256: _c(64, 16, 4, 1)},
     # Session 61, gfx1201 hdim 64: 64x32 over 2 waves (32 query rows a wave, as 128x32 over 4 had)
     # in one stage, its row reductions by v_permlanex16 again. Modeled f16 TFLOP/s, old row -> new:
     # B 2, H 16, S 2048 139.4 -> 145.1 (bf16 130.5 -> 137.6), B 4, H 32, S 4096 151.3 -> 152.0, B 1,
