@@ -481,7 +481,7 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
                128: _c(128, 64, 4, 2, 2, reuse=True, mask_rows=True, lazy_rescale=True, mask_keys=True,
                        loop_arena=True)},
     # RDNA: gfx1100 hdim 128 takes CONFIGS' row without the lazy rescale (and since session 62 its
-    # P exchanged by swizzles: f16 90.1 -> 90.9, bf16 87.9 -> 88.4); gfx1201 hdim 64 masks its
+    # P exchanged by swizzles: f16 90.1 -> 90.9, bf16 87.9 -> 88.4; session 63 tree sums); gfx1201 hdim 64 masks its
     # query rows and keeps the running max exact; gfx1201 hdim 128 runs CONFIGS' row (session 34).
     # gfx1100 hdim 64 was CONFIGS' row (masked keys since session 59) with its row reductions'
     # halves combined through ds_bpermute (session 60: with v_permlanex16, 89.9 -> 88.3 at B 2,
@@ -494,7 +494,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # 96.2 -> 96.1, B 1, H 16, S 1024 59.5 -> 69.9. From the new row: clamped query rows 90.1 (and
     # with them one stage 89.1), v_permlanex16 reductions 88.4, LLVM's max-ilp 89.7, tree sums 89.6,
     # without the lazy rescale 89.0, interleave 89.1, clamped keys 84.3; 64x64 over 4 waves 85.0.
-    # CONFIGS' full row at 32x32 over 2 waves: 94.1 -> 91.5.
+    # CONFIGS' full row at 32x32 over 2 waves: 94.1 -> 91.5. Since session 63 (V packed by perms,
+    # above CONFIGS) CONFIGS' row is that tile, and this one adds masked query rows to it: 96.1.
     "gfx1100": {32: _c(128, 64, 8, 1),
                 64: replace(CONFIGS["gfx1100"][64], mask_rows=True),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True, lane_exchange=True,
