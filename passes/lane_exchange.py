@@ -206,15 +206,17 @@ def _perm_word(ex: Exchange, group: range) -> tuple[int, int, dict[tuple[bool, .
         return None
     selectors = {}
     for takes in ((True, True), (True, False), (False, True), (False, False)):
-        sel = 0
-        for half, (j, own) in enumerate(zip(group, takes, strict=True)):
-            if (ex.own[j] if own else ex.other[j]) < 0:
-                break
-            first = 2 * (ex.own[j] % 2) if own else 4 + 2 * (ex.other[j] % 2)
-            sel |= (first | (first + 1) << 8) << (16 * half)
-        else:
-            selectors[takes] = sel
+        if all((ex.own[j] if own else ex.other[j]) >= 0 for j, own in zip(group, takes, strict=True)):
+            selectors[takes] = perm_halves(*(2 * (ex.own[j] % 2) if own else 4 + 2 * (ex.other[j] % 2)
+                                             for j, own in zip(group, takes, strict=True)))
     return (next(iter(mine), next(iter(theirs), 0)), next(iter(theirs), next(iter(mine), 0)), selectors)
+
+
+def perm_halves(low: int, high: int) -> int:
+    """The v_perm_b32 byte selector whose result takes its low 16 bits from byte `low` (and the
+    next) and its high 16 bits from byte `high` (and the next). v_perm_b32 numbers its second
+    operand's bytes 0-3 and its first operand's bytes 4-7."""
+    return low | (low + 1) << 8 | high << 16 | (high + 1) << 24
 
 
 def _selector(selectors: dict[tuple[bool, ...], int], takes_own: list[ir.Value]) -> ir.Value:

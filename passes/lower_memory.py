@@ -27,6 +27,7 @@ from tiledsl.passes.common import (
     tile_dtype,
     uniform_constant_int,
 )
+from tiledsl.passes.lane_exchange import perm_halves
 from tiledsl.passes.lower_fp8 import from_memory, memory_type, to_memory
 from tiledsl.passes.offset_deltas import Coefficients, coefficients, nonnegative, nonnegative_args, register_delta
 
@@ -269,10 +270,8 @@ def _perm_word(low: ir.Value, high: ir.Value) -> ir.Value | None:
     def word(src: ir.Value, pos: int) -> ir.Value:
         words = vector.BitCastOp(ir.VectorType.get([ir.VectorType(src.type).shape[0] // 2], i32()), src).result
         return vector.ExtractOp(words, [], [pos // 2]).result
-    # v_perm_b32 picks each byte of its result from {S0: bytes 4-7, S1: bytes 0-3} by the
-    # selector's byte: the low half from S1 (low's word), the high half from S0 (high's word).
-    lo, hi = 2 * (a[1] % 2), 4 + 2 * (b[1] % 2)
-    selector = lo | (lo + 1) << 8 | hi << 16 | (hi + 1) << 24
+    # The low half from the second operand (low's word), the high half from the first (high's).
+    selector = perm_halves(2 * (a[1] % 2), 4 + 2 * (b[1] % 2))
     return llvm.call_intrinsic(i32(), "llvm.amdgcn.perm", [word(*b), word(*a), c32(selector)], [], [])
 
 

@@ -127,7 +127,7 @@ class FmhaConfig:
     # With lane_exchange: the scores' keys relabelled so that the exchange moves whole words by
     # ds_swizzle_b32 (CompileOptions.swizzle_exchange), where the model finds it faster.
     swizzle_exchange: bool = False
-    # A store's 16-bit pairs from two words packed by v_perm_b32 (CompileOptions.pack_by_perm),
+    # An LDS store's 16-bit pairs from two words packed by v_perm_b32 (CompileOptions.pack_by_perm),
     # where the model finds it faster.
     pack_by_perm: bool = False
 
