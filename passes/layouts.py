@@ -33,7 +33,7 @@ import functools
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 from mlir import ir
@@ -380,6 +380,100 @@ def lane_coords(lin: Linear, wave_size: int) -> np.ndarray:
     lanes = np.arange(wave_size)
     return sum((((lanes >> k) & 1)[:, None] * b[None, :] for k, b in enumerate(lin.lane_bases)),
                np.zeros((wave_size, lin.regs.shape[1]), np.int64))
+
+
+class Swizzle(NamedTuple):
+    """An LDS staging's rows with their 16-byte chunks permuted: chunk bit i of row r's element is
+    flipped by the parity of r & masks[i], so rows that would start on the same banks put a
+    lane's vector in other banks, without the padding that would misalign it. Element (r, c) of a
+    row-major [R, C] staging with row length `pitch` lies at
+    r * pitch + ((c // chunk) ^ flips(r)) * chunk + c % chunk (`swizzled_offsets`)."""
+    chunk: int  # elements in one 16-byte chunk
+    masks: tuple[int, ...]  # per chunk bit, the row bits whose parity flips it
+
+    def flips(self, rows: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(rows)
+        for i, m in enumerate(self.masks):
+            out |= (np.bitwise_count(rows & m) & 1) << i
+        return out
+
+    @property
+    def field(self) -> int:
+        """The element bits of a column that the flips act on."""
+        return ((1 << len(self.masks)) - 1) * self.chunk
+
+
+def swizzled_offsets(rows: np.ndarray, cols: np.ndarray, pitch: int, swizzle: Swizzle | None) -> np.ndarray:
+    """Element offsets of (rows, cols) in a row-major staging of row length `pitch`."""
+    if swizzle is None:
+        return rows * pitch + cols
+    return rows * pitch + (cols ^ (swizzle.flips(rows) * swizzle.chunk))
+
+
+def swizzle_fits(lin: Linear) -> bool:
+    """Can a lane address every register of layout lin from one base per flip (`lds_runs`)? Its
+    lane, wave and register parts of each coordinate must use disjoint bits: their sums are then
+    XORs, which the flips distribute over."""
+    threads = np.concatenate([lin.lane_bases, lin.wave_bases])
+    for axis in range(lin.regs.shape[1]):
+        steps = threads[:, axis] if len(threads) else np.zeros(0, np.int64)
+        t = int(np.bitwise_or.reduce(steps)) if len(steps) else 0
+        if t != int(steps.sum()) or t & int(np.bitwise_or.reduce(lin.regs[:, axis])):
+            return False
+    return True
+
+
+class LdsRun(NamedTuple):
+    regs: list[int]  # the registers one vector access moves, in address order
+    align: int  # bytes: the access's proven alignment
+    at: int  # elements: the first register's offset from the thread's base address
+    flips: int = 0  # with a swizzle: the chunk bits this run flips in the thread's own (its base)
+
+
+def lds_runs(lin: Linear, weights: np.ndarray, offset: int, elem_bytes: int, lo: int = 0, hi: int | None = None,
+             by_address: bool = False, swizzle: Swizzle | None = None, major: int = 0) -> list[LdsRun]:
+    """Registers lo..hi-1 of a tile in layout lin, at LDS element offset + coord @ weights, grouped
+    into runs at consecutive addresses, each one vector access of at most 16 bytes (a power of
+    two) whose alignment follows from the layout: the thread parts of the address are multiples of
+    the gcd of the lane and wave steps and the offset. Runs are of consecutive registers, or with
+    `by_address` of any registers taken in address order (a store gathers its values from
+    anywhere). With a swizzle (axis `major` the stored rows; swizzle_fits holds), a register's
+    flips (its own chunk bits and its row's) select the thread's base address, and its offset from
+    that base leaves them out. One rule for lower-to-gpu's accesses and stage-lds's pricing."""
+    regs = lin.regs
+    steps_of = np.concatenate([lin.lane_bases, lin.wave_bases])
+    flips = np.zeros(len(regs), np.int64)
+    if swizzle is not None:
+        minor = 1 - major
+        field = swizzle.field
+        flips = ((regs[:, minor] & field) // swizzle.chunk) ^ swizzle.flips(regs[:, major])
+        regs = regs.copy()
+        regs[:, minor] &= ~field
+        steps_of = steps_of.copy()
+        steps_of[:, minor] = np.where(steps_of[:, minor] & field, swizzle.chunk, steps_of[:, minor])
+        steps_of = np.concatenate([steps_of, [[swizzle.chunk if a == minor else 0 for a in range(regs.shape[1])]]])
+    consts = [int(c) for c in regs @ weights]
+    steps = [int(x) for x in steps_of @ weights] + [offset]
+    thread_gcd = int(np.gcd.reduce([abs(x) for x in steps if x] or [0]))
+    hi = len(consts) if hi is None else hi
+    order = sorted(range(lo, hi), key=lambda r: (flips[r], consts[r])) if by_address else list(range(lo, hi))
+    runs = []
+    i = 0
+    while i < len(order):
+        first = order[i]
+        n = 1
+        while (i + n < len(order) and consts[order[i + n]] == consts[first] + n and flips[order[i + n]] == flips[first]
+               and (n + 1) * elem_bytes <= 16):
+            n += 1
+        n = 1 << (n.bit_length() - 1)  # power-of-two vectors only
+        start_gcd = int(np.gcd(thread_gcd, consts[first])) if thread_gcd else abs(consts[first]) or 1 << 30
+        align_elems = start_gcd & -start_gcd if start_gcd else 1 << 30
+        while n > 1 and (align_elems * elem_bytes) % (n * elem_bytes):
+            n //= 2
+        align = min(n * elem_bytes, (align_elems * elem_bytes) & -(align_elems * elem_bytes), 16)
+        runs.append(LdsRun(order[i:i + n], max(align, elem_bytes), consts[first], int(flips[first])))
+        i += n
+    return runs
 
 
 def _compose(lin: Linear, threads: Threads) -> np.ndarray:

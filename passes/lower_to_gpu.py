@@ -12,7 +12,7 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import amdgpu, arith, gpu, llvm, rocdl, scf, vector
+from mlir.dialects import amdgpu, arith, gpu, llvm, math, rocdl, scf, vector
 
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.ir.dialect import int_attr, str_attr
@@ -141,6 +141,14 @@ class _Lowering:
                     dims.append(acc)
             self.bases[key] = dims
         return self.bases[key]
+
+    def scalar_base(self, key: str, build: Callable[[], ir.Value]) -> ir.Value:
+        """A per-thread value built once at the kernel's entry from base() values, cached under
+        `key` (an LDS staging's base address per swizzle flip)."""
+        if key not in self.bases:
+            with ir.InsertionPoint(self.anchor):
+                self.bases[key] = [build()]
+        return self.bases[key][0]
 
     def coord(self, v: ir.Value, d: int) -> ir.Value:
         """vector<R x i32>: coordinate along axis d of each register of this lane."""
@@ -715,19 +723,15 @@ def _transpose_read_registers(lw: _Lowering, op: ir.Operation, base: ir.Value, e
 
 def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt: ir.Type, lo: int = 0,
               hi: int | None = None, by_address: bool = False):
-    """Group registers lo..hi-1 into runs at consecutive LDS addresses, each one vector access of
-    at most 16 bytes whose alignment is proven from the layout: yields (registers, align, addr).
-    Runs are of consecutive registers, or with `by_address` of any registers, taken in address
-    order (a store: its values can be gathered from anywhere).
-
-    Element index of register i: offset + row * row_stride + col = thread_base + consts[i], where
-    thread_base is a sum of lane/wave bit multiples, so its alignment is the gcd of those. A
-    `transposed` staging stores columns instead: offset + col * row_stride + row."""
+    """Registers lo..hi-1 of a local_store/local_load in vector accesses (layouts.lds_runs): yields
+    (registers, align, addr). Element (row, col) lies at offset + row * row_stride + col (a
+    `transposed` staging stores columns: col * row_stride + row; a `swizzle`d one flips its
+    16-byte chunks, from one thread base per flip)."""
     offset, row_stride = int_attr(op, "offset"), int_attr(op, "row_stride")
     shape = tile_shape(v.type)
-    lin = lw.lin(v)
     bases = lw.base(v)
-    weights = np.array([1])
+    nbytes = DTYPE_BYTES[tile_dtype(v.type)]
+    weights, major, swizzle = np.array([1]), 0, lds_swizzle(op)
     if len(shape) == 2:
         major, minor = (1, 0) if "transposed" in op.attributes else (0, 1)
         weights = np.zeros(2, dtype=np.int64)
@@ -736,26 +740,35 @@ def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt:
     else:
         b = bases[0]
     b = arith.AddIOp(b, c32(offset)).result
-    consts = [int(c) for c in lin.regs @ weights]
-    steps = [int(x) for x in np.concatenate([lin.lane_bases, lin.wave_bases]) @ weights] + [offset]
-    thread_gcd = int(np.gcd.reduce([abs(x) for x in steps if x] or [0]))
-    nbytes = DTYPE_BYTES[tile_dtype(v.type)]
-    hi = len(consts) if hi is None else hi
-    order = sorted(range(lo, hi), key=lambda r: consts[r]) if by_address else list(range(lo, hi))
-    i = 0
-    while i < len(order):
-        first = order[i]
-        n = 1
-        while (i + n < len(order) and consts[order[i + n]] == consts[first] + n and (n + 1) * nbytes <= 16):
-            n += 1
-        n = 1 << (n.bit_length() - 1)  # power-of-two vectors only
-        start_gcd = int(np.gcd(thread_gcd, consts[first])) if thread_gcd else abs(consts[first]) or 1 << 30
-        align_elems = start_gcd & -start_gcd if start_gcd else 1 << 30
-        while n > 1 and (align_elems * nbytes) % (n * nbytes):
-            n //= 2
-        align = min(n * nbytes, (align_elems * nbytes) & -(align_elems * nbytes), 16)
-        yield order[i:i + n], max(align, nbytes), gep(base, arith.AddIOp(b, c32(consts[first])).result, elt)
-        i += n
+    for run in L.lds_runs(lw.lin(v), weights, offset, nbytes, lo, hi, by_address, swizzle, major):
+        if swizzle is not None:  # one base per flip, at the kernel's entry
+            key = f"lds:{ir.RankedTensorType(v.type).encoding}:{shape}:{major}:{row_stride}:{swizzle}:{run.flips}"
+            b = arith.AddIOp(lw.scalar_base(key, lambda flips=run.flips: _swizzled_base(
+                bases[major], bases[minor], row_stride, swizzle, flips)), c32(offset)).result
+        yield run.regs, run.align, gep(base, arith.AddIOp(b, c32(run.at)).result, elt)
+
+
+def lds_swizzle(op: ir.Operation) -> L.Swizzle | None:
+    """A local_store/local_load's `swizzle` attribute ([chunk, masks...], stage-lds)."""
+    if "swizzle" not in op.attributes:
+        return None
+    chunk, *masks = ir.DenseI32ArrayAttr(op.attributes["swizzle"])
+    return L.Swizzle(chunk, tuple(masks))
+
+
+def _swizzled_base(row: ir.Value, col: ir.Value, pitch: int, swizzle: L.Swizzle | None, flips: int) -> ir.Value:
+    """A thread's element offset in a staging, before its registers' offsets (lds_runs): row * pitch
+    + col, with a swizzle's chunk bits of col flipped by the row's and by the run's own."""
+    at = arith.MulIOp(row, c32(pitch)).result
+    if swizzle is None:
+        return arith.AddIOp(at, col).result
+    chunk_bits = swizzle.chunk.bit_length() - 1
+    flipped = arith.XOrIOp(arith.AndIOp(col, c32(swizzle.field)).result, c32(flips << chunk_bits)).result
+    for i, mask in enumerate(swizzle.masks):
+        parity = arith.AndIOp(math.CtPopOp(arith.AndIOp(row, c32(mask)).result).result, c32(1)).result
+        flipped = arith.XOrIOp(flipped, arith.ShLIOp(parity, c32(i + chunk_bits)).result).result
+    rest = arith.AndIOp(col, c32(~swizzle.field)).result
+    return arith.AddIOp(at, arith.AddIOp(rest, flipped).result).result
 
 
 def lds_barrier() -> None:

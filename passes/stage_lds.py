@@ -35,14 +35,15 @@ not fit the arch's LDS is a user error at the DSL location of the operation.
 
 from __future__ import annotations
 
-from itertools import chain
+import functools
+from itertools import chain, combinations, product
 from typing import NamedTuple
 
 import numpy as np
 from mlir import ir
 from mlir.dialects import arith, scf
 
-from tiledsl.backends.rocm.arch import Arch
+from tiledsl.backends.rocm.arch import Arch, get_arch
 from tiledsl.backends.rocm.lds_banks import lds_cycles
 from tiledsl.errors import CompileError, SourceError
 from tiledsl.ir.dialect import i32_attr, int_attr, tile_op
@@ -91,10 +92,12 @@ def stage_lds(module: ir.Module, ctx: PassContext) -> int:
                 sl, dl = L.layout_of(src.type), L.layout_of(op.result.type)
                 if op in staged:
                     attrs, sizes[op] = _staging(op, 0, threads, options, arch, source, align)
+                    ctx.facts["lds_swizzles"] = ctx.facts.get("lds_swizzles", 0) + ("swizzle" in attrs)
                     if options.wave_private_stagings and _wave_private(sl, dl, shape, threads):
                         private.add(op)
                     else:  # a wave-private staging's bytes are not read by other layouts' lanes
-                        stored[op] = (src, ir.IntegerAttr(attrs["row_stride"]).value, "transposed" in attrs)
+                        stored[op] = (src, ir.IntegerAttr(attrs["row_stride"]).value, "transposed" in attrs,
+                                   str(attrs.get("swizzle")))
             elif op.name == "tile.reduce" and is_tile(op.operands[0]):
                 lin = L.linear(L.layout_of(op.operands[0].type), tile_shape(op.operands[0].type), threads)
                 axis = int_attr(op, "axis")
@@ -531,7 +534,10 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     transposed = transposed and not read_transposed
     stored = (shape[1], shape[0]) if transposed else shape
     row = padded_row(stored, eb, options.lds_padding)
-    if not transposed and len(shape) == 2 and options.lds_padding:
+    swizzle = None
+    if transposed and options.lds_padding:
+        row, swizzle = _transposed_layout(op, threads, arch, align, options.lds_swizzle)
+    elif len(shape) == 2 and options.lds_padding:
         row = _row_major_pitch(op, threads, options, arch, align)
     rows = stored[0] if len(shape) == 2 else 1
     size = rows * row * eb
@@ -539,6 +545,8 @@ def _staging(op: ir.Operation, at: int, threads: L.Threads, options: CompileOpti
     attrs = {"offset": i32_attr(at // eb), "row_stride": i32_attr(row)}  # offsets count elements
     if transposed:
         attrs["transposed"] = ir.UnitAttr.get()
+    if swizzle is not None:
+        attrs["swizzle"] = ir.DenseI32ArrayAttr.get([swizzle.chunk, *swizzle.masks])
     if read_transposed:  # the local_load's; the store ignores it
         attrs["transpose_read"] = ir.UnitAttr.get()
     return attrs, size
@@ -593,6 +601,61 @@ def _row_major_pitch(op: ir.Operation, threads: L.Threads, options: CompileOptio
             split += count if align and (cols + pad) * eb % nbytes else 0
         return cycles, split, cols + pad != usual, pad
     return cols + min(range(0, cols // 4 + 1, 8 // eb), key=cost)
+
+
+def _transposed_layout(op: ir.Operation, threads: L.Threads, arch: Arch, align: bool,
+                       swizzles: bool) -> tuple[int, L.Swizzle | None]:
+    """The row length (elements) and swizzle of a 2-D tile staged transposed (a B operand [K, N]
+    whose lanes read along K, stored column by column): _cheapest_transposed of its layouts."""
+    src = op.operands[0]
+    return _cheapest_transposed(str(L.layout_of(src.type)), str(L.layout_of(op.result.type)), tile_shape(src.type),
+                                DTYPE_BYTES[tile_dtype(src.type)], threads, arch.name, align, swizzles)
+
+
+@functools.lru_cache(maxsize=256)
+def _cheapest_transposed(src: str, dst: str, shape: tuple[int, ...], eb: int, threads: L.Threads, arch_name: str,
+                         align: bool, swizzles: bool) -> tuple[int, L.Swizzle | None]:
+    """Of the paddings (8-byte steps, up to a quarter of the row) and, for unpadded rows, the
+    swizzles whose flips are the parity of one or two row bits per chunk bit, the one whose store
+    and reads take the fewest LDS cycles with bank conflicts (`lds_banks`, as the timing model
+    prices them); among equals, with `align`, the one whose reads take the fewest vector accesses
+    (a 16-byte read of a lane from an 8-byte aligned row is two 8-byte reads, whose offsets past
+    ds_read2's reach cost VALU adds); then the fewest base addresses a lane keeps (one per flip);
+    then the usual padding, then the smallest. Padding spreads the rows of a read over the banks
+    but, 8 bytes a row, splits its 16-byte vectors, and puts a store's lanes (rows 8 apart in V's
+    coalesced layout) on the same banks; a swizzle can spread both."""
+    arch = get_arch(arch_name)
+    rows, cols = shape[0], shape[1]  # stored as cols rows of `rows` elements
+    usual = padded_row((cols, rows), eb, True)
+    accesses = [(L.linear(L.as_layout(src), shape, threads), True), (L.linear(L.as_layout(dst), shape, threads), False)]
+    banks = arch.timing.lds_bytes_per_clk // 4
+    lanes = [L.lane_coords(lin, arch.wave_size) for lin, _ in accesses]
+
+    def cost(pad: int, swizzle: L.Swizzle | None) -> tuple[int, int, int, bool, int]:
+        weights = np.array([1, rows + pad])
+        cycles = vectors = 0
+        flips = set()
+        for (lin, by_address), coords in zip(accesses, lanes, strict=True):
+            for run in L.lds_runs(lin, weights, 0, eb, by_address=by_address, swizzle=swizzle, major=1):
+                at = coords + lin.regs[run.regs[0]]
+                offsets = L.swizzled_offsets(at[:, 1], at[:, 0], rows + pad, swizzle)
+                cycles += lds_cycles(offsets * eb, len(run.regs) * eb, banks)
+                vectors += not by_address
+                flips.add((by_address, run.flips))
+        return cycles, vectors if align else 0, len(flips), rows + pad != usual, pad
+
+    candidates = [(cost(pad, None), pad, None) for pad in range(0, rows // 4 + 1, 8 // eb)]
+    chunk = 16 // eb
+    field_bits = next((b for b in (2, 1) if rows % (chunk << b) == 0), 0)  # chunk bits a row can permute
+    if swizzles and field_bits and all(L.swizzle_fits(lin) for lin, _ in accesses):
+        bits = [1 << b for b in range(cols.bit_length() - 1)]
+        masks = bits + [a | b for a, b in combinations(bits, 2)]
+        for chosen in product(masks, repeat=field_bits):
+            if len(set(chosen)) == field_bits:
+                swizzle = L.Swizzle(chunk, chosen)
+                candidates.append((cost(0, swizzle), 0, swizzle))
+    _, pad, swizzle = min(candidates, key=lambda c: c[0])
+    return rows + pad, swizzle
 
 
 def _run_length(lin: L.Linear, eb: int) -> int:

@@ -176,6 +176,26 @@ def test_stores_packed_by_perm(arch: str) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-2)
 
 
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_transposed_stagings_swizzled(arch: str) -> None:
+    """CompileOptions.lds_swizzle: V's transposed staging at head dim 64 keeps unpadded rows with
+    their 16-byte chunks swizzled where that takes fewer LDS cycles (stage-lds), on RDNA: its reads
+    are then whole 16-byte vectors (ds_load_b128) where the padded rows' 8-byte alignment split each
+    in two (ds_load_2addr_b64). CDNA's padded rows cost less (gfx950 transposes in its reads): the
+    same code. Both give the same bits, in any wave order."""
+    swizzled = _staged_before_loop(arch, d=64)
+    padded = _staged_before_loop(arch, d=64, lds_swizzle=False)
+    reads = [tuple(k.asm.count(i) for i in ("ds_load_b128", "ds_load_2addr_b64")) for k in (swizzled, padded)]
+    if arch in ("gfx1100", "gfx1201"):
+        assert reads[0][0] > reads[1][0] and reads[0][1] < reads[1][1], reads
+    else:
+        assert swizzled.asm == padded.asm
+    for dev in (EmulatorDevice(arch), *(EmulatorDevice(arch, schedule="shuffle", seed=s) for s in range(2))):
+        got, want = _run_staged_before_loop(swizzled, dev, d=64)
+        np.testing.assert_array_equal(got, _run_staged_before_loop(padded, dev, d=64)[0])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-2)  # as in test_stores_packed_by_perm
+
+
 @functools.cache
 def _staged_before_loop(arch: str, d: int = 32, **options):
     path = Path(__file__).resolve().parent / "kernels" / "staged_before_loop.tile"

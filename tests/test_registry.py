@@ -92,7 +92,7 @@ def test_registry_export_and_list_commands(tmp_path, capsys):
                                                              "overlap": False, "fused_scale": None, "loop_arena": False,
                                                              "p_toward_zero": True, "tree_sums": False,
                                                              "swap_halves": True, "swizzle_exchange": False,
-                                                             "pack_by_perm": False}
+                                                             "pack_by_perm": False, "lds_swizzle": True}
     assert specs["families"]["fmha_fwd"]["wide_tiles"]["128"]["block_m"] == 256
     assert specs["families"]["fmha_fwd"]["wide_rounds"] == 4
     assert specs["supports"]["fp8"] == {"dtype": "f8e4m3", "flavour": "fnuz", "families": ["fmha_fwd",

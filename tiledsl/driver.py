@@ -629,7 +629,8 @@ def _resident_may_win(arch_row: Arch, facts: dict[str, Any], manifest: dict[str,
 def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean: dict[str, str], source: str,
                       kind: str) -> tuple[StageContext, bytes, dict[str, Any]]:
     """_compile_once, again while it spills: with a barrier before every LDS staging (if it spills
-    vector registers), then, while it spills a few registers: with fewer rows per lane for
+    vector registers), then without swizzled stagings (if it spills vector registers and has
+    any), then, while it spills a few registers: with fewer rows per lane for
     transposed LDS stores (several rows take more registers, their row addresses), down to one
     element at a time, then with shuffles instead of lane swaps across wave halves, then with
     masked accesses as branches instead of buffer accesses, taken where that spills less without
@@ -671,6 +672,10 @@ def _compile_retrying(arch_row: Arch, opts: CompileOptions, filename: str, clean
     # kernel that would spill either way).
     if spill_counts(best[2])[0] and opts.lds_spread and (not opts.allow_spills or few_spills()):
         retry(dataclasses.replace(opts, lds_spread=False))
+    # A swizzled staging keeps a base address per flip in registers (stage-lds): without swizzles.
+    if (spill_counts(best[2])[0] and best[0].facts.get("lds_swizzles") and best[0].options.lds_swizzle
+            and (not opts.allow_spills or few_spills())):
+        retry(dataclasses.replace(best[0].options, lds_swizzle=False))
     fewer_rows(best[0].options)
     if (few_spills() and best[0].options.swap_halves and (arch_row.permlane32_swap or arch_row.permlanex16)
             and best[0].facts.get("halves_swapped", 1)):

@@ -50,6 +50,9 @@ class BwdConfig:
     # The key walk's Q and dO stagings stored together at the top of the step, behind one barrier
     # (CompileOptions.merge_stores), where the model finds it faster.
     merge_stores: bool = False
+    # Transposed stagings may swizzle their rows instead of padding them (CompileOptions.lds_swizzle),
+    # except where the model finds the padding faster.
+    lds_swizzle: bool = True
 
     @property
     def dq_loop(self) -> bool:
@@ -58,8 +61,9 @@ class BwdConfig:
 
 def _b(block_m: int, block_n: int, waves: int, spills: bool = False, dq_block: tuple[int, int] = (0, 0),
        stages: int = 1, occupancy: int = 0, interleave: bool = False, mask_rows: bool = False,
-       merge_stores: bool = False) -> BwdConfig:
-    return BwdConfig(block_m, block_n, waves, spills, dq_block, stages, occupancy, interleave, mask_rows, merge_stores)
+       merge_stores: bool = False, lds_swizzle: bool = True) -> BwdConfig:
+    return BwdConfig(block_m, block_n, waves, spills, dq_block, stages, occupancy, interleave, mask_rows, merge_stores,
+                     lds_swizzle)
 
 
 # dq_dk_dv tiles per arch and padded head dim, chosen with the emulator (executed wave-instructions
@@ -110,7 +114,7 @@ BWD_CONFIGS: dict[str, dict[int, BwdConfig]] = {
                256: _b(32, 32, 4)},
     "gfx1100": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8, dq_block=(64, 32)),
                 256: _b(64, 16, 4, spills=True, dq_block=(32, 32))},
-    "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4), 128: _b(32, 64, 8),
+    "gfx1201": {32: _b(32, 32, 4), 64: _b(16, 64, 4, lds_swizzle=False), 128: _b(32, 64, 8),
                 256: _b(64, 16, 4, spills=True, dq_block=(32, 32))},
 }
 
@@ -312,7 +316,7 @@ def dbias_zeroed(shape: BwdShape) -> bool:
 
 def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dims: tuple[str, ...] = (),
              allow_spills: bool = False, interleave: bool = False, tensors: dict[str, str] | None = None,
-             merge_stores: bool = False):
+             merge_stores: bool = False, lds_swizzle: bool = True):
     """Compile stage `name`; `dims`: the head-dim symbols it declares (with padded head dims, their
     units are its SYM_UNIT defines, which the kernel requires to divide them); `tensors`: its tensor
     arguments by the call's names (`shape.aligned` says which are aligned)."""
@@ -324,7 +328,8 @@ def _compile(name: str, arch: str, defines: dict[str, str], shape: BwdShape, dim
     units = tuple(sorted((arg, VECTOR_ELEMS) for arg, call in (tensors or {}).items() if call in shape.aligned))
     options = CompileOptions.make(arch, defines, unit_last_stride=shape.contiguous, allow_spills=allow_spills,
                                   disjoint_rows=shape.contiguous, stride_units=units,
-                                  buffer_masks=not shape.large, interleave=interleave, merge_stores=merge_stores)
+                                  buffer_masks=not shape.large, interleave=interleave, merge_stores=merge_stores,
+                                  lds_swizzle=lds_swizzle)
     try:
         return library_kernel(KERNELS / f"{name}.tile", arch, defines, options)
     except (KernelNotPrebuilt, PackageError):  # not a compile failure: say it as it is
@@ -383,12 +388,12 @@ def build_plan(shape: BwdShape) -> Plan:
                                 DETERMINISTIC="false")
     spills_ok = cfg.spills or shape.bias != "none" or shape.dropout
     dq_dk_dv = _compile("fmha_bwd_dq_dk_dv", shape.arch, dq_dk_dv_defines, shape, ("D_QK", "D_V"), spills_ok,
-                        cfg.interleave, DQ_DK_DV_TENSORS, cfg.merge_stores)
+                        cfg.interleave, DQ_DK_DV_TENSORS, cfg.merge_stores, cfg.lds_swizzle)
     paired_blocks = False
     if shape.pair_blocks == "always" or pair_key_blocks(shape, cfg, dq_dk_dv):
         paired = _compile("fmha_bwd_dq_dk_dv", shape.arch, {**dq_dk_dv_defines, "PASSES": "2"}, shape,
                           ("D_QK", "D_V"), allow_spills=True, interleave=cfg.interleave, tensors=DQ_DK_DV_TENSORS,
-                          merge_stores=cfg.merge_stores)
+                          merge_stores=cfg.merge_stores, lds_swizzle=cfg.lds_swizzle)
         if shape.pair_blocks == "always" or paired_fits(shape, cfg, dq_dk_dv, paired):
             dq_dk_dv, paired_blocks = paired, True
     convert_dq = _compile("fmha_bwd_convert_dq", shape.arch,

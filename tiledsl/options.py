@@ -18,7 +18,7 @@ SCHEDULES = ("", "max-ilp", "max-memory-clause", "iterative-ilp", "iterative-min
 # Options the front end (parser, checker, emitter: tiledsl/lang, tiledsl/ir) never reads, only the
 # tile passes and LLVM: a driver retry that changes only these reuses the front end's tile.mlir
 # (driver.run_stages). tests/test_driver.py checks that the names do not occur there.
-BACKEND_ONLY_OPTIONS = ("lds_spread", "transposed_rows", "swap_halves", "tree_sums", "fold_laid_out",
+BACKEND_ONLY_OPTIONS = ("lds_spread", "lds_swizzle", "transposed_rows", "swap_halves", "tree_sums", "fold_laid_out",
                         "resident_operands", "schedule", "interleave", "allow_spills", "spills_last_resort",
                         "dump_ir_dir", "failure_dir")
 
@@ -32,6 +32,11 @@ class CompileOptions:
     # directory). The CLI and the library put it under the cache directory. Not part of the key.
     failure_dir: str | None = field(default=None, compare=False)
     lds_padding: bool = True  # pad LDS rows to avoid bank conflicts in layout conversions
+    # Stagings stored transposed may swizzle their rows' 16-byte chunks instead of padding them,
+    # where that takes fewer LDS cycles (stage-lds: _cheapest_transposed). Each flip a lane's
+    # accesses use keeps a base address in a register: the driver compiles again without while a
+    # kernel spills with them.
+    lds_swizzle: bool = True
     # Most rows per lane of a 16/8-bit load that a dot takes as its B operand [K, N] on CDNA (staged
     # through LDS transposed): stored that many elements at once. assign-layouts takes the count up
     # to this whose stores meet the fewest LDS bank conflicts per byte. The driver compiles again

@@ -10,7 +10,7 @@
 // CHECK-NEXT: "tile.barrier"
 // CHECK: "tile.wave_fence"
 // CHECK: "tile.barrier"
-// CHECK-NEXT: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 36 : i32, transposed}
+// CHECK-NEXT: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 32 : i32, swizzle = array<i32: 8, 10, 20>, transposed}
 // CHECK-NEXT: "tile.barrier"
 // CHECK: scf.yield
 module attributes {tile.arch = "gfx1100"} {

@@ -1,4 +1,4 @@
-// PASS: stage-lds gfx1201 loop_arena=true
+// PASS: stage-lds gfx1201 loop_arena=true lds_swizzle=false
 // A loop whose two stagings together outgrow the arena that a tile staged before it set (an
 // attention forward's Q [64, 128] 16896 bytes; K [32, 128] 8448 and V^T 9216 in the loop): the
 // arena grows to 17664 bytes, which still leaves three 4-wave workgroups per compute unit in
@@ -6,6 +6,8 @@
 // before it in the loop (the other staging's barrier already waited for every read). In Q's
 // 16896 bytes both would start at 0, behind two barriers each (offsets count f16 elements: V^T at
 // byte 8448). The loop's first iteration still waits once for Q's reads. (From tests/kernels/staged_pair.tile.)
+// With padded rows: V^T swizzled instead (lds_swizzle, stage_lds_arena_kept_gfx1100.mlir) takes
+// 8192 bytes, and K and V fit Q's arena.
 // CHECK: tile.lds_bytes = 17664
 // CHECK: "tile.local_store"(%{{.*}}) {offset = 0 : i32, row_stride = 132 : i32} : (tensor<64x128xf16
 // CHECK-NEXT: "tile.barrier"

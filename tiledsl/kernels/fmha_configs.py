@@ -130,6 +130,9 @@ class FmhaConfig:
     # An LDS store's 16-bit pairs from two words packed by v_perm_b32 (CompileOptions.pack_by_perm),
     # where the model finds it faster.
     pack_by_perm: bool = False
+    # Transposed stagings (V) may swizzle their rows instead of padding them
+    # (CompileOptions.lds_swizzle), except where the model finds the padding faster.
+    lds_swizzle: bool = True
 
     def __post_init__(self) -> None:
         if self.reuse and self.stages != 2:
@@ -159,7 +162,7 @@ class FmhaConfig:
         return {"schedule": self.schedule, "interleave": self.interleave, "skip_unit_scales": self.lazy_rescale,
                 "lane_exchange": self.lane_exchange, "loop_arena": self.loop_arena, "tree_sums": self.tree_sums,
                 "swap_halves": self.swap_halves, "swizzle_exchange": self.swizzle_exchange,
-                "pack_by_perm": self.pack_by_perm}
+                "pack_by_perm": self.pack_by_perm, "lds_swizzle": self.lds_swizzle}
 
 
 def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, reuse: bool = False,
@@ -167,10 +170,10 @@ def _c(block_m: int, block_n: int, waves: int, stages: int, occupancy: int = 0, 
        lazy_rescale: bool = False, mask_keys: bool = False, lane_exchange: bool = False,
        overlap: bool = False, fused_scale: bool | None = None, loop_arena: bool = False,
        p_toward_zero: bool = False, tree_sums: bool = False, swap_halves: bool = True,
-       swizzle_exchange: bool = False, pack_by_perm: bool = False) -> FmhaConfig:
+       swizzle_exchange: bool = False, pack_by_perm: bool = False, lds_swizzle: bool = True) -> FmhaConfig:
     return FmhaConfig(block_m, block_n, waves, stages, occupancy, reuse, mask_rows, mask_keys, schedule, interleave,
                       lazy_rescale, lane_exchange, overlap, fused_scale, loop_arena, p_toward_zero, tree_sums,
-                      swap_halves, swizzle_exchange, pack_by_perm)
+                      swap_halves, swizzle_exchange, pack_by_perm, lds_swizzle)
 
 
 # CONFIGS[arch][padded hdim] -- keyed by max(padded HDIM, padded HDIM_V). `reuse` rows load the next
@@ -406,7 +409,7 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
                                             mask_keys=True, p_toward_zero=True, tree_sums=True),
                 128: _c(64, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True, mask_keys=True,
-                        loop_arena=True, p_toward_zero=True, tree_sums=True),
+                        loop_arena=True, p_toward_zero=True, tree_sums=True, lds_swizzle=False),
                 256: _c(64, 32, 8, 1)},
 }
 assert set(CONFIGS) == set(ARCH_NAMES) and all(set(row) == set(HDIMS) for row in CONFIGS.values())
@@ -499,7 +502,7 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     "gfx1100": {32: _c(128, 64, 8, 1),
                 64: replace(CONFIGS["gfx1100"][64], mask_rows=True),
                 128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True, lane_exchange=True,
-                        tree_sums=True, swizzle_exchange=True), 256: _c(64, 16, 4, 1)},
+                        tree_sums=True, swizzle_exchange=True, lds_swizzle=False), 256: _c(64, 16, 4, 1)},
     # Session 61, gfx1201 hdim 64: 64x32 over 2 waves (32 query rows a wave, as 128x32 over 4 had)
     # in one stage, its row reductions by v_permlanex16 again. Modeled f16 TFLOP/s, old row -> new:
     # B 2, H 16, S 2048 139.4 -> 145.1 (bf16 130.5 -> 137.6), B 4, H 32, S 4096 151.3 -> 152.0, B 1,
