@@ -28,7 +28,9 @@ store or after its last read may take its bytes. Rows are padded to
 spread consecutive rows over the LDS banks, and where the banks allow, to a multiple of the reads'
 vector width (_row_major_pitch: a 16-byte read of a lane on an 8-byte aligned row becomes two 8-byte
 reads, with their offsets added in VALU past ds_read2's reach), unless that costs a workgroup per
-compute unit (_align_rows). On archs that transpose in LDS reads (gfx950), a 16-bit
+compute unit (_align_rows). A tile stored transposed takes the padding or, unpadded, the swizzle of
+its rows' 16-byte chunks whose store and reads cost the fewest LDS cycles (_cheapest_transposed,
+CompileOptions.lds_swizzle). On archs that transpose in LDS reads (gfx950), a 16-bit
 B operand [K, N] is stored row-major and marked `transpose_read` for lower-to-gpu. A tile that does
 not fit the arch's LDS is a user error at the DSL location of the operation.
 """

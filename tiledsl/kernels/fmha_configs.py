@@ -386,6 +386,15 @@ ILP = "iterative-ilp"
 # row, each flag added alone to it with perms: swizzles 94.3, permlane reductions 93.9, tree sums
 # 92.3, clamped rows 92.6. hdim 64 full at 64x32 over 4 waves with perms and tree sums 96.2; hdim
 # 128 with perms and tree sums 96.5 (full), 90.4 (causal), at 32x32 over 2 waves 87.0.
+# Session 64, transposed stagings (V) with unpadded rows whose 16-byte chunks are swizzled
+# (lds_swizzle, on by default where stage-lds finds fewer LDS cycles: RDNA's V), modeled f16
+# (bf16) at B 2, H 16, S 2048, taken: gfx1100 hdim 64 97.3 -> 99.0 (95.8 -> 97.8), causal 96.1 ->
+# 99.0 (93.2 -> 96.6); gfx1201 hdim 64 154.1 -> 155.9 (151.1 -> 152.7), causal 145.1 -> 146.8
+# (137.6 -> 138.9). Not taken (the rows say lds_swizzle=False): gfx1100 hdim 128 96.6 -> 95.3, its
+# MASKED row 91.7 -> 89.1; gfx1201 hdim 128 164.5 -> 159.9, causal 153.4 -> 152.5. From gfx1100's
+# hdim 64 row with it, not kept: 64x32 over 4 waves at an occupancy target of 10 with max-ilp 100.4
+# (B 1, H 16, S 1024 81.9 -> 80.6, bf16 97.8 -> 97.2, causal 99.0 -> 96.9), max-ilp 99.7, an
+# occupancy target of 8 99.4, without V's perms 95.0, tree sums 97.2, swizzled exchanges 95.7.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
@@ -404,7 +413,7 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                        pack_by_perm=True),
                 128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
                         fused_scale=True, loop_arena=True, p_toward_zero=True, tree_sums=True,
-                        swizzle_exchange=True),
+                        swizzle_exchange=True, lds_swizzle=False),
                 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
                                             mask_keys=True, p_toward_zero=True, tree_sums=True),
