@@ -38,7 +38,7 @@ not fit the arch's LDS is a user error at the DSL location of the operation.
 from __future__ import annotations
 
 import functools
-from itertools import chain, combinations, product
+from itertools import chain, combinations
 from typing import NamedTuple
 
 import numpy as np
@@ -635,27 +635,35 @@ def _cheapest_transposed(src: str, dst: str, shape: tuple[int, ...], eb: int, th
 
     def cost(pad: int, swizzle: L.Swizzle | None) -> tuple[int, int, int, bool, int]:
         weights = np.array([1, rows + pad])
-        cycles = vectors = 0
+        vectors = 0
         flips = set()
+        by_width: dict[int, list[np.ndarray]] = {}  # each run's lane addresses, by its bytes
         for (lin, by_address), coords in zip(accesses, lanes, strict=True):
             for run in L.lds_runs(lin, weights, 0, eb, by_address=by_address, swizzle=swizzle, major=1):
                 at = coords + lin.regs[run.regs[0]]
-                offsets = L.swizzled_offsets(at[:, 1], at[:, 0], rows + pad, swizzle)
-                cycles += lds_cycles(offsets * eb, len(run.regs) * eb, banks)
+                by_width.setdefault(len(run.regs) * eb, []).append(
+                    L.swizzled_offsets(at[:, 1], at[:, 0], rows + pad, swizzle) * eb)
                 vectors += not by_address
                 flips.add((by_address, run.flips))
+        # One call per width: a wave's lanes fill whole bank groups, so the runs' groups stay apart.
+        cycles = sum(lds_cycles(np.concatenate(a), nbytes, banks) for nbytes, a in by_width.items())
         return cycles, vectors if align else 0, len(flips), rows + pad != usual, pad
 
     candidates = [(cost(pad, None), pad, None) for pad in range(0, rows // 4 + 1, 8 // eb)]
     chunk = 16 // eb
     field_bits = next((b for b in (2, 1) if rows % (chunk << b) == 0), 0)  # chunk bits a row can permute
     if swizzles and field_bits and all(L.swizzle_fits(lin) for lin, _ in accesses):
+        # One chunk bit's mask at a time, the others' kept, twice round (not every combination:
+        # a compile's time).
         bits = [1 << b for b in range(cols.bit_length() - 1)]
         masks = bits + [a | b for a, b in combinations(bits, 2)]
-        for chosen in product(masks, repeat=field_bits):
-            if len(set(chosen)) == field_bits:
-                swizzle = L.Swizzle(chunk, chosen)
-                candidates.append((cost(0, swizzle), 0, swizzle))
+        chosen = [0] * field_bits
+        for i in list(range(field_bits)) * 2:
+            tried = [(cost(0, L.Swizzle(chunk, (*chosen[:i], m, *chosen[i + 1:]))), m) for m in masks
+                     if m not in chosen[:i] + chosen[i + 1:]]
+            chosen[i] = min(tried)[1]
+        swizzle = L.Swizzle(chunk, tuple(chosen))
+        candidates.append((cost(0, swizzle), 0, swizzle))
     _, pad, swizzle = min(candidates, key=lambda c: c[0])
     return rows + pad, swizzle
 
