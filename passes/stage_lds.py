@@ -617,8 +617,9 @@ def _transposed_layout(op: ir.Operation, threads: L.Threads, arch: Arch, align: 
 @functools.lru_cache(maxsize=256)
 def _cheapest_transposed(src: str, dst: str, shape: tuple[int, ...], eb: int, threads: L.Threads, arch_name: str,
                          align: bool, swizzles: bool) -> tuple[int, L.Swizzle | None]:
-    """Of the paddings (8-byte steps, up to a quarter of the row) and, for unpadded rows, the
-    swizzles whose flips are the parity of one or two row bits per chunk bit, the one whose store
+    """Of the paddings (8-byte steps, up to a quarter of the row) and, for unpadded rows, a swizzle
+    whose flips are the parity of one or two row bits per chunk bit (searched one chunk bit at a
+    time, the others kept), the one whose store
     and reads take the fewest LDS cycles with bank conflicts (`lds_banks`, as the timing model
     prices them); among equals, with `align`, the one whose reads take the fewest vector accesses
     (a 16-byte read of a lane from an 8-byte aligned row is two 8-byte reads, whose offsets past

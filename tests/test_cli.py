@@ -439,14 +439,16 @@ def _stage_lds_output(kernel: str, arch: str, flags: list[str], tmp_path: Path) 
 def test_compile_loop_arena_reaches_stage_lds(arch, tmp_path, monkeypatch):
     """--loop-arena gives tests/kernels/staged_pair.tile's two loop stagings bytes of their own
     (CompileOptions.loop_arena): a wider arena and fewer barriers, except on gfx1100, where its P
-    staging makes the loop's stagings too wide for three workgroups per compute unit."""
+    staging makes the loop's stagings too wide for three workgroups per compute unit, and on
+    gfx1201, where the swizzled V^T and K take bytes of their own in Q's arena without it
+    (stage_lds_wider_arena.mlir has the padded case)."""
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
     seen = {}
     for flags in (["--loop-arena"], []):
         text = _stage_lds_output("staged_pair.tile", arch, flags, tmp_path)
         seen[bool(flags)] = (int(re.search(r"tile.lds_bytes = (\d+)", text).group(1)), text.count('"tile.barrier"'))
     (wide, wide_barriers), (narrow, narrow_barriers) = seen[True], seen[False]
-    if arch == "gfx1100":
+    if arch in ("gfx1100", "gfx1201"):
         assert (wide, wide_barriers) == (narrow, narrow_barriers)
     else:
         assert wide > narrow and wide_barriers < narrow_barriers
@@ -472,8 +474,9 @@ def test_compile_tree_sums_reaches_lower_to_gpu(arch, tmp_path, monkeypatch):
 @pytest.mark.parametrize("arch", ARCH_NAMES)
 def test_compile_merge_stores_reaches_stage_lds(arch, tmp_path, monkeypatch):
     """--merge-stores stores tests/kernels/merged_three.tile's C tile right after its B tile, before
-    their one barrier (CompileOptions.merge_stores); on gfx1201 the merged kernel spills and the
-    driver compiles it again with a barrier before every staging (lds_spread off)."""
+    their one barrier (CompileOptions.merge_stores). (On gfx1201 the merged kernel spilled while its
+    transposed staging was padded, and the driver compiled it again with a barrier before every
+    staging; with the staging swizzled it fits.)"""
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
     adjacent = {}
     for flags in (["--merge-stores"], []):
@@ -481,7 +484,7 @@ def test_compile_merge_stores_reaches_stage_lds(arch, tmp_path, monkeypatch):
                          _stage_lds_output("merged_three.tile", arch, flags, tmp_path))
         adjacent[bool(flags)] = sum(a == b == "local_store" for a, b in zip(ops, ops[1:], strict=False))
     assert adjacent[False] == 0
-    assert adjacent[True] == (0 if arch == "gfx1201" else 1)
+    assert adjacent[True] == 1
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
