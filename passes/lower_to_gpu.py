@@ -731,7 +731,7 @@ def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt:
     shape = tile_shape(v.type)
     bases = lw.base(v)
     nbytes = DTYPE_BYTES[tile_dtype(v.type)]
-    weights, major, swizzle = np.array([1]), 0, lds_swizzle(op)
+    weights, major, swizzle = np.array([1]), 0, _lds_swizzle(op)
     if len(shape) == 2:
         major, minor = (1, 0) if "transposed" in op.attributes else (0, 1)
         weights = np.zeros(2, dtype=np.int64)
@@ -748,7 +748,7 @@ def _lds_runs(lw: _Lowering, op: ir.Operation, v: ir.Value, base: ir.Value, elt:
         yield run.regs, run.align, gep(base, arith.AddIOp(b, c32(run.at)).result, elt)
 
 
-def lds_swizzle(op: ir.Operation) -> L.Swizzle | None:
+def _lds_swizzle(op: ir.Operation) -> L.Swizzle | None:
     """A local_store/local_load's `swizzle` attribute ([chunk, masks...], stage-lds)."""
     if "swizzle" not in op.attributes:
         return None
@@ -756,12 +756,10 @@ def lds_swizzle(op: ir.Operation) -> L.Swizzle | None:
     return L.Swizzle(chunk, tuple(masks))
 
 
-def _swizzled_base(row: ir.Value, col: ir.Value, pitch: int, swizzle: L.Swizzle | None, flips: int) -> ir.Value:
-    """A thread's element offset in a staging, before its registers' offsets (lds_runs): row * pitch
-    + col, with a swizzle's chunk bits of col flipped by the row's and by the run's own."""
+def _swizzled_base(row: ir.Value, col: ir.Value, pitch: int, swizzle: L.Swizzle, flips: int) -> ir.Value:
+    """A thread's element offset in a swizzled staging, before its registers' offsets (lds_runs):
+    row * pitch + col, with the swizzle's chunk bits of col flipped by the row's and by the run's."""
     at = arith.MulIOp(row, c32(pitch)).result
-    if swizzle is None:
-        return arith.AddIOp(at, col).result
     chunk_bits = swizzle.chunk.bit_length() - 1
     flipped = arith.XOrIOp(arith.AndIOp(col, c32(swizzle.field)).result, c32(flips << chunk_bits)).result
     for i, mask in enumerate(swizzle.masks):

@@ -45,7 +45,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, scf
 
-from tiledsl.backends.rocm.arch import Arch, get_arch
+from tiledsl.backends.rocm.arch import Arch
 from tiledsl.backends.rocm.lds_banks import lds_cycles
 from tiledsl.errors import CompileError, SourceError
 from tiledsl.ir.dialect import i32_attr, int_attr, tile_op
@@ -611,28 +611,27 @@ def _transposed_layout(op: ir.Operation, threads: L.Threads, arch: Arch, align: 
     whose lanes read along K, stored column by column): _cheapest_transposed of its layouts."""
     src = op.operands[0]
     return _cheapest_transposed(str(L.layout_of(src.type)), str(L.layout_of(op.result.type)), tile_shape(src.type),
-                                DTYPE_BYTES[tile_dtype(src.type)], threads, arch.name, align, swizzles)
+                                DTYPE_BYTES[tile_dtype(src.type)], threads, arch.timing.lds_bytes_per_clk // 4,
+                                align, swizzles)
 
 
 @functools.lru_cache(maxsize=256)
-def _cheapest_transposed(src: str, dst: str, shape: tuple[int, ...], eb: int, threads: L.Threads, arch_name: str,
+def _cheapest_transposed(src: str, dst: str, shape: tuple[int, ...], eb: int, threads: L.Threads, banks: int,
                          align: bool, swizzles: bool) -> tuple[int, L.Swizzle | None]:
     """Of the paddings (8-byte steps, up to a quarter of the row) and, for unpadded rows, a swizzle
     whose flips are the parity of one or two row bits per chunk bit (searched one chunk bit at a
-    time, the others kept), the one whose store
-    and reads take the fewest LDS cycles with bank conflicts (`lds_banks`, as the timing model
-    prices them); among equals, with `align`, the one whose reads take the fewest vector accesses
-    (a 16-byte read of a lane from an 8-byte aligned row is two 8-byte reads, whose offsets past
-    ds_read2's reach cost VALU adds); then the fewest base addresses a lane keeps (one per flip);
-    then the usual padding, then the smallest. Padding spreads the rows of a read over the banks
-    but, 8 bytes a row, splits its 16-byte vectors, and puts a store's lanes (rows 8 apart in V's
-    coalesced layout) on the same banks; a swizzle can spread both."""
-    arch = get_arch(arch_name)
+    time, the others kept), the one whose store and reads take the fewest LDS cycles with bank
+    conflicts over `banks` (`lds_banks`, as the timing model prices them); among equals, with
+    `align`, the one whose reads take the fewest vector accesses (a 16-byte read of a lane from an
+    8-byte aligned row is two 8-byte reads, whose offsets past ds_read2's reach cost VALU adds);
+    then the fewest base addresses a lane keeps (one per flip); then the usual padding, then the
+    smallest. Padding spreads the rows of a read over the banks but, 8 bytes a row, splits its
+    16-byte vectors, and puts a store's lanes (rows 8 apart in V's coalesced layout) on the same
+    banks; a swizzle can spread both."""
     rows, cols = shape[0], shape[1]  # stored as cols rows of `rows` elements
     usual = padded_row((cols, rows), eb, True)
     accesses = [(L.linear(L.as_layout(src), shape, threads), True), (L.linear(L.as_layout(dst), shape, threads), False)]
-    banks = arch.timing.lds_bytes_per_clk // 4
-    lanes = [L.lane_coords(lin, arch.wave_size) for lin, _ in accesses]
+    lanes = [L.lane_coords(lin, threads.wave_size) for lin, _ in accesses]
 
     def cost(pad: int, swizzle: L.Swizzle | None) -> tuple[int, int, int, bool, int]:
         weights = np.array([1, rows + pad])

@@ -63,8 +63,8 @@ def test_rdna_v_takes_a_swizzle(arch: str, waves: int) -> None:
     """V at head dim 64 on RDNA: unpadded rows, swizzled; without swizzles, the usual padding (4
     elements), which the swizzle beats in LDS cycles with as many 16-byte reads."""
     a = get_arch(arch)
-    threads = L.Threads(a.wave_size, waves)
+    threads, banks = L.Threads(a.wave_size, waves), a.timing.lds_bytes_per_clk // 4
     src, dst = str(L.Blocked(8, 2)), str(L.Mma("opb", a.matrix_op("f16", 16), 1, waves))
-    row, swizzle = _cheapest_transposed(src, dst, V_SHAPE, 2, threads, arch, True, True)
+    row, swizzle = _cheapest_transposed(src, dst, V_SHAPE, 2, threads, banks, True, True)
     assert row == PITCH and swizzle is not None and swizzle.chunk == 8
-    assert _cheapest_transposed(src, dst, V_SHAPE, 2, threads, arch, True, False) == (PITCH + 4, None)
+    assert _cheapest_transposed(src, dst, V_SHAPE, 2, threads, banks, True, False) == (PITCH + 4, None)
