@@ -395,6 +395,15 @@ ILP = "iterative-ilp"
 # hdim 64 row with it, not kept: 64x32 over 4 waves at an occupancy target of 10 with max-ilp 100.4
 # (B 1, H 16, S 1024 81.9 -> 80.6, bf16 97.8 -> 97.2, causal 99.0 -> 96.9), max-ilp 99.7, an
 # occupancy target of 8 99.4, without V's perms 95.0, tree sums 97.2, swizzled exchanges 95.7.
+# Session 65, gfx1100's hdim 128 rows with V swizzled and an occupancy target of 6, the waves per
+# SIMD their LDS allows anyway (three workgroups of 4 waves a CU): told so, LLVM schedules the
+# swizzled loop in 217 VGPRs where without a target it took 241, and the LDS waits fall. Modeled
+# f16 (bf16) at B 2, H 16, S 2048, taken: hdim 128 96.6 -> 102.8 (95.9 -> 101.2; B 1, H 16, S 1024
+# 80.6 -> 86.2), its MASKED row 91.7 -> 94.3 (90.8 -> 92.9). Each alone: the target without the
+# swizzle 96.6 (MASKED 89.8), the swizzle without it 95.3; the target 5 102.8 (the same code), 7
+# 101.7, 7 with max-ilp 101.3. Feature mixes that spill swizzled compile without the swizzle
+# (driver). Not taken: gfx1201 hdim 128 swizzled with a target of 6, 159.9 (as without it), causal
+# 145.0; gfx1100 and gfx1201 hdim 64 with targets of 6 or 7 compile the same code.
 CONFIGS: dict[str, dict[int, FmhaConfig]] = {
     "gfx90a": {32: _c(128, 64, 4, 2), 64: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True),
                128: _c(128, 64, 4, 2, 2, reuse=True, interleave=True, mask_keys=True), 256: _c(64, 32, 4, 2)},
@@ -411,9 +420,9 @@ CONFIGS: dict[str, dict[int, FmhaConfig]] = {
                 64: _c(32, 32, 2, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
                        fused_scale=True, p_toward_zero=True, tree_sums=True, swizzle_exchange=True,
                        pack_by_perm=True),
-                128: _c(64, 32, 4, 2, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
+                128: _c(64, 32, 4, 2, 6, reuse=True, lazy_rescale=True, mask_keys=True, lane_exchange=True,
                         fused_scale=True, loop_arena=True, p_toward_zero=True, tree_sums=True,
-                        swizzle_exchange=True, lds_swizzle=False),
+                        swizzle_exchange=True),
                 256: _c(64, 32, 8, 1)},
     "gfx1201": {32: _c(128, 128, 8, 1), 64: _c(128, 32, 4, 2, reuse=True, schedule="max-ilp", lazy_rescale=True,
                                             mask_keys=True, p_toward_zero=True, tree_sums=True),
@@ -510,8 +519,8 @@ MASKED: dict[str, dict[int, FmhaConfig]] = {
     # above CONFIGS) CONFIGS' row is that tile, and this one adds masked query rows to it: 96.1.
     "gfx1100": {32: _c(128, 64, 8, 1),
                 64: replace(CONFIGS["gfx1100"][64], mask_rows=True),
-                128: _c(64, 32, 4, 2, reuse=True, mask_keys=True, fused_scale=True, lane_exchange=True,
-                        tree_sums=True, swizzle_exchange=True, lds_swizzle=False), 256: _c(64, 16, 4, 1)},
+                128: _c(64, 32, 4, 2, 6, reuse=True, mask_keys=True, fused_scale=True, lane_exchange=True,
+                        tree_sums=True, swizzle_exchange=True), 256: _c(64, 16, 4, 1)},
     # Session 61, gfx1201 hdim 64: 64x32 over 2 waves (32 query rows a wave, as 128x32 over 4 had)
     # in one stage, its row reductions by v_permlanex16 again. Modeled f16 TFLOP/s, old row -> new:
     # B 2, H 16, S 2048 139.4 -> 145.1 (bf16 130.5 -> 137.6), B 4, H 32, S 4096 151.3 -> 152.0, B 1,
