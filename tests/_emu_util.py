@@ -12,7 +12,7 @@ from tiledsl.backends.rocm.arch import get_arch
 def compile_mlir(src: str, arch: str) -> tuple[str, bytes]:
     """gpu-dialect MLIR text -> (.s text, .hsaco bytes), cached for the test session."""
     a = get_arch(arch)
-    llir = codegen.make_llir(codegen.make_rocdl(src, a))
+    llir = codegen.make_llir(codegen.make_rocdl(src, a), a)
     asm, obj = codegen.make_isa_and_object(llir, a)
     return asm, codegen.make_hsaco(obj)
 

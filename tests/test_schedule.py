@@ -4,11 +4,12 @@ defaults instead of killing the caller."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from tiledsl.backends.rocm import codegen, elf
+from tiledsl.backends.rocm import codegen, codegen_worker, elf
 from tiledsl.backends.rocm.arch import ARCH_NAMES, get_arch
 from tiledsl.driver import compile_source
 from tiledsl.options import CompileOptions
@@ -34,12 +35,15 @@ def test_scheduled_kernel_compiles_apart_and_says_so(arch):
 
 @pytest.fixture
 def crashing_codegen(tmp_path, monkeypatch):
-    """Codegen children that die of a signal (they kill themselves), as LLVM did."""
-    crasher = tmp_path / "crash.sh"
-    crasher.write_text("#!/bin/sh\nkill -SEGV $$\n")
-    crasher.chmod(0o755)
-    monkeypatch.setattr(codegen, "_codegen_command", lambda arch, out, mode: [str(crasher)])
+    """A toolchain child whose codegen dies of a signal (it kills itself), as LLVM did; its MLIR
+    steps run as usual."""
+    crash = ("import os, signal; from tiledsl.backends.rocm import codegen_worker as w; "
+             "w.HANDLERS['object'] = lambda *args: os.kill(os.getpid(), signal.SIGSEGV); w.serve()")
+    codegen_worker.shutdown()
+    monkeypatch.setattr(codegen_worker, "worker_command", lambda: [sys.executable, "-c", crash])
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    yield
+    codegen_worker.shutdown()
 
 
 @pytest.mark.parametrize(("schedule", "interleave", "asked"), [
@@ -56,6 +60,25 @@ def test_llvm_crash_falls_back_to_the_default_scheduler(tmp_path, crashing_codeg
                            f"is saved at {tmp_path / 'reports'}"), note
     assert note.endswith("; compiled with LLVM's default"), note
     assert elf.read_code_object(k.hsaco).arch == "gfx942"  # a real code object came out
+
+
+def test_a_toolchain_child_that_dies_is_an_error_and_replaced(monkeypatch):
+    """An MLIR step whose child dies of a signal is a CompileError naming the stage; the next
+    request starts another child."""
+    from tiledsl.errors import CompileError
+
+    crash = ("import os, signal; from tiledsl.backends.rocm import codegen_worker as w; "
+             "w.HANDLERS['translate'] = lambda *args: os.kill(os.getpid(), signal.SIGABRT); w.serve()")
+    codegen_worker.shutdown()
+    monkeypatch.setattr(codegen_worker, "worker_command", lambda: [sys.executable, "-c", crash])
+    gfx942 = get_arch("gfx942")
+    try:
+        with pytest.raises(CompileError, match=r"stage 'mlir-translate' failed: MLIR crashed \(signal 6\)"):
+            codegen.make_llir("module {}", gfx942)
+        monkeypatch.undo()
+        assert codegen.make_llir("module {}", gfx942).startswith("; ModuleID")
+    finally:
+        codegen_worker.shutdown()
 
 
 def test_codegen_child_errors_are_compile_errors(monkeypatch):

@@ -731,7 +731,7 @@ def probe_compile(arch_name: str, gpu_mlir: str) -> str:
 
     arch = get_arch(arch_name)
     t0 = time.perf_counter()
-    asm, obj = codegen.make_isa_and_object(codegen.make_llir(codegen.make_rocdl(gpu_mlir, arch)), arch)
+    asm, obj = codegen.make_isa_and_object(codegen.make_llir(codegen.make_rocdl(gpu_mlir, arch), arch), arch)
     hsaco = codegen.make_hsaco(obj)
     co = elf.read_code_object(hsaco)
     if co.arch != arch.name:

@@ -175,7 +175,7 @@ def make_rocdl_mlir(ctx: StageContext, gpu_mlir: str) -> str:
 def make_ll(ctx: StageContext, rocdl_mlir: str) -> str:
     from tiledsl.backends.rocm import codegen
 
-    return codegen.make_llir(rocdl_mlir)
+    return codegen.make_llir(rocdl_mlir, ctx.arch)
 
 
 def make_isa(ctx: StageContext, llir: str) -> IsaObject:

