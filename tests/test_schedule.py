@@ -81,6 +81,29 @@ def test_a_toolchain_child_that_dies_is_an_error_and_replaced(monkeypatch):
         codegen_worker.shutdown()
 
 
+def test_a_forked_process_starts_its_own_toolchain_child():
+    """A fork (a process pool's worker) does not share its parent's toolchain child: the pipes would
+    carry two conversations at once."""
+    import os
+
+    gfx942 = get_arch("gfx942")
+    codegen.make_llir("module {}", gfx942)
+    parents = codegen_worker._worker.proc.pid
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the forked copy: report, then leave without running the test session's exit handlers
+        try:
+            ok = codegen_worker._worker is None and codegen.make_llir("module {}", gfx942).startswith("; ModuleID")
+            os.write(write, b"1" if ok and codegen_worker._worker.proc.pid != parents else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+    assert codegen.make_llir("module {}", gfx942).startswith("; ModuleID")
+    assert codegen_worker._worker.proc.pid == parents
+
+
 def test_codegen_child_errors_are_compile_errors(monkeypatch):
     from tiledsl.backends.rocm.arch import get_arch
     from tiledsl.errors import CompileError

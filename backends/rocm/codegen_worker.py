@@ -69,7 +69,6 @@ def worker_command() -> list[str]:
 
 class _Worker:
     def __init__(self, command: list[str]):
-        self.owner = os.getpid()  # a forked process starts its own (the pipes are not its to share)
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
         self.requests = 0
@@ -83,8 +82,6 @@ class _Worker:
         return os.fstat(self.stderr.fileno()).st_size
 
     def close(self) -> None:
-        if self.owner != os.getpid():
-            return
         try:
             self.proc.stdin.close()  # the child's end of input: it returns
             self.proc.wait(timeout=10)
@@ -109,7 +106,7 @@ def request(op: str, arch_name: str, text: str) -> tuple[tuple[str, Any], str]:
     WorkerDied if the child ended."""
     global _worker
     with _lock:
-        if _worker is None or _worker.owner != os.getpid():
+        if _worker is None:
             _worker = _Worker(worker_command())
         worker = _worker
         start = worker.printed()
@@ -139,7 +136,19 @@ def shutdown() -> None:
             _worker = None
 
 
+def _forget_after_fork() -> None:
+    """A forked process does not share its parent's child: it drops its copies of the pipes (so the
+    child still sees its input end when the parent closes it) and starts its own when it needs one."""
+    global _worker, _lock
+    _lock = threading.Lock()  # a lock another thread held at the fork stays held in the copy
+    if _worker is not None:
+        for pipe in (_worker.proc.stdin, _worker.proc.stdout, _worker.stderr):
+            pipe.close()
+        _worker = None
+
+
 atexit.register(shutdown)
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 # ---------------------------------------------------------------------------------------------

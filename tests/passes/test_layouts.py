@@ -116,13 +116,40 @@ def test_module_for_another_arch_is_refused() -> None:
         run_pass("assign-layouts", MODULE, get_arch("gfx1100"))
 
 
+BAD_LAYOUT = MODULE.replace('-> tensor<64xf32>\n', '-> tensor<64xf32, "acct(mfma,32,32,8,4,f16,2,2)">\n', 1) \
+    .replace("(!llvm.ptr<1>, tensor<64xi32>, tensor<64xf32>,", '(!llvm.ptr<1>, tensor<64xi32>, '
+             'tensor<64xf32, "acct(mfma,32,32,8,4,f16,2,2)">,')
+BAD_LAYOUT_ERROR = ("internal: tile.load result: layout acct.* does not fit a tile \\[64\\]: "
+                    "a matrix layout needs a 2-D tile")
+
+
 def test_a_layout_that_does_not_fit_fails_at_the_pass() -> None:
-    bad = MODULE.replace('-> tensor<64xf32>\n', '-> tensor<64xf32, "acct(mfma,32,32,8,4,f16,2,2)">\n', 1) \
-        .replace("(!llvm.ptr<1>, tensor<64xi32>, tensor<64xf32>,", '(!llvm.ptr<1>, tensor<64xi32>, '
-                 'tensor<64xf32, "acct(mfma,32,32,8,4,f16,2,2)">,')
-    with pytest.raises(TileError, match="internal: tile.load result: layout acct.* does not fit a tile \\[64\\]: "
-                                        "a matrix layout needs a 2-D tile"):
-        run_pass("hoist-conversions", bad, GFX942)
+    with pytest.raises(TileError, match=BAD_LAYOUT_ERROR):
+        run_pass("hoist-conversions", BAD_LAYOUT, GFX942)
+
+
+def test_the_pipeline_verifies_its_input_and_after_each_pass_where_it_fails(monkeypatch) -> None:
+    """make_gpu_mlir verifies the tile module as it comes and after its last pass; a failure runs
+    the passes again verified after each one, which reports the first wrong module, not what a
+    later pass made of it."""
+    from tiledsl.options import CompileOptions
+    from tiledsl.passes import pipeline
+
+    options = CompileOptions(arch="gfx942")
+    with pytest.raises(TileError, match=BAD_LAYOUT_ERROR):
+        pipeline.make_gpu_mlir(BAD_LAYOUT, GFX942, options)
+
+    found = []
+
+    def failing(module, context):  # a pass bug
+        found.append(dict(context.facts))
+        context.facts["seen"] = True
+        raise AssertionError("a pass bug")
+
+    monkeypatch.setattr(pipeline, "PASSES", [("failing", failing)] + pipeline.PASSES[1:])
+    with pytest.raises(CompileError, match="a pass bug"):
+        pipeline.make_gpu_mlir(MODULE, GFX942, options, facts={})
+    assert found == [{}, {}]  # run again, verified after each pass, from nothing the failed run found
 
 
 def test_tile_ops_have_typed_operands() -> None:
