@@ -81,6 +81,23 @@ def test_a_toolchain_child_that_dies_is_an_error_and_replaced(monkeypatch):
         codegen_worker.shutdown()
 
 
+def test_a_request_interrupted_midway_leaves_no_reply_for_the_next(monkeypatch):
+    """Ctrl-C while the child works: the child is ended, so its late reply cannot answer the next
+    request."""
+    gfx942 = get_arch("gfx942")
+    real = codegen_worker._receive
+
+    def interrupted(pipe):
+        monkeypatch.setattr(codegen_worker, "_receive", real)
+        raise KeyboardInterrupt
+
+    codegen.make_llir("module {}", gfx942)
+    monkeypatch.setattr(codegen_worker, "_receive", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        codegen.make_rocdl("module {}", gfx942)
+    assert codegen.make_llir("module {}", gfx942).startswith("; ModuleID")  # not the rocdl step's reply
+
+
 def test_a_forked_process_starts_its_own_toolchain_child():
     """A fork (a process pool's worker) does not share its parent's toolchain child: the pipes would
     carry two conversations at once."""

@@ -119,6 +119,11 @@ def request(op: str, arch_name: str, text: str) -> tuple[tuple[str, Any], str]:
             _worker = None
             worker.close()
             raise WorkerDied(returncode, said) from None
+        except BaseException:  # interrupted (Ctrl-C) mid-request: the reply would answer the next one
+            _worker = None
+            worker.proc.kill()
+            worker.close()
+            raise
         said = worker.said_since(start)
         worker.requests += 1
         if worker.requests >= REQUESTS_PER_CHILD:
