@@ -33,14 +33,19 @@ def test_scheduled_kernel_compiles_apart_and_says_so(arch):
     assert "schedule" not in _compile(arch, "").manifest
 
 
-@pytest.fixture
-def crashing_codegen(tmp_path, monkeypatch):
-    """A toolchain child whose codegen dies of a signal (it kills itself), as LLVM did; its MLIR
-    steps run as usual."""
+def _child_dying_in(monkeypatch, op: str, signal_name: str) -> None:
+    """From the next request on, toolchain children whose step `op` kills them with `signal_name`;
+    their other steps run as usual."""
     crash = ("import os, signal; from tiledsl.backends.rocm import codegen_worker as w; "
-             "w.HANDLERS['object'] = lambda *args: os.kill(os.getpid(), signal.SIGSEGV); w.serve()")
+             f"w.HANDLERS[{op!r}] = lambda *args: os.kill(os.getpid(), signal.{signal_name}); w.serve()")
     codegen_worker.shutdown()
     monkeypatch.setattr(codegen_worker, "worker_command", lambda: [sys.executable, "-c", crash])
+
+
+@pytest.fixture
+def crashing_codegen(tmp_path, monkeypatch):
+    """A toolchain child whose codegen dies of a signal (it kills itself), as LLVM did."""
+    _child_dying_in(monkeypatch, "object", "SIGSEGV")
     monkeypatch.setenv("TILEDSL_CACHE_DIR", str(tmp_path / "cache"))
     yield
     codegen_worker.shutdown()
@@ -67,10 +72,7 @@ def test_a_toolchain_child_that_dies_is_an_error_and_replaced(monkeypatch):
     request starts another child."""
     from tiledsl.errors import CompileError
 
-    crash = ("import os, signal; from tiledsl.backends.rocm import codegen_worker as w; "
-             "w.HANDLERS['translate'] = lambda *args: os.kill(os.getpid(), signal.SIGABRT); w.serve()")
-    codegen_worker.shutdown()
-    monkeypatch.setattr(codegen_worker, "worker_command", lambda: [sys.executable, "-c", crash])
+    _child_dying_in(monkeypatch, "translate", "SIGABRT")
     gfx942 = get_arch("gfx942")
     try:
         with pytest.raises(CompileError, match=r"stage 'mlir-translate' failed: MLIR crashed \(signal 6\)"):
@@ -115,8 +117,10 @@ def test_a_forked_process_starts_its_own_toolchain_child():
         finally:
             os._exit(0)
     os.close(write)
-    assert os.read(read, 1) == b"1"
+    reported = os.read(read, 1)
+    os.close(read)
     os.waitpid(pid, 0)
+    assert reported == b"1"
     assert codegen.make_llir("module {}", gfx942).startswith("; ModuleID")
     assert codegen_worker._worker.proc.pid == parents
 

@@ -28,6 +28,8 @@ import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
+from tiledsl.backends.rocm.arch import Arch, get_arch
+
 _LENGTH = struct.Struct("<Q")
 
 
@@ -73,13 +75,13 @@ class _Worker:
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
         self.requests = 0
 
+    def printed(self) -> int:
+        """Bytes the child has printed so far (its output file's size)."""
+        return os.fstat(self.stderr.fileno()).st_size
+
     def said_since(self, offset: int) -> str:
         """What the child printed since `offset` bytes of its output file."""
-        size = os.fstat(self.stderr.fileno()).st_size
-        return os.pread(self.stderr.fileno(), size - offset, offset).decode(errors="replace")
-
-    def printed(self) -> int:
-        return os.fstat(self.stderr.fileno()).st_size
+        return os.pread(self.stderr.fileno(), self.printed() - offset, offset).decode(errors="replace")
 
     def close(self) -> None:
         try:
@@ -116,29 +118,31 @@ def request(op: str, arch_name: str, text: str) -> tuple[tuple[str, Any], str]:
         except (BrokenPipeError, EOFError):
             returncode = worker.proc.wait()
             said = worker.said_since(start)
-            _worker = None
-            worker.close()
+            _retire()
             raise WorkerDied(returncode, said) from None
         except BaseException:  # interrupted (Ctrl-C) mid-request: the reply would answer the next one
-            _worker = None
             worker.proc.kill()
-            worker.close()
+            _retire()
             raise
         said = worker.said_since(start)
         worker.requests += 1
         if worker.requests >= REQUESTS_PER_CHILD:
-            _worker = None
-            worker.close()
+            _retire()
         return reply, said
+
+
+def _retire() -> None:
+    """End the current child (the caller holds _lock); the next request starts another."""
+    global _worker
+    if _worker is not None:
+        _worker.close()
+        _worker = None
 
 
 def shutdown() -> None:
     """End the toolchain child, if any (a later request starts another)."""
-    global _worker
     with _lock:
-        if _worker is not None:
-            _worker.close()
-            _worker = None
+        _retire()
 
 
 def _forget_after_fork() -> None:
@@ -160,7 +164,7 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 # The child's side.
 
 
-def _to_rocdl(text: str, arch: Any) -> str:
+def _to_rocdl(text: str, arch: Arch) -> str:
     from mlir import ir, passmanager
 
     from tiledsl.backends.rocm import codegen
@@ -172,7 +176,7 @@ def _to_rocdl(text: str, arch: Any) -> str:
     return codegen.extract_gpu_module(lowered, arch)
 
 
-def _to_llvm_ir(text: str, arch: Any) -> str:
+def _to_llvm_ir(text: str, arch: Arch) -> str:
     from mlir import ir
     from mlir.dialects import llvm
 
@@ -180,7 +184,7 @@ def _to_llvm_ir(text: str, arch: Any) -> str:
         return str(llvm.translate_module_to_llvmir(ir.Module.parse(text).operation))
 
 
-def _object(text: str, arch: Any) -> tuple[str, bytes]:
+def _object(text: str, arch: Arch) -> tuple[str, bytes]:
     import llvmlite.binding as llvm
 
     from tiledsl.backends.rocm import codegen
@@ -190,7 +194,7 @@ def _object(text: str, arch: Any) -> tuple[str, bytes]:
     return optimized, codegen.make_object(optimized, arch, filter_warnings=False, context=context)
 
 
-def _assembly(text: str, arch: Any) -> str:
+def _assembly(text: str, arch: Arch) -> str:
     import llvmlite.binding as llvm
 
     from tiledsl.backends.rocm import codegen
@@ -198,13 +202,12 @@ def _assembly(text: str, arch: Any) -> str:
     return codegen.make_assembly(text, arch, filter_warnings=False, context=llvm.create_context())
 
 
-HANDLERS: dict[str, Callable[[str, Any], Any]] = {
+HANDLERS: dict[str, Callable[[str, Arch], Any]] = {
     "rocdl": _to_rocdl, "translate": _to_llvm_ir, "object": _object, "assembly": _assembly}
 
 
 def serve() -> int:
     """The child: answer requests until the parent closes its input."""
-    from tiledsl.backends.rocm.arch import get_arch
     from tiledsl.errors import CompileError
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent's Ctrl-C is the parent's to handle
