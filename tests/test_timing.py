@@ -241,6 +241,25 @@ def test_s_delay_alu_waits_for_the_named_result() -> None:
     assert _run(plain, 1, arch="gfx1100").cycles < r.cycles
 
 
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_dual_issue_pairs_hold_the_vector_alu(arch: str) -> None:
+    """A VOPD word (decoded as "vopd", two VALU operations) takes one issue slot and one VALU cycle
+    like any VALU instruction; it was once left a scalar instruction, free beside the WMMAs."""
+    from _lanes import compile_lanes, decoded
+
+    # Four independent multiplies, which LLVM pairs in dual-issue words.
+    body = "\n".join(f"  %r{k} = fmul float %x{k}, %x{k + 4}" for k in range(4))
+    _, hsaco = compile_lanes(arch, body, ["float"] * 8, ["float"] * 4)
+    insts = decoded(hsaco, arch)
+    pairs = [k for k, i in enumerate(insts) if i.fam == "VOPD"]
+    assert pairs, [i.raw_name for i in insts]
+    prog = tm.classify(get_arch(arch), insts)
+    assert all(prog.kind[k] == tm.VALU and prog.busy[k] == get_arch(arch).timing.valu_cycles for k in pairs)
+    # What-if analysis frees them by either operation's name, as .s text spells the pair.
+    freed = tm.classify(get_arch(arch), insts, free=("v_dual_mul",))
+    assert freed.freed == len(pairs) and all(freed.kind[k] == tm.FREE for k in pairs)
+
+
 # -- the device and the CLI ------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])

@@ -141,10 +141,12 @@ def classify(arch: Arch, insts, free: tuple[str, ...] = (), free_barriers: bool 
             busy, flops = matrix_cycles(arch, n)
         elif n == "v_nop":
             kind, busy = VALU, t.valu_cycles
+        elif fam == "VOPD":
+            # RDNA's dual issue: two VALU operations (never a transcendental: VOPD has none) in one
+            # instruction, one issue slot and one VALU cycle. Its name is "vopd", not "v_...".
+            kind, busy = VALU, t.valu_cycles
         elif n.startswith("v_") and fam not in ("DS", "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF", "SMEM"):
-            trans = _TRANS.match(n) is not None or (fam == "VOPD" and any(_TRANS.match(x.split("_e")[0] or "")
-                                                                          for x in inst.xy))
-            kind, busy = (TRANS, t.trans_cycles) if trans else (VALU, t.valu_cycles)
+            kind, busy = (TRANS, t.trans_cycles) if _TRANS.match(n) else (VALU, t.valu_cycles)
         elif n.startswith(("s_waitcnt", "s_wait_")) and n not in ("s_wait_alu", "s_wait_idle", "s_wait_event"):
             kind, waits = WAIT, _waits(inst, gen)
             if not waits:
